@@ -1,0 +1,23 @@
+"""tapejit: reverse-mode automatic differentiation of plain numpy code, compiled.
+
+    import numpy as np, tapejit as tj
+
+    @tj.grad
+    def loss(w, x, y):
+        return np.mean((np.tanh(x @ w) - y) ** 2)
+"""
+from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
+from .api import grad, make_tape, value_and_grad, vjp
+from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, ShapeError,
+                     TapejitError, UnsupportedOperationError)
+from .ir import Tape, typecheck
+from .printer import parse_tape, print_tape
+from .pytree import tree_map
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "grad", "value_and_grad", "vjp", "make_tape", "Tape", "typecheck", "parse_tape",
+    "print_tape", "tree_map", "TapejitError", "UnsupportedOperationError",
+    "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
+]

@@ -1,0 +1,93 @@
+"""numpy -> primitives: how each supported numpy function, ufunc and method lowers to the IR.
+
+The rules run at trace time on tracers (and on the constants mixed with them). They implement
+numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasting, `axis` and
+`keepdims`, negative axes. Modules: math (ufuncs), reductions, shape (layout functions), linalg
+(contractions), indexing (getitem/setitem). Each registers its rules with `implements`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..avals import dtype_name
+from ..errors import ShapeError, UnsupportedOperationError, at_source
+from ..ops import elementwise as E
+from ..ops import layout as L
+from ..trace import FUNCTION_RULES, Tracer, current_trace, user_source
+
+
+def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a rule as the lowering of numpy functions (looked up by __array_function__)."""
+    def register(rule: Callable[..., Any]) -> Callable[..., Any]:
+        for f in funcs:
+            FUNCTION_RULES[f] = rule
+        return rule
+    return register
+
+
+def is_traced(x: Any) -> bool:
+    return isinstance(x, Tracer)
+
+
+def dtype_of(x: Any) -> np.dtype:
+    if isinstance(x, Tracer):
+        return x.dtype
+    return np.dtype(np.bool_) if isinstance(x, bool) else np.asarray(x).dtype
+
+
+def asarray(x: Any) -> Any:
+    """A tracer stays a tracer; anything else becomes a numpy constant."""
+    return x if isinstance(x, Tracer) else np.asarray(x)
+
+
+def cast(x: Any, dtype: np.dtype) -> Any:
+    """`x` in `dtype`: a convert op for tracers, a numpy conversion for constants."""
+    if isinstance(x, Tracer):
+        return x if x.dtype == dtype else E.convert(x, dtype=dtype_name(dtype))
+    if isinstance(x, (bool, int, float)):
+        return dtype.type(x)
+    return np.asarray(x).astype(dtype)
+
+
+def lift(x: Any) -> Any:
+    """A constant as a tracer of the current trace (to index or assign into it)."""
+    if isinstance(x, Tracer):
+        return x
+    trace, arr = current_trace(), np.asarray(x)
+    if trace is None:
+        return arr
+    if arr.ndim:
+        return Tracer(trace, trace.atom(arr))
+    return trace.record(L.broadcast_in_dim, (arr,), {"shape": (), "dims": ()})
+
+
+def normalize_axis(axis: int, ndim: int, what: str) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(at_source(f"{what}: axis {axis} is out of bounds for an array of "
+                                   f"dimension {ndim}", user_source(3)))
+    return axis % max(ndim, 1)
+
+
+def normalize_axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
+    """`axis=None | int | tuple` as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = tuple(sorted(normalize_axis(int(a), ndim, what) for a in axes))
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{what}: repeated axis in {axis}")
+    return out
+
+
+def reject(what: str, **given: Any) -> None:
+    """Raise for keyword arguments that tapejit does not support (when not left at default)."""
+    for name, value in given.items():
+        if value is not None and value is not np._NoValue:
+            raise UnsupportedOperationError(at_source(
+                f"{what}: the argument {name}= is not supported on traced arrays",
+                user_source(3)))
+
+
+from . import math, reductions, shape, linalg, indexing  # noqa: E402,F401

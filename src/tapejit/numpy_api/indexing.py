@@ -1,0 +1,266 @@
+"""Indexing: `x[key]`, `x[key] = v` (recorded as a functional update), np.take,
+np.take_along_axis and np.add.at.
+
+Basic indexing (ints, slices, None, ...) lowers to slice/rev/reshape; index assignment with a
+basic key to pad + select with a constant mask, so both stay fusible elementwise work. Advanced
+(integer-array) indexing lowers to one `take` on the indexed axes flattened into one, following
+numpy's rule for where the indexed dimensions go. Constant boolean masks become integer arrays
+at trace time; a traced boolean mask has a data-dependent shape and is an error.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import UnsupportedOperationError, at_source
+from ..ops import elementwise as E
+from ..ops import index as I
+from ..ops import layout as L
+from ..trace import Tracer, rebind, user_source
+from . import asarray, cast, implements, lift, normalize_axis
+from .shape import broadcast_to_shape, ravel, reshape
+
+_BOOL_MASK_HELP = (
+    "Indexing with a traced boolean mask gives an array whose shape depends on the data, which "
+    "a compiled program cannot have. Keep the shape fixed instead: `np.where(mask, x, 0)` "
+    "(then sum), or `np.sum(x * mask)`.")
+
+
+def _is_index_array(e: Any) -> bool:
+    return isinstance(e, (Tracer, np.ndarray))
+
+
+def _expand_key(key: Any, ndim: int) -> list[Any]:
+    """The key as a list of ints, slices, None and integer index arrays, one per axis (plus
+    Nones), with the Ellipsis expanded and constant bool masks turned into index arrays."""
+    key = list(key) if isinstance(key, tuple) else [key]
+    entries: list[Any] = []
+    for e in key:
+        if isinstance(e, Tracer):
+            if e.dtype == np.bool_:
+                raise UnsupportedOperationError(at_source(_BOOL_MASK_HELP, user_source(4)))
+            if e.dtype.kind not in "iu":
+                raise IndexError(f"arrays used as indices must be of integer type, not {e.dtype}")
+            entries.append(e)
+        elif isinstance(e, (list, np.ndarray)) or (isinstance(e, np.generic)
+                                                   and e.dtype == np.bool_):
+            arr = np.asarray(e)
+            if arr.dtype == np.bool_:
+                entries.extend(np.nonzero(arr))
+            elif arr.dtype.kind in "iu" or arr.size == 0:
+                entries.append(arr.astype(np.int64))
+            else:
+                raise IndexError(f"arrays used as indices must be of integer type, not "
+                                 f"{arr.dtype}")
+        elif isinstance(e, (int, np.integer)) and not isinstance(e, bool):
+            entries.append(int(e))
+        elif e is None or e is Ellipsis or isinstance(e, slice):
+            entries.append(e)
+        else:
+            raise IndexError(f"unsupported index {e!r}: only integers, slices, None, "
+                             f"Ellipsis and integer arrays are valid indices")
+    consumed = sum(1 for e in entries if e is not None and e is not Ellipsis)
+    if consumed > ndim:
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but "
+                         f"{consumed} were indexed")
+    if entries.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    fill = [slice(None)] * (ndim - consumed)
+    if Ellipsis in entries:
+        at = entries.index(Ellipsis)
+        return entries[:at] + fill + entries[at + 1:]
+    return entries + fill
+
+
+def _basic_region(shape: tuple[int, ...], entries: list[Any]):
+    """Per axis of x: (start, count, step) of a basic key, with step possibly negative;
+    and the shape of x[key]."""
+    region, result, d = [], [], 0
+    for e in entries:
+        if e is None:
+            result.append(1)
+            continue
+        n = shape[d]
+        if isinstance(e, int):
+            if not -n <= e < n:
+                raise IndexError(f"index {e} is out of bounds for axis {d} with size {n}")
+            region.append((e % n, 1, 1))
+        else:
+            start, stop, step = e.indices(n)
+            count = len(range(start, stop, step))
+            region.append((start, count, step))
+            result.append(count)
+        d += 1
+    return region, tuple(result)
+
+
+def _ascending(region):
+    """(start, limit, step) slices in ascending order, and the axes to reverse."""
+    starts, limits, steps, flipped = [], [], [], []
+    for d, (start, count, step) in enumerate(region):
+        if count == 0:
+            starts.append(0), limits.append(0), steps.append(1)
+            continue
+        first = start if step > 0 else start + (count - 1) * step
+        starts.append(first)
+        limits.append(first + (count - 1) * abs(step) + 1)
+        steps.append(abs(step))
+        if step < 0 and count > 1:
+            flipped.append(d)
+    return tuple(starts), tuple(limits), tuple(steps), tuple(flipped)
+
+
+def _basic_get(x: Any, entries: list[Any]) -> Any:
+    region, result = _basic_region(x.shape, entries)
+    starts, limits, steps, flipped = _ascending(region)
+    if (starts, limits, steps) != ((0,) * x.ndim, x.shape, (1,) * x.ndim):
+        x = L.slice_(x, start=starts, limit=limits, step=steps)
+    if flipped:
+        x = L.rev(x, axes=flipped)
+    return reshape(x, result)
+
+
+def _normalized(idx: Any, n: int, axis: int) -> Any:
+    """Index array with negative entries wrapped (and constant ones bounds-checked)."""
+    if isinstance(idx, Tracer):
+        return E.select(E.lt(idx, 0), E.add(idx, cast(n, idx.dtype)), idx)
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = idx[(idx < -n) | (idx >= n)].flat[0]
+        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+    return idx % max(n, 1)
+
+
+def _advanced_get(x: Any, entries: list[Any]) -> Any:
+    entries = [np.asarray(e) if isinstance(e, int) else e for e in entries]
+    axis_entries = [e for e in entries if e is not None]
+    adv = [d for d, e in enumerate(axis_entries) if _is_index_array(e)]
+    # 1. the slices on the other axes
+    sliced = [slice(None) if d in adv else e for d, e in enumerate(axis_entries)]
+    x = _basic_get(x, sliced)
+    # 2. one take on the indexed axes, flattened into one
+    sizes = [x.shape[d] for d in adv]
+    idx = [_normalized(axis_entries[d], x.shape[d], d) for d in adv]
+    bshape = np.broadcast_shapes(*(np.shape(i) for i in idx))
+    strides = np.cumprod([1] + sizes[::-1])[-2::-1].tolist()     # row-major over indexed axes
+    linear = idx[-1]
+    for i, stride in zip(idx[:-1], strides[:-1]):
+        linear = linear + i * stride
+    linear = broadcast_to_shape(linear, bshape) if np.shape(linear) != bshape else linear
+    rest = [d for d in range(x.ndim) if d not in adv]
+    moved = L.transpose(x, perm=tuple(adv + rest)) if adv + rest != list(range(x.ndim)) else x
+    flat = reshape(moved, (int(np.prod(sizes, dtype=np.int64)),) + tuple(x.shape[d] for d in rest))
+    out = I.take(lift(flat), linear, axis=0)
+    # 3. numpy's placement: the indexed block replaces adjacent index entries in place,
+    #    else it goes first; None entries add axes of size 1
+    positions = [i for i, e in enumerate(entries) if _is_index_array(e)]
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    others = [e for e in entries if not _is_index_array(e)]
+    other_sizes = []
+    r = iter(rest)
+    for e in others:
+        other_sizes.append(1 if e is None else x.shape[next(r)])
+    nb = len(bshape)
+    out = reshape(out, bshape + tuple(other_sizes))
+    lead = sum(1 for e in entries[:positions[0]] if not _is_index_array(e)) if adjacent else 0
+    if lead:
+        perm = (list(range(nb, nb + lead)) + list(range(nb))
+                + list(range(nb + lead, nb + len(other_sizes))))
+        out = L.transpose(out, perm=tuple(perm))
+    return out
+
+
+def getitem(x: Any, key: Any) -> Any:
+    x = lift(x)
+    entries = _expand_key(key, x.ndim)
+    if any(_is_index_array(e) for e in entries):
+        return _advanced_get(x, entries)
+    return _basic_get(x, entries)
+
+
+def _linear_indices(shape: tuple[int, ...], key: Any) -> Any:
+    """The flat positions x[key] selects: constant if the key is, else traced."""
+    positions = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    entries = _expand_key(key, len(shape))
+    if any(isinstance(e, Tracer) for e in entries):
+        return getitem(positions, tuple(entries))
+    return positions[tuple(entries)]
+
+
+def setitem(x: Tracer, key: Any, value: Any) -> None:
+    entries = _expand_key(key, x.ndim)
+    value = cast(value, x.dtype)
+    if any(_is_index_array(e) for e in entries):
+        rebind(x, _scatter_set(x, _linear_indices(x.shape, key), value))
+        return
+    region, result = _basic_region(x.shape, entries)
+    if 0 in result:
+        return
+    v = broadcast_to_shape(value, result, "index assignment")
+    v = reshape(v, tuple(count for _, count, _ in region))      # drop None axes, keep int axes
+    starts, limits, steps, flipped = _ascending(region)
+    if flipped:
+        v = L.rev(v, axes=flipped)
+    hi = tuple(n - limit for n, limit in zip(x.shape, limits))
+    placed = L.pad(lift(v), np.zeros((), x.dtype), lo=starts, hi=hi,
+                   interior=tuple(s - 1 for s in steps))
+    mask = np.zeros(x.shape, dtype=bool)
+    mask[tuple(slice(a, b, s) for a, b, s in zip(starts, limits, steps))] = True
+    rebind(x, E.select(mask, placed, x))
+
+
+def _scatter_set(x: Tracer, linear: Any, value: Any) -> Any:
+    """x with x.flat[linear] = value; repeated constant indices keep the last value (numpy's
+    behaviour), repeated traced indices are summed."""
+    v = ravel(broadcast_to_shape(value, np.shape(linear), "index assignment"))
+    zeros = L.broadcast_in_dim(np.zeros((), x.dtype), shape=(x.size,), dims=())
+    if isinstance(linear, Tracer):
+        flat_idx = ravel(linear)
+        ones = L.broadcast_in_dim(np.ones((), x.dtype), shape=flat_idx.shape, dims=())
+        mask = E.gt(I.scatter_add(lift(zeros), flat_idx, ones, axis=0), 0)
+    else:
+        flat_idx = np.ravel(linear)
+        _, first_in_reversed = np.unique(flat_idx[::-1], return_index=True)
+        keep = flat_idx.size - 1 - first_in_reversed
+        flat_idx = flat_idx[keep]
+        v = I.take(lift(v), keep, axis=0)
+        mask = np.zeros(x.size, dtype=bool)
+        mask[flat_idx] = True
+    scattered = I.scatter_add(lift(zeros), flat_idx, lift(v), axis=0)
+    return reshape(E.select(mask, scattered, ravel(x)), x.shape)
+
+
+def add_at(x: Tracer, key: Any, values: Any) -> Any:
+    """np.add.at(x, key, values) as a new value: repeated indices accumulate."""
+    linear = _linear_indices(x.shape, key)
+    v = ravel(broadcast_to_shape(cast(values, x.dtype), np.shape(linear), "numpy.add.at"))
+    zeros = L.broadcast_in_dim(np.zeros((), x.dtype), shape=(x.size,), dims=())
+    added = I.scatter_add(lift(zeros), ravel(linear) if isinstance(linear, Tracer)
+                          else np.ravel(linear), lift(v), axis=0)
+    return reshape(ravel(x) + added, x.shape)
+
+
+@implements(np.take)
+def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
+    a = asarray(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    ax = normalize_axis(axis, a.ndim, "numpy.take")
+    if isinstance(indices, Tracer) and indices.dtype.kind not in "iu":
+        raise IndexError("numpy.take: indices must be integers")
+    return I.take(lift(a), _normalized(indices, a.shape[ax], ax), axis=ax)
+
+
+@implements(np.take_along_axis)
+def take_along_axis(arr: Any, indices: Any, axis: int) -> Any:
+    arr = asarray(arr)
+    ax = normalize_axis(axis, arr.ndim, "numpy.take_along_axis")
+    key = [np.arange(n).reshape([-1 if i == d else 1 for i in range(arr.ndim)])
+           for d, n in enumerate(arr.shape)]
+    key[ax] = indices
+    return getitem(arr, tuple(key))
+
+
+Tracer.__getitem__ = getitem
+Tracer.__setitem__ = setitem

@@ -1,0 +1,193 @@
+"""numpy contractions -> dot_general: dot matmul @ tensordot einsum inner outer vdot, and the
+matrix-structure functions trace diag diagonal tril triu cross."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedOperationError, at_source
+from ..ops import elementwise as E
+from ..ops import index as I
+from ..ops import layout as L
+from ..ops import linalg as LA
+from ..trace import Tracer, user_source
+from . import asarray, implements, lift, normalize_axis
+from .shape import _common, broadcast_to_shape, moveaxis, ravel, reshape, stack
+from .reductions import sum as _sum
+
+
+def _dot(a: Any, b: Any, ca: Sequence[int], cb: Sequence[int], ba: Sequence[int] = (),
+         bb: Sequence[int] = ()) -> Any:
+    for i, j in zip(ca, cb):
+        if a.shape[i] != b.shape[j]:
+            raise ShapeError(at_source(
+                f"contraction: shapes {a.shape} and {b.shape} are not aligned "
+                f"(axis {i} of size {a.shape[i]} vs axis {j} of size {b.shape[j]})",
+                user_source(4)))
+    return LA.dot_general(lift(a), lift(b), contract=(tuple(ca), tuple(cb)),
+                          batch=(tuple(ba), tuple(bb)))
+
+
+@implements(np.dot)
+def dot(a: Any, b: Any, out: Any = None) -> Any:
+    a, b = _common([a, b], "numpy.dot")
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return _dot(a, b, (a.ndim - 1,), (b.ndim - 1 if b.ndim == 1 else b.ndim - 2,))
+
+
+@implements(np.matmul)
+def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:
+    a, b = _common([a, b], "numpy.matmul")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(at_source("matmul: input operand does not have enough dimensions "
+                                   f"({a.shape} @ {b.shape})", user_source(3)))
+    if b.ndim <= 2:
+        return _dot(a, b, (a.ndim - 1,), (0,))       # batch of rows times one matrix/vector
+    va, a = a.ndim == 1, a if a.ndim > 1 else reshape(a, (1,) + a.shape)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to_shape(a, batch + a.shape[-2:], "matmul")
+    b = broadcast_to_shape(b, batch + b.shape[-2:], "matmul")
+    nb = len(batch)
+    out = _dot(a, b, (nb + 1,), (nb,), tuple(range(nb)), tuple(range(nb)))
+    return reshape(out, out.shape[:-2] + out.shape[-1:]) if va else out
+
+
+@implements(np.tensordot)
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
+    a, b = _common([a, b], "numpy.tensordot")
+    if isinstance(axes, (int, np.integer)):
+        ca, cb = range(a.ndim - axes, a.ndim), range(axes)
+    else:
+        ca, cb = (np.atleast_1d(x).tolist() for x in axes)
+    return _dot(a, b, [normalize_axis(i, a.ndim, "tensordot") for i in ca],
+                [normalize_axis(i, b.ndim, "tensordot") for i in cb])
+
+
+@implements(np.inner)
+def inner(a: Any, b: Any) -> Any:
+    a, b = _common([a, b], "numpy.inner")
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return _dot(a, b, (a.ndim - 1,), (b.ndim - 1,))
+
+
+@implements(np.vdot)
+def vdot(a: Any, b: Any) -> Any:
+    return inner(ravel(a), ravel(b))
+
+
+@implements(np.outer)
+def outer(a: Any, b: Any, out: Any = None) -> Any:
+    a, b = ravel(a), ravel(b)
+    return reshape(a, (a.size, 1)) * reshape(b, (1, b.size))
+
+
+@implements(np.einsum)
+def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any) -> Any:
+    if not isinstance(subscripts, str) or "..." in subscripts or kwargs.get("out") is not None:
+        raise UnsupportedOperationError(at_source(
+            "numpy.einsum: only explicit subscripts without '...' (and without out=) are "
+            "supported on traced arrays", user_source(3)))
+    spec = subscripts.replace(" ", "")
+    inputs, arrow, output = spec.partition("->")
+    specs = inputs.split(",")
+    if not arrow:
+        letters = "".join(specs)
+        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    arrays = _common(operands, "numpy.einsum")
+    if len(specs) != len(arrays) or any(len(s) != x.ndim for s, x in zip(specs, arrays)):
+        raise ShapeError(at_source(f"einsum: subscripts {subscripts!r} do not fit operands of "
+                                   f"shapes {[x.shape for x in arrays]}", user_source(3)))
+    terms = [list(t) for t in zip(specs, arrays)]
+    for i, term in enumerate(terms):
+        others = "".join(s for j, (s, _) in enumerate(terms) if j != i) + output
+        terms[i] = list(_reduce_term(term[0], term[1], others))
+    spec_a, a = terms[0]
+    for k, (spec_b, b) in enumerate(terms[1:], start=2):
+        later = output + "".join(s for s, _ in terms[k:])
+        shared = [c for c in spec_a if c in spec_b]
+        batch = [c for c in shared if c in later]
+        contract = [c for c in shared if c not in later]
+        a = _dot(a, b, [spec_a.index(c) for c in contract], [spec_b.index(c) for c in contract],
+                 [spec_a.index(c) for c in batch], [spec_b.index(c) for c in batch])
+        spec_a = ("".join(batch) + "".join(c for c in spec_a if c not in shared)
+                  + "".join(c for c in spec_b if c not in shared))
+    spec_a, a = _reduce_term(spec_a, a, output)
+    return np.transpose(a, [spec_a.index(c) for c in output]) if spec_a != output else a
+
+
+def _reduce_term(spec: str, x: Any, keep: str) -> tuple[str, Any]:
+    """Take diagonals for repeated letters, then sum the letters not in `keep`."""
+    while len(set(spec)) != len(spec):
+        c = next(c for c in spec if spec.count(c) > 1)
+        p = spec.index(c)
+        q = spec.index(c, p + 1)
+        x = diagonal(x, 0, p, q)
+        spec = "".join(ch for i, ch in enumerate(spec) if i not in (p, q)) + c
+    drop = tuple(i for i, c in enumerate(spec) if c not in keep)
+    if drop:
+        x = _sum(x, axis=drop)
+        spec = "".join(c for c in spec if c not in keep)
+    return spec, x
+
+
+@implements(np.diagonal)
+def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    a = asarray(a)
+    a1, a2 = (normalize_axis(ax, a.ndim, "numpy.diagonal") for ax in (axis1, axis2))
+    moved = moveaxis(a, [a1, a2], [a.ndim - 2, a.ndim - 1])
+    n1, n2 = moved.shape[-2:]
+    rows = np.arange(max(0, -offset), min(n1, n2 - offset))
+    flat = reshape(moved, moved.shape[:-2] + (n1 * n2,))
+    return I.take(lift(flat), rows * n2 + rows + offset, axis=flat.ndim - 1)
+
+
+@implements(np.trace)
+def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
+          out: Any = None) -> Any:
+    return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+@implements(np.diag)
+def diag(v: Any, k: int = 0) -> Any:
+    v = asarray(v)
+    if v.ndim == 2:
+        return diagonal(v, k)
+    if v.ndim != 1:
+        raise ShapeError("numpy.diag: input must be 1-d or 2-d")
+    n = v.size + abs(k)
+    rows = np.arange(v.size) + max(0, -k)
+    zeros = L.broadcast_in_dim(np.zeros((), v.dtype), shape=(n * n,), dims=())
+    return reshape(I.scatter_add(lift(zeros), rows * n + rows + k, lift(v), axis=0), (n, n))
+
+
+def _triangle(m: Any, keep: np.ndarray) -> Any:
+    m = asarray(m)
+    return E.select(keep, m, np.zeros((), m.dtype))
+
+
+implements(np.tril)(lambda m, k=0: _triangle(m, np.tri(*asarray(m).shape[-2:], k=k, dtype=bool)))
+implements(np.triu)(lambda m, k=0: _triangle(
+    m, ~np.tri(*asarray(m).shape[-2:], k=k - 1, dtype=bool)))
+
+
+@implements(np.cross)
+def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
+          axis: Any = None) -> Any:
+    a, b = _common([a, b], "numpy.cross")
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    if a.shape[-1] != 3 or b.shape[-1] != 3:
+        raise UnsupportedOperationError("numpy.cross: only 3-vectors are supported on traced "
+                                        "arrays")
+    (a0, a1, a2), (b0, b1, b2) = ([x[..., i] for i in range(3)] for x in (a, b))
+    c = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+    return moveaxis(c, -1, axisc)
+
+
+Tracer.dot = dot
+Tracer.diagonal = diagonal
+Tracer.trace = trace

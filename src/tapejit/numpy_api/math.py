@@ -1,0 +1,184 @@
+"""numpy ufuncs -> elementwise primitives, with numpy's dtype promotion.
+
+A rule first finds the dtype numpy would compute in (asking numpy itself on empty arrays, with
+Python scalars and scalar arguments left weak, as NEP 50 says), converts the operands to it,
+then applies a primitive or a short composition of primitives.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DtypeError, UnsupportedOperationError, at_source
+from ..ops import elementwise as E
+from ..trace import METHOD_RULES, UFUNC_RULES, Tracer, rebind, user_source
+from . import cast, dtype_of
+
+_WEAK_DUMMY = {"f": 0.0, "i": 0, "u": 0, "b": False}
+_PROMOTION: dict[tuple, np.dtype] = {}
+
+
+def _dummy_key(x: Any) -> Any:
+    if isinstance(x, Tracer):
+        return ("weak", x.dtype.kind) if x.weak else x.dtype
+    if isinstance(x, (bool, int, float)):
+        return ("weak", np.dtype(type(x)).kind if not isinstance(x, bool) else "b")
+    dtype = np.asarray(x).dtype
+    if dtype.kind not in "biuf":
+        raise DtypeError(at_source(f"tapejit does not support dtype {dtype}", user_source(4)))
+    return dtype
+
+
+def _dummy(key: Any) -> Any:
+    if isinstance(key, tuple):
+        return _WEAK_DUMMY[key[1]]
+    return np.empty(0, key)
+
+
+def compute_dtype(ufunc: np.ufunc, args: tuple, common: bool) -> np.dtype:
+    """The dtype numpy computes `ufunc(*args)` in: its result dtype, or with `common` the
+    common input dtype (for comparisons, whose result is bool)."""
+    key = (ufunc, common, *map(_dummy_key, args))
+    dtype = _PROMOTION.get(key)
+    if dtype is None:
+        dummies = [_dummy(k) for k in key[2:]]
+        with np.errstate(all="ignore"):
+            dtype = np.result_type(*dummies) if common else np.asarray(ufunc(*dummies)).dtype
+        _PROMOTION[key] = dtype
+    return dtype
+
+
+def _is_weak(x: Any) -> bool:
+    return (isinstance(x, Tracer) and x.weak) or isinstance(x, (bool, int, float))
+
+
+def ufunc_rule(ufunc: np.ufunc, fn: Callable[..., Any], mode: str = "arith") -> None:
+    """Register `fn` (on operands already in the compute dtype) as the lowering of `ufunc`.
+
+    mode: "arith" computes in the result dtype; "compare" in the common dtype (bool result);
+    "logic" on bools; "test" (isnan, ...) leaves the operand's dtype alone.
+    """
+    def rule(*args: Any) -> Any:
+        if mode == "logic":
+            operands = [x if dtype_of(x) == np.bool_ else E.ne(x, 0) for x in args]
+        elif mode == "test":
+            operands = list(args)
+        else:
+            dtype = compute_dtype(ufunc, args, common=(mode == "compare"))
+            if dtype.kind not in "biuf":
+                raise DtypeError(at_source(f"numpy.{ufunc.__name__}: dtype {dtype} is not "
+                                           f"supported", user_source(3)))
+            operands = [cast(x, dtype) for x in args]
+        out = fn(*operands)
+        if isinstance(out, Tracer) and all(map(_is_weak, args)):
+            out.weak = True
+        return out
+    UFUNC_RULES[ufunc] = rule
+
+
+LN2, LN10 = math.log(2.0), math.log(10.0)
+
+for _uf, _prim in {
+    np.add: E.add, np.subtract: E.sub, np.multiply: E.mul, np.true_divide: E.div,
+    np.power: E.pow_, np.maximum: E.max_, np.minimum: E.min_, np.arctan2: E.atan2,
+    np.remainder: E.rem, np.floor_divide: E.floor_div, np.negative: E.neg, np.absolute: E.abs_,
+    np.fabs: E.abs_, np.sign: E.sign, np.exp: E.exp, np.expm1: E.expm1, np.log: E.log,
+    np.log1p: E.log1p, np.sqrt: E.sqrt, np.cbrt: E.cbrt, np.sin: E.sin, np.cos: E.cos,
+    np.tan: E.tan, np.arcsin: E.asin, np.arccos: E.acos, np.arctan: E.atan, np.sinh: E.sinh,
+    np.cosh: E.cosh, np.tanh: E.tanh, np.arcsinh: E.asinh, np.arccosh: E.acosh,
+    np.arctanh: E.atanh, np.floor: E.floor, np.ceil: E.ceil, np.rint: E.round_,
+    np.trunc: E.trunc,
+}.items():
+    ufunc_rule(_uf, _prim)
+
+for _uf, _prim in {np.less: E.lt, np.less_equal: E.le, np.greater: E.gt,
+                   np.greater_equal: E.ge, np.equal: E.eq, np.not_equal: E.ne}.items():
+    ufunc_rule(_uf, _prim, "compare")
+
+for _uf, _prim in {np.logical_and: E.and_, np.logical_or: E.or_, np.logical_xor: E.xor,
+                   np.logical_not: E.not_}.items():
+    ufunc_rule(_uf, _prim, "logic")
+
+# compositions; the comment gives the identity used
+ufunc_rule(np.positive, lambda x: x)
+ufunc_rule(np.conjugate, lambda x: x)                                  # real arrays only
+ufunc_rule(np.square, lambda x: E.mul(x, x))
+ufunc_rule(np.reciprocal, lambda x: E.div(1, x))
+ufunc_rule(np.exp2, lambda x: E.pow_(2, x))                            # 2^x
+ufunc_rule(np.log2, lambda x: E.div(E.log(x), LN2))
+ufunc_rule(np.log10, lambda x: E.div(E.log(x), LN10))
+ufunc_rule(np.deg2rad, lambda x: E.mul(x, math.pi / 180))
+ufunc_rule(np.rad2deg, lambda x: E.mul(x, 180 / math.pi))
+ufunc_rule(np.hypot, lambda a, b: E.sqrt(E.add(E.mul(a, a), E.mul(b, b))))
+# log(e^a + e^b) = max(a, b) + log1p(e^-|a - b|): no overflow
+ufunc_rule(np.logaddexp, lambda a, b: E.add(
+    E.max_(a, b), E.log1p(E.exp(E.neg(E.abs_(E.sub(a, b)))))))
+ufunc_rule(np.logaddexp2, lambda a, b: E.add(
+    E.max_(a, b), E.div(E.log1p(E.pow_(2, E.neg(E.abs_(E.sub(a, b))))), LN2)))
+# fmax/fmin ignore a NaN operand
+ufunc_rule(np.fmax, lambda a, b: E.select(E.ne(b, b), a, E.select(E.ne(a, a), b, E.max_(a, b))))
+ufunc_rule(np.fmin, lambda a, b: E.select(E.ne(b, b), a, E.select(E.ne(a, a), b, E.min_(a, b))))
+
+
+def _float_test(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """isnan & co: floats are tested, integers never are NaN or infinite."""
+    def test(x: Any) -> Any:
+        return fn(x) if x.dtype.kind == "f" else E.ne(x, x)
+    return test
+
+
+ufunc_rule(np.isnan, _float_test(lambda x: E.ne(x, x)), "test")
+ufunc_rule(np.isinf, _float_test(lambda x: E.eq(E.abs_(x), math.inf)), "test")
+ufunc_rule(np.isfinite, lambda x: E.lt(E.abs_(x), math.inf) if x.dtype.kind == "f"
+           else E.eq(x, x), "test")
+
+
+def _bool_only(name: str, prim: Callable[..., Any]) -> Callable[..., Any]:
+    def rule(*args: Any) -> Any:
+        if any(dtype_of(a) != np.bool_ for a in args):
+            raise UnsupportedOperationError(at_source(
+                f"numpy.{name} on integers is not supported on traced arrays "
+                f"(on bool masks it is logical and/or/xor/not)", user_source(3)))
+        return prim(*args)
+    return rule
+
+
+for _uf, _prim in {np.bitwise_and: E.and_, np.bitwise_or: E.or_, np.bitwise_xor: E.xor,
+                   np.invert: E.not_}.items():
+    UFUNC_RULES[_uf] = _bool_only(_uf.__name__, _prim)
+
+
+# ---- ufunc methods -----------------------------------------------------------------------------
+def _reduce_method(ufunc: np.ufunc, x: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
+                   keepdims: bool = False, **kwargs: Any) -> Any:
+    from .reductions import REDUCERS
+    if ufunc not in REDUCERS or out is not None or kwargs:
+        raise UnsupportedOperationError(at_source(
+            f"numpy.{ufunc.__name__}.reduce is not supported on traced arrays "
+            f"(supported: {', '.join(u.__name__ for u in REDUCERS)})", user_source(3)))
+    return REDUCERS[ufunc](x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def _accumulate_method(ufunc: np.ufunc, x: Any, axis: int = 0, dtype: Any = None,
+                       out: Any = None) -> Any:
+    from .reductions import cumprod, cumsum
+    rules = {np.add: cumsum, np.multiply: cumprod}
+    if ufunc not in rules or out is not None:
+        raise UnsupportedOperationError(at_source(
+            f"numpy.{ufunc.__name__}.accumulate is not supported on traced arrays "
+            f"(supported: add, multiply)", user_source(3)))
+    return rules[ufunc](x, axis=axis, dtype=dtype)
+
+
+def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
+    from .indexing import add_at
+    if ufunc is not np.add or not isinstance(x, Tracer):
+        raise UnsupportedOperationError(at_source(
+            f"numpy.{ufunc.__name__}.at is supported only as np.add.at on a traced array",
+            user_source(3)))
+    rebind(x, add_at(x, index, values))
+
+
+METHOD_RULES.update(reduce=_reduce_method, accumulate=_accumulate_method, at=_at_method)

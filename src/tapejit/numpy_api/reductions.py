@@ -1,0 +1,198 @@
+"""numpy reductions -> reduce_* primitives: sum mean prod max min var std any all argmax argmin
+cumsum cumprod linalg.norm, with numpy's `axis`, `keepdims` and result dtypes."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import UnsupportedOperationError, at_source
+from ..ops import elementwise as E
+from ..ops import layout as L
+from ..ops import reduce as R
+from ..trace import Tracer, user_source
+from . import asarray, cast, implements, normalize_axes, normalize_axis, reject
+
+_SUM_DTYPES: dict[tuple, np.dtype] = {}
+
+
+def _numpy_dtype(fn: Any, dtype: np.dtype) -> np.dtype:
+    """The result dtype numpy gives `fn` (sum, prod, mean) on an array of `dtype`."""
+    key = (fn, dtype)
+    if key not in _SUM_DTYPES:
+        _SUM_DTYPES[key] = np.asarray(fn(np.ones(1, dtype))).dtype
+    return _SUM_DTYPES[key]
+
+
+def _keep(out: Any, x: Any, axes: tuple[int, ...], keepdims: bool) -> Any:
+    if not keepdims:
+        return out
+    return L.reshape(out, shape=tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
+
+
+def _reduction(prim: Any, name: str, x: Any, axis: Any, keepdims: bool, dtype: Any,
+               result_dtype: np.dtype | None = None) -> Any:
+    x = asarray(x)
+    axes = normalize_axes(axis, x.ndim, f"numpy.{name}")
+    target = np.dtype(dtype) if dtype is not None else result_dtype or x.dtype
+    out = prim(cast(x, target), axes=axes)
+    return _keep(out, x, axes, keepdims)
+
+
+@implements(np.sum)
+def sum(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+        initial: Any = None, where: Any = None) -> Any:
+    reject("numpy.sum", out=out, initial=initial, where=where)
+    x = asarray(x)
+    return _reduction(R.reduce_sum, "sum", x, axis, keepdims, dtype, _numpy_dtype(np.sum, x.dtype))
+
+
+@implements(np.prod)
+def prod(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+         initial: Any = None, where: Any = None) -> Any:
+    reject("numpy.prod", out=out, initial=initial, where=where)
+    x = asarray(x)
+    return _reduction(R.reduce_prod, "prod", x, axis, keepdims, dtype,
+                      _numpy_dtype(np.prod, x.dtype))
+
+
+@implements(np.max, np.amax)
+def max(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False, initial: Any = None,
+        where: Any = None) -> Any:
+    reject("numpy.max", out=out, initial=initial, where=where)
+    return _reduction(R.reduce_max, "max", x, axis, keepdims, None)
+
+
+@implements(np.min, np.amin)
+def min(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False, initial: Any = None,
+        where: Any = None) -> Any:
+    reject("numpy.min", out=out, initial=initial, where=where)
+    return _reduction(R.reduce_min, "min", x, axis, keepdims, None)
+
+
+@implements(np.any)
+def any(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *,
+        where: Any = None) -> Any:
+    reject("numpy.any", out=out, where=where)
+    return _reduction(R.reduce_max, "any", _truth(x), axis, keepdims, None)
+
+
+@implements(np.all)
+def all(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *,
+        where: Any = None) -> Any:
+    reject("numpy.all", out=out, where=where)
+    return _reduction(R.reduce_min, "all", _truth(x), axis, keepdims, None)
+
+
+def _truth(x: Any) -> Any:
+    x = asarray(x)
+    return x if x.dtype == np.bool_ else E.ne(x, 0)
+
+
+def _count(x: Any, axes: tuple[int, ...]) -> int:
+    return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+
+
+@implements(np.mean)
+def mean(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+         *, where: Any = None) -> Any:
+    reject("numpy.mean", out=out, where=where)
+    x = asarray(x)
+    target = np.dtype(dtype) if dtype is not None else _numpy_dtype(np.mean, x.dtype)
+    axes = normalize_axes(axis, x.ndim, "numpy.mean")
+    total = sum(cast(x, target), axis=axes, keepdims=keepdims)
+    return total / _count(x, axes)
+
+
+_mean = mean
+
+
+@implements(np.var)
+def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+        keepdims: bool = False, *, where: Any = None, mean: Any = None,
+        correction: Any = None) -> Any:
+    reject("numpy.var", out=out, where=where, mean=mean)
+    x = asarray(x)
+    ddof = correction if correction is not None else ddof
+    axes = normalize_axes(axis, x.ndim, "numpy.var")
+    centred = x - _mean(x, axis=axes, dtype=dtype, keepdims=True)
+    n = _count(x, axes)
+    return sum(centred * centred, axis=axes, keepdims=keepdims) / (n - ddof)
+
+
+@implements(np.std)
+def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+        keepdims: bool = False, *, where: Any = None, mean: Any = None,
+        correction: Any = None) -> Any:
+    return np.sqrt(var(x, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
+                       correction=correction))
+
+
+def _arg(prim: Any, name: str, x: Any, axis: Any, out: Any, keepdims: bool) -> Any:
+    reject(f"numpy.{name}", out=out)
+    x = asarray(x)
+    if axis is None:
+        flat = L.reshape(x, shape=(x.size,))
+        result = prim(flat, axis=0)
+        return L.reshape(result, shape=(1,) * x.ndim) if keepdims else result
+    ax = normalize_axis(axis, x.ndim, f"numpy.{name}")
+    return _keep(prim(x, axis=ax), x, (ax,), keepdims)
+
+
+@implements(np.argmax)
+def argmax(x: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
+    return _arg(R.argmax, "argmax", x, axis, out, keepdims)
+
+
+@implements(np.argmin)
+def argmin(x: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
+    return _arg(R.argmin, "argmin", x, axis, out, keepdims)
+
+
+def _cumulative(prim: Any, fn: Any, x: Any, axis: Any, dtype: Any, out: Any) -> Any:
+    reject(f"numpy.{fn.__name__}", out=out)
+    x = asarray(x)
+    if axis is None:
+        x, axis = L.reshape(x, shape=(x.size,)), 0
+    target = np.dtype(dtype) if dtype is not None else _numpy_dtype(fn, x.dtype)
+    return prim(cast(x, target), axis=normalize_axis(axis, x.ndim, f"numpy.{fn.__name__}"),
+                reverse=False)
+
+
+@implements(np.cumsum)
+def cumsum(x: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+    return _cumulative(R.cumsum, np.cumsum, x, axis, dtype, out)
+
+
+@implements(np.cumprod)
+def cumprod(x: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+    return _cumulative(R.cumprod, np.cumprod, x, axis, dtype, out)
+
+
+@implements(np.linalg.norm)
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
+    x = asarray(x)
+    if x.dtype.kind != "f":
+        x = cast(x, np.dtype(np.float64))
+    axes = normalize_axes(axis, x.ndim, "numpy.linalg.norm")
+    vector = len(axes) == 1
+    if ord in (None, "fro") or (vector and ord == 2):
+        return np.sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+    if vector and ord == 1:
+        return sum(np.abs(x), axis=axes, keepdims=keepdims)
+    if vector and ord in (np.inf, float("inf")):
+        return max(np.abs(x), axis=axes, keepdims=keepdims)
+    if vector and isinstance(ord, (int, float)) and ord > 0:
+        return sum(np.abs(x) ** ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
+    raise UnsupportedOperationError(at_source(
+        f"numpy.linalg.norm(ord={ord!r}) over axes {axes} is not supported on traced arrays "
+        f"(supported: vector norms ord=None/1/2/inf/p>0, matrix ord=None/'fro')", user_source(3)))
+
+
+REDUCERS = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: min,
+            np.logical_or: any, np.logical_and: all}
+
+for _name, _fn in {"sum": sum, "prod": prod, "max": max, "min": min, "mean": mean, "var": var,
+                   "std": std, "any": any, "all": all, "argmax": argmax, "argmin": argmin,
+                   "cumsum": cumsum, "cumprod": cumprod}.items():
+    setattr(Tracer, _name, _fn)

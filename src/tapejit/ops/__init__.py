@@ -1,0 +1,80 @@
+"""THE op table: one `defop` entry per primitive of the IR.
+
+An `Op` holds, side by side, everything the pipeline needs to know about a primitive:
+
+- `shape(*avals, **params) -> Aval`: its shape and dtype rule (used by tracing and typecheck);
+- `impl(*arrays, **params) -> ndarray`: its numpy reference implementation (the interpreter);
+- `vjp(ct, out, *ins, **params) -> tuple`: its reverse-mode rule, written with traced ops so the
+  reverse sweep is ordinary IR that can be differentiated again. It returns one cotangent per
+  input (None for no contribution); cotangents may have the broadcast shape of the output, since
+  autodiff unbroadcasts them centrally. `zero_vjp` marks an op whose gradient is zero or which is
+  not differentiable (integer/bool results): the choice is always written down, never implied.
+
+Calling an Op binds it: on tracers it records an equation, on concrete arrays it runs `impl`.
+The binder is installed by `trace.py`, so this package depends on nothing above it.
+Passes and backends dispatch on these fields, never on op names.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Callable
+
+from ..avals import Aval
+
+
+class Kind(enum.Enum):
+    ELEMENTWISE = "elementwise"   # numpy-broadcasting n-ary scalar map
+    REDUCE = "reduce"             # reductions over axes
+    LAYOUT = "layout"             # broadcast, reshape, transpose, slice, pad, concatenate, ...
+    SCAN = "scan"                 # cumulative ops along one axis
+    LINALG = "linalg"             # dot_general
+    INDEX = "index"               # gather / scatter with integer index arrays
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Op:
+    name: str
+    kind: Kind
+    impl: Callable[..., Any]
+    shape: Callable[..., Aval]
+    vjp: Callable[..., tuple]
+
+    def __call__(self, *args: Any, **params: Any) -> Any:
+        return _binder(self, args, params)
+
+    def __repr__(self) -> str:
+        return f"Op({self.name})"
+
+
+OPS: dict[str, Op] = {}
+
+
+def defop(name: str, kind: Kind, impl: Callable[..., Any], *,
+          shape: Callable[..., Aval], vjp: Callable[..., tuple]) -> Op:
+    """Register a primitive. Its name must be new."""
+    assert name not in OPS, f"op {name} defined twice"
+    op = Op(name, kind, impl, shape, vjp)
+    OPS[name] = op
+    return op
+
+
+def zero_vjp(ct: Any, out: Any, *ins: Any, **params: Any) -> tuple:
+    """The VJP of an op with zero gradient (floor, sign) or non-float results (comparisons)."""
+    return (None,) * len(ins)
+
+
+def _unbound(op: Op, args: tuple, params: dict) -> Any:
+    raise RuntimeError("tapejit.trace was not imported: no binder installed")
+
+
+_binder: Callable[[Op, tuple, dict], Any] = _unbound
+
+
+def set_binder(binder: Callable[[Op, tuple, dict], Any]) -> None:
+    """Installed once by trace.py: how calling an Op records or evaluates it."""
+    global _binder
+    _binder = binder
+
+
+from . import elementwise, reduce, layout, linalg, index  # noqa: E402,F401  (register the ops)

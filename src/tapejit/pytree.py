@@ -1,0 +1,146 @@
+"""Flatten and unflatten nested containers of arrays (pytrees).
+
+Containers: dict (insertion order is part of the structure), list, tuple, namedtuple, dataclass
+instances and None (an empty container). Everything else is a leaf. A `TreeDef` is hashable, so
+it can be part of a cache key, and prints readably in error messages.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+Leaf = Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TreeDef:
+    """The structure of a pytree: a node kind, its static metadata and its children."""
+
+    kind: str  # "leaf", "none", "tuple", "list", "dict", "namedtuple", "dataclass"
+    meta: Any  # dict keys, the namedtuple/dataclass type, or None
+    children: tuple["TreeDef", ...]
+
+    @property
+    def num_leaves(self) -> int:
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+    def __str__(self) -> str:
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(map(str, self.children))
+        if self.kind == "dict":
+            inner = ", ".join(f"{k!r}: {c}" for k, c in zip(self.meta, self.children))
+            return "{" + inner + "}"
+        if self.kind == "list":
+            return f"[{inner}]"
+        if self.kind == "tuple":
+            return f"({inner}{',' if len(self.children) == 1 else ''})"
+        return f"{self.meta.__name__}({inner})"
+
+
+LEAF = TreeDef("leaf", None, ())
+
+
+def _node(obj: Any) -> tuple[str, Any, list[Any]] | None:
+    """(kind, meta, children) for a container, None for a leaf."""
+    if obj is None:
+        return "none", None, []
+    if isinstance(obj, dict):
+        return "dict", tuple(obj), list(obj.values())
+    if isinstance(obj, list):
+        return "list", None, obj
+    if isinstance(obj, tuple):
+        if hasattr(type(obj), "_fields"):
+            return "namedtuple", type(obj), list(obj)
+        return "tuple", None, list(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = tuple(f.name for f in dataclasses.fields(obj))
+        return "dataclass", (type(obj), names), [getattr(obj, n) for n in names]
+    return None
+
+
+def flatten(tree: Any) -> tuple[list[Leaf], TreeDef]:
+    """Leaves in order, and the structure to rebuild the tree from them."""
+    leaves: list[Leaf] = []
+
+    def walk(obj: Any) -> TreeDef:
+        node = _node(obj)
+        if node is None:
+            leaves.append(obj)
+            return LEAF
+        kind, meta, children = node
+        return TreeDef(kind, meta, tuple(walk(c) for c in children))
+
+    return leaves, walk(tree)
+
+
+def unflatten(treedef: TreeDef, leaves: Any) -> Any:
+    """Rebuild a tree of `treedef`'s structure from an iterable of leaves."""
+    it = iter(leaves)
+    tree = _build(treedef, it)
+    if next(it, _END) is not _END:
+        raise ValueError(f"too many leaves for tree structure {treedef}")
+    return tree
+
+
+_END = object()
+
+
+def _build(td: TreeDef, it: Iterator[Leaf]) -> Any:
+    if td.kind == "leaf":
+        leaf = next(it, _END)
+        if leaf is _END:
+            raise ValueError("too few leaves for tree structure")
+        return leaf
+    children = [_build(c, it) for c in td.children]
+    if td.kind == "none":
+        return None
+    if td.kind == "dict":
+        return dict(zip(td.meta, children))
+    if td.kind == "list":
+        return children
+    if td.kind == "tuple":
+        return tuple(children)
+    if td.kind == "namedtuple":
+        return td.meta(*children)
+    cls, names = td.meta
+    obj = cls.__new__(cls)
+    for name, value in zip(names, children):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def leaf_paths(tree: Any, root: str) -> list[str]:
+    """A readable path for each leaf, e.g. `params['w'][0]` -> `params_w_0` (identifier-safe)."""
+    paths: list[str] = []
+
+    def walk(obj: Any, path: str) -> None:
+        node = _node(obj)
+        if node is None:
+            paths.append(path)
+            return
+        kind, meta, children = node
+        if kind == "dict":
+            keys: Any = meta
+        elif kind == "dataclass":
+            keys = meta[1]
+        elif kind == "namedtuple":
+            keys = meta._fields
+        else:
+            keys = range(len(children))
+        for key, child in zip(keys, children):
+            walk(child, f"{path}_{key}")
+
+    walk(tree, root)
+    return paths
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    """Apply `fn` leaf-wise over trees of the same structure."""
+    leaves, td = flatten(tree)
+    others = [flatten(r)[0] for r in rest]
+    return unflatten(td, [fn(*xs) for xs in zip(leaves, *others)])

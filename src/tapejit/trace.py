@@ -1,0 +1,339 @@
+"""Tracing: `Tracer` values record every op applied to them into a `Trace`, which becomes a Tape.
+
+Each `Trace` has a level; traces nest (a transform called inside another transform's trace opens
+a deeper one). An op applied to tracers records into the deepest trace among its arguments;
+tracers of shallower traces, and numpy arrays, enter it as constants. Calling an `Op` on no
+tracers simply evaluates it (so rules may mix traced and concrete values freely).
+
+`Tracer` speaks numpy: operators, `__array_ufunc__`, `__array_function__`, methods and indexing
+all route to the lowering rules registered by numpy_api.py in `UFUNC_RULES`/`FUNCTION_RULES`.
+A tracer is mutable only through index assignment (`x[i] = v`), which rebinds it to a new var.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import ops
+from .avals import Aval, aval_of, dtype_name
+from .errors import ConcretizationError, TapejitError, UnsupportedOperationError, at_source
+from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
+from .ops import Op
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+_SKIP = (_PKG_DIR, _NUMPY_DIR, "<__array_function__")
+
+
+def user_source(depth: int = 2) -> Src | None:
+    """The innermost stack frame outside tapejit and numpy: the user's line."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SKIP):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+class _TraceStack(threading.local):
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+        self.src: Src | None = None  # when set, the source line recorded on new eqns
+
+
+_stack = _TraceStack()
+
+
+class Trace:
+    """An open recording: equations so far, the constants captured, the names in use."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+        self.eqns: list[Eqn] = []
+        self.constvars: list[Var] = []
+        self.consts: list[Any] = []
+        self._const_ids: dict[int, Var] = {}
+        self._names: set[str] = set()
+        self._counter = 0
+
+    def __enter__(self) -> "Trace":
+        _stack.traces.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack.traces.pop()
+
+    def extend(self, tape: Tape) -> list["Tracer"]:
+        """Continue recording after `tape`'s eqns (used by autodiff to append the reverse
+        sweep); returns tracers for its inputs."""
+        self.eqns = list(tape.eqns)
+        self.constvars, self.consts = list(tape.constvars), list(tape.consts)
+        self._const_ids = {id(c): v for v, c in zip(tape.constvars, tape.consts)}
+        self._names = {v.name for v in tape.invars + tape.constvars}
+        self._names.update(o.name for e in tape.eqns for o in e.outs)
+        return [Tracer(self, v) for v in tape.invars]
+
+    def new_var(self, aval: Aval, name: str | None = None, prefix: str = "v") -> Var:
+        if name is None or name in self._names:
+            base = name or prefix
+            while True:
+                self._counter += 1
+                name = f"{base}{self._counter}" if base == prefix else f"{base}_{self._counter}"
+                if name not in self._names:
+                    break
+        self._names.add(name)
+        return Var(name, aval)
+
+    def new_tracer(self, aval: Aval, name: str | None = None, weak: bool = False) -> "Tracer":
+        return Tracer(self, self.new_var(aval, name), weak)
+
+    def atom(self, x: Any, dtype: np.dtype | None = None) -> Atom:
+        """The var or literal that stands for `x` in this trace."""
+        if isinstance(x, (Var, Lit)):
+            return x
+        if isinstance(x, Tracer):
+            if x._trace is self:
+                return x._var
+            return self._const(x, x.aval)
+        if isinstance(x, np.ndarray) and x.ndim > 0:
+            return self._const(x, aval_of(x))
+        value = np.asarray(x, dtype=dtype if not isinstance(x, (np.ndarray, np.generic)) else None)
+        return Lit(value.item(), aval_of(value))
+
+    def _const(self, x: Any, aval: Aval) -> Var:
+        var = self._const_ids.get(id(x))
+        if var is None:
+            var = self.new_var(aval, prefix="c")
+            self._const_ids[id(x)] = var
+            self.constvars.append(var)
+            self.consts.append(x)
+        return var
+
+    def record(self, op: Op, args: Sequence[Any], params: dict[str, Any]) -> "Tracer":
+        dtypes = [_dtype_of(a) for a in args]
+        hint = next((d for d in dtypes if d is not None and d != _BOOL), None)
+        ins = tuple(self.atom(a, hint) for a in args)
+        src = _stack.src or user_source(3)
+        try:
+            aval = op.shape(*(a.aval for a in ins), **params)
+        except TapejitError as err:
+            raise type(err)(at_source(str(err), src)) from None
+        out = self.new_var(aval)
+        self.eqns.append(Eqn(op.name, ins, (out,), make_params(params), src))
+        return Tracer(self, out)
+
+    def to_tape(self, invars: Sequence[Var], outs: Sequence[Any]) -> Tape:
+        outvars = tuple(self.atom(o) for o in outs)
+        return Tape(tuple(invars), tuple(self.eqns), outvars, tuple(self.constvars),
+                    tuple(self.consts))
+
+
+_BOOL = np.dtype(np.bool_)
+
+
+def _dtype_of(x: Any) -> np.dtype | None:
+    if isinstance(x, Tracer):
+        return x.aval.dtype
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype
+    return None
+
+
+class recording_source:
+    """Within this context, new eqns carry `src` (e.g. the primal line of a VJP rule)."""
+
+    def __init__(self, src: Src | None) -> None:
+        self.src = src
+
+    def __enter__(self) -> None:
+        self.saved, _stack.src = _stack.src, self.src
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack.src = self.saved
+
+
+def current_trace() -> Trace | None:
+    return _stack.traces[-1] if _stack.traces else None
+
+
+def new_trace() -> Trace:
+    """A trace one level deeper than the current one (enter it with `with`)."""
+    return Trace(len(_stack.traces))
+
+
+def bind(op: Op, args: tuple, params: dict[str, Any]) -> Any:
+    """Record `op` on the deepest trace among the tracer arguments, or evaluate it."""
+    trace = None
+    for a in args:
+        if isinstance(a, Tracer) and (trace is None or a._trace.level > trace.level):
+            trace = a._trace
+    if trace is None:
+        return op.impl(*(np.asarray(a) for a in args), **params)
+    return trace.record(op, args, params)
+
+
+def bind_recorded(op: Op, args: Sequence[Any], params: dict[str, Any]) -> Any:
+    """Like `bind`, but ops on constants only are recorded into the current trace rather than
+    evaluated (inlining a tape must not turn its broadcasts into big constant arrays)."""
+    if any(isinstance(a, Tracer) for a in args):
+        return bind(op, tuple(args), params)
+    trace = current_trace()
+    return trace.record(op, args, params) if trace else op.impl(*args, **params)
+
+
+ops.set_binder(bind)
+
+# numpy lowering tables, filled by numpy_api.py: ufunc -> rule, numpy function -> rule
+UFUNC_RULES: dict[Any, Callable[..., Any]] = {}
+FUNCTION_RULES: dict[Any, Callable[..., Any]] = {}
+METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "accumulate", "at"
+
+
+def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
+    src = user_source(3)
+    return ConcretizationError(at_source(
+        f"{what} needs the concrete value of a traced array ({tracer.aval}), but tapejit records "
+        f"the function once and replays it for every input, so it cannot follow a branch or "
+        f"read a number that depends on the input.\n"
+        f"  - for a value-dependent choice write `np.where(cond, a, b)` (or `tj.where`);\n"
+        f"  - for a Python `if` on a traced value use `tj.cond(pred, true_fn, false_fn, *args)` "
+        f"(once control flow lands) or `np.where`;\n"
+        f"  - to build an array from traced values use np.stack/np.concatenate, and create "
+        f"buffers you assign into with np.zeros_like(x) rather than np.zeros(n)\n"
+        f"    (`out = np.zeros(3); out[0] = traced` needs a concrete number);\n"
+        f"  - pass values that really are constants through `static_argnums`.", src))
+
+
+class Tracer:
+    """A traced array: an aval and the var that holds it in its trace."""
+
+    __slots__ = ("_trace", "_var", "weak")
+    __array_priority__ = 1000
+    __hash__ = None  # type: ignore[assignment]  (like ndarray: unhashable)
+
+    def __init__(self, trace: Trace, var: Var, weak: bool = False) -> None:
+        self._trace = trace
+        self._var = var
+        self.weak = weak  # a Python scalar argument: promotes like one (numpy's NEP 50)
+
+    # --- static properties ------------------------------------------------------------------
+    aval = property(lambda self: self._var.aval)
+    shape = property(lambda self: self._var.aval.shape)
+    dtype = property(lambda self: self._var.aval.dtype)
+    ndim = property(lambda self: len(self._var.aval.shape))
+    size = property(lambda self: self._var.aval.size)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized traced array (shape ())")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self) -> str:
+        return f"Tracer<{self.aval}:{self._var.name}>"
+
+    # --- numpy protocols ----------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method == "__call__":
+            rule = UFUNC_RULES.get(ufunc)
+            if rule is None:
+                raise _unsupported(f"numpy.{ufunc.__name__}", UFUNC_RULES)
+            if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
+                raise UnsupportedOperationError(at_source(
+                    f"numpy.{ufunc.__name__}: the out= and where= arguments are not supported "
+                    f"on traced arrays; use the result (and np.where) instead", user_source()))
+            dtype = kwargs.get("dtype")
+            result = rule(*inputs)
+            return result if dtype is None else result.astype(dtype)
+        rule = METHOD_RULES.get(method)
+        if rule is None:
+            raise UnsupportedOperationError(at_source(
+                f"numpy.{ufunc.__name__}.{method} is not supported on traced arrays "
+                f"(supported methods: {', '.join(sorted(METHOD_RULES))})", user_source()))
+        return rule(ufunc, *inputs, **kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        rule = FUNCTION_RULES.get(func)
+        if rule is None:
+            name = f"{func.__module__}.{func.__name__}".replace("numpy.linalg._linalg", "numpy.linalg")
+            raise _unsupported(name, FUNCTION_RULES)
+        return rule(*args, **kwargs)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise _concretization("Converting to a numpy array (np.asarray/np.array)", self)
+
+    # --- concretization -------------------------------------------------------------------------
+    def __bool__(self) -> bool:
+        raise _concretization("A Python `if`/`while`/`and`/`or` (bool())", self)
+
+    def __float__(self) -> float:
+        raise _concretization("float()", self)
+
+    def __int__(self) -> int:
+        raise _concretization("int()", self)
+
+    def __index__(self) -> int:
+        raise _concretization("Using a traced value as a Python index (__index__)", self)
+
+    def __complex__(self) -> complex:
+        raise _concretization("complex()", self)
+
+    def item(self, *args: Any) -> Any:
+        raise _concretization(".item()", self)
+
+    def tolist(self) -> Any:
+        raise _concretization(".tolist()", self)
+
+
+def _unsupported(name: str, table: dict) -> UnsupportedOperationError:
+    supported = sorted({getattr(k, "__name__", str(k)) for k in table})
+    return UnsupportedOperationError(at_source(
+        f"{name} is not supported on traced arrays.\n  Supported: {', '.join(supported)}",
+        user_source(3)))
+
+
+def _method(name: str, fn: Callable[..., Any]) -> None:
+    setattr(Tracer, name, fn)
+
+
+# operators route through numpy, so their semantics (promotion, broadcasting) are numpy's
+_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "matmul": np.matmul,
+    "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
+}
+for _name, _uf in _BINARY.items():
+    _method(f"__{_name}__", lambda self, other, _uf=_uf: _uf(self, other))
+    _method(f"__r{_name}__", lambda self, other, _uf=_uf: _uf(other, self))
+for _name, _uf in {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+                   "eq": np.equal, "ne": np.not_equal}.items():
+    _method(f"__{_name}__", lambda self, other, _uf=_uf: _uf(self, other))
+_method("__neg__", lambda self: np.negative(self))
+_method("__pos__", lambda self: self)
+_method("__abs__", lambda self: np.absolute(self))
+_method("__invert__", lambda self: np.logical_not(self))
+
+
+def rebind(tracer: Tracer, value: Tracer) -> None:
+    """Point `tracer` at a new value: the functional form of in-place assignment."""
+    tracer._trace, tracer._var, tracer.weak = value._trace, value._var, value.weak
+
+
+def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
+                  names: Sequence[str], weak: Sequence[bool] | None = None) -> Tape:
+    """Trace `fn` on fresh tracers; `fn` takes the list of input tracers and returns the list of
+    output leaves. Returns the tape (not yet dead-code eliminated)."""
+    weak = weak or [False] * len(avals)
+    with new_trace() as trace:
+        inputs = [trace.new_tracer(a, n, w) for a, n, w in zip(avals, names, weak)]
+        outs = fn(inputs)
+        return trace.to_tape([t._var for t in inputs], outs)
