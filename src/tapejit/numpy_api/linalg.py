@@ -11,7 +11,7 @@ from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
 from ..ops import linalg as LA
-from ..trace import Tracer, user_source
+from ..trace import UFUNC_RULES, Tracer, user_source
 from . import asarray, implements, lift, normalize_axis
 from .shape import _common, broadcast_to_shape, moveaxis, ravel, reshape, stack
 from .reductions import sum as _sum
@@ -191,3 +191,4 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
 Tracer.dot = dot
 Tracer.diagonal = diagonal
 Tracer.trace = trace
+UFUNC_RULES[np.matmul] = matmul  # a generalized ufunc in numpy 2: dispatched as a ufunc
