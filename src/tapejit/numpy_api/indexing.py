@@ -64,11 +64,12 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
     if consumed > ndim:
         raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but "
                          f"{consumed} were indexed")
-    if entries.count(Ellipsis) > 1:
+    ellipses = [i for i, e in enumerate(entries) if e is Ellipsis]
+    if len(ellipses) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     fill = [slice(None)] * (ndim - consumed)
-    if Ellipsis in entries:
-        at = entries.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         return entries[:at] + fill + entries[at + 1:]
     return entries + fill
 
