@@ -22,7 +22,7 @@ from .avals import Aval, aval_of
 from .errors import ArgumentError, DtypeError, at_source
 from .interpret import inline, interpret
 from .ir import Tape
-from .passes import dce
+from .passes import dce, optimize
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
 from .trace import Tracer, current_trace, trace_to_tape
 
@@ -240,7 +240,7 @@ class _ValueAndGrad:
         if not out.aval.is_float:
             raise DtypeError(f"grad requires a floating-point output, got {out.aval}")
         seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
-        return _GradProgram(autodiff.vjp_tape(tape, wrt, seeds), aux_td)
+        return _GradProgram(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -278,8 +278,8 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     tape, out_td, aux_td = trace_flat(fn, call, has_aux)
     n_out = out_td.num_leaves
     seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
-    joint = autodiff.vjp_tape(tape, range(len(call.leaves)),
-                              seeds + [None] * (len(tape.outvars) - n_out))
+    joint = optimize(autodiff.vjp_tape(tape, range(len(call.leaves)),
+                                       seeds + [None] * (len(tape.outvars) - n_out)))
     outs = run(tape, call.leaves)
     out = unflatten(out_td, outs[:n_out])
 

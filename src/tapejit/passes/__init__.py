@@ -1,4 +1,33 @@
-"""Tape -> Tape passes. Each is a pure function; the compiler's PIPELINE lists them in order."""
-from .dce import dce
+"""Tape -> Tape passes, each a pure function, listed once in `PIPELINE` in the order they run.
 
-__all__ = ["dce"]
+`optimize` runs the pipeline; `tj.make_tape` shows tapes before it, the interpreter and the
+compiler run tapes after it.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..ir import Tape
+from .cse import cse
+from .dce import dce
+from .simplify import simplify
+
+Pass = Callable[[Tape], Tape]
+
+PIPELINE: tuple[tuple[str, Pass, str], ...] = (
+    ("simplify", simplify, "algebraic rewrites (x*1, x+0, -(-x), no-op layout) and folding"),
+    ("cse", cse, "reuse identical eqns"),
+    ("dce", dce, "drop eqns and constants nothing reads"),
+)
+
+
+def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) -> Tape:
+    """Run every pass of the PIPELINE; `after_each(name, tape)` observes (tests typecheck)."""
+    for name, run, _ in PIPELINE:
+        tape = run(tape)
+        if after_each is not None:
+            after_each(name, tape)
+    return tape
+
+
+__all__ = ["PIPELINE", "optimize", "cse", "dce", "simplify"]

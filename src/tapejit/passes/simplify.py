@@ -1,0 +1,94 @@
+"""Algebraic simplification and constant folding, as a table of rewrites.
+
+Each rule looks at one eqn (with its literal inputs) and may return an existing atom that
+computes the same value with the same aval; the eqn then disappears and its readers use that
+atom. Eqns whose inputs are all literals and whose result is a scalar are evaluated (folded).
+Rewrites that change values at special points are deliberately absent: `x * 0 -> 0` (NaN and
+inf times 0 are NaN), `exp(log x) -> x` (NaN for x < 0), `log(exp x) -> x` (inf for large x).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ir import Atom, Eqn, Lit, Tape, Var
+from ..ops import OPS
+
+
+def _is(atom: Atom, value: Any) -> bool:
+    """Whether `atom` is the literal `value` (bools and numbers kept apart)."""
+    if not isinstance(atom, Lit):
+        return False
+    if isinstance(value, bool):
+        return atom.value is value
+    return not isinstance(atom.value, bool) and atom.value == value
+
+
+def _same(atom: Atom, eqn: Eqn) -> Atom | None:
+    """`atom` if it can stand for the eqn's output (same shape and dtype), else None."""
+    return atom if atom.aval == eqn.outs[0].aval else None
+
+
+Rule = Callable[..., "Atom | None"]
+
+RULES: dict[str, Rule] = {
+    "add": lambda e, a, b: _same(a, e) if _is(b, 0) else _same(b, e) if _is(a, 0) else None,
+    "sub": lambda e, a, b: _same(a, e) if _is(b, 0) else None,                  # x - 0 -> x
+    "mul": lambda e, a, b: _same(a, e) if _is(b, 1) else _same(b, e) if _is(a, 1) else None,
+    "div": lambda e, a, b: _same(a, e) if _is(b, 1) else None,                  # x / 1 -> x
+    "pow": lambda e, a, b: _same(a, e) if _is(b, 1) else None,                  # x ** 1 -> x
+    # select on a literal condition picks a branch
+    "select": lambda e, p, a, b: (_same(a, e) if _is(p, True) else
+                                  _same(b, e) if _is(p, False) else None),
+    # layout ops that do nothing: same shape broadcast, reshape, identity transpose, convert
+    "broadcast_in_dim": lambda e, x: _same(x, e),
+    "reshape": lambda e, x: _same(x, e),
+    "transpose": lambda e, x: _same(x, e) if e.kw["perm"] == tuple(range(x.aval.ndim)) else None,
+    "convert": lambda e, x: _same(x, e),
+}
+
+
+def _fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
+    """Evaluate a scalar eqn on literal inputs."""
+    if eqn.outs[0].aval.shape != () or not all(isinstance(a, Lit) for a in ins):
+        return None
+    with np.errstate(all="ignore"):
+        value = OPS[eqn.op].impl(*(a.aval.dtype.type(a.value) for a in ins), **eqn.kw)
+    return Lit(eqn.outs[0].aval.dtype.type(value).item(), eqn.outs[0].aval)
+
+
+def _double_negation(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> Atom | None:
+    """neg(neg(x)) -> x."""
+    inner = producers.get(ins[0].name) if eqn.op == "neg" and isinstance(ins[0], Var) else None
+    return inner.ins[0] if inner is not None and inner.op == "neg" else None
+
+
+def simplify(tape: Tape) -> Tape:
+    """Apply the rewrite table and constant folding in one forward walk."""
+    subst: dict[str, Atom] = {}
+    producers: dict[str, Eqn] = {}
+    eqns: list[Eqn] = []
+    reverse_start = None
+
+    def read(atom: Atom) -> Atom:
+        return subst.get(atom.name, atom) if isinstance(atom, Var) else atom
+
+    for i, eqn in enumerate(tape.eqns):
+        if i == tape.reverse_start:
+            reverse_start = len(eqns)
+        ins = [read(a) for a in eqn.ins]
+        if ins != list(eqn.ins):
+            eqn = Eqn(eqn.op, tuple(ins), eqn.outs, eqn.params, eqn.src)
+        rule = RULES.get(eqn.op)
+        replacement = (_fold(eqn, ins) or (rule(eqn, *ins) if rule else None)
+                       or _double_negation(eqn, ins, producers))
+        if replacement is not None:
+            subst[eqn.outs[0].name] = replacement
+        else:
+            producers[eqn.outs[0].name] = eqn
+            eqns.append(eqn)
+    if tape.reverse_start is not None and reverse_start is None:
+        reverse_start = len(eqns)
+    return Tape(tape.invars, tuple(eqns), tuple(read(o) for o in tape.outvars),
+                tape.constvars, tape.consts, reverse_start)
