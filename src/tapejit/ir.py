@@ -103,27 +103,40 @@ class Tape:
 
 def typecheck(tape: Tape) -> None:
     """Raise IRError unless the tape satisfies the invariants in this module's docstring."""
+    from .printer import print_eqn
     defined: dict[str, Aval] = {}
 
     def define(var: Var, where: str) -> None:
+        if not isinstance(var, Var):
+            raise IRError(f"{where}: {var} is bound, but only a var can be")
         if var.name in defined:
             raise IRError(f"{where}: {var.name} is defined twice")
         defined[var.name] = var.aval
 
     def read(atom: Atom, where: str) -> None:
-        if isinstance(atom, Var) and defined.get(atom.name) != atom.aval:
-            raise IRError(f"{where}: {atom.name}:{atom.aval} is read before it is defined "
-                          f"(or with another aval)")
-        if isinstance(atom, Lit) and atom.aval.shape != ():
-            raise IRError(f"{where}: literal {atom} is not a scalar")
+        if isinstance(atom, Lit):
+            _check_lit(atom, where)
+        elif not isinstance(atom, Var):
+            raise IRError(f"{where}: {atom!r} is neither a var nor a literal")
+        elif atom.name not in defined:
+            raise IRError(f"{where}: {atom.name} is read before it is defined")
+        elif defined[atom.name] != atom.aval:
+            raise IRError(f"{where}: {atom.name} is read as {atom.aval} but defined as "
+                          f"{defined[atom.name]}")
 
     for v in tape.invars + tape.constvars:
         define(v, "inputs")
+    if len(tape.consts) != len(tape.constvars):
+        raise IRError(f"the tape has {len(tape.constvars)} constant vars but "
+                      f"{len(tape.consts)} constant arrays")
     for c, v in zip(tape.consts, tape.constvars):
-        if Aval(tuple(np.shape(c)), np.asarray(c).dtype) != v.aval:
-            raise IRError(f"constant {v.name}:{v.aval} holds an array of another aval")
+        held = Aval(tuple(np.shape(c)), np.asarray(c).dtype)
+        if held != v.aval:
+            raise IRError(f"constant {v.name}:{v.aval} holds an array of aval {held}")
+    if tape.reverse_start is not None and not 0 <= tape.reverse_start <= len(tape.eqns):
+        raise IRError(f"reverse_start {tape.reverse_start} is outside the tape's "
+                      f"{len(tape.eqns)} eqns")
     for eqn in tape.eqns:
-        from .printer import print_eqn
         where = f"eqn `{print_eqn(eqn)}`"
         if eqn.op not in OPS:
             raise IRError(f"{where}: unknown op {eqn.op}")
@@ -133,9 +146,32 @@ def typecheck(tape: Tape) -> None:
             expected = OPS[eqn.op].shape(*(a.aval for a in eqn.ins), **eqn.kw)
         except Exception as err:
             raise IRError(f"{where}: {err}") from None
-        if len(eqn.outs) != 1 or eqn.outs[0].aval != expected:
-            raise IRError(f"{where}: output should be {expected}")
+        if len(eqn.outs) != 1:
+            raise IRError(f"{where}: an eqn has exactly one output, not {len(eqn.outs)}")
+        if eqn.outs[0].aval != expected:
+            raise IRError(f"{where}: output should be {expected}, not {eqn.outs[0].aval}")
         for var in eqn.outs:
             define(var, where)
     for atom in tape.outvars:
         read(atom, "outputs")
+
+
+_LIT_TYPES = {"b": (bool,), "i": (int,), "u": (int,), "f": (float,)}
+
+
+def _check_lit(lit: Lit, where: str) -> None:
+    """A literal is a Python scalar of its dtype's kind, exactly representable in it."""
+    if lit.aval.shape != ():
+        raise IRError(f"{where}: literal {lit} is not a scalar")
+    kinds = _LIT_TYPES.get(lit.aval.dtype.kind, ())
+    if type(lit.value) not in kinds:
+        raise IRError(f"{where}: literal {lit} holds a {type(lit.value).__name__}; a "
+                      f"{lit.aval.dtype} literal holds a Python {kinds[0].__name__}"
+                      if kinds else f"{where}: literal {lit} has an unsupported dtype")
+    try:
+        exact = repr(lit.aval.dtype.type(lit.value).item()) == repr(lit.value)
+    except OverflowError:
+        exact = False
+    if not exact:
+        raise IRError(f"{where}: literal {lit} is not exactly representable as "
+                      f"{lit.aval.dtype}")

@@ -53,6 +53,8 @@ def print_tape(tape: Tape, show_src: bool = True) -> str:
             lines.append(("  let " if i == 0 else _INDENT) + "# reverse")
         prefix = "  let " if len(lines) == 1 else _INDENT
         lines.append(prefix + print_eqn(eqn, show_src))
+    if tape.reverse_start is not None and tape.reverse_start == len(tape.eqns):
+        lines.append(("  let " if len(lines) == 1 else _INDENT) + "# reverse")  # empty sweep
     if len(lines) == 1:
         lines.append("  let")
     lines.append("  in ( " + ", ".join(map(str, tape.outvars)) + " ) }")
@@ -60,19 +62,23 @@ def print_tape(tape: Tape, show_src: bool = True) -> str:
 
 
 # ---- parsing ------------------------------------------------------------------------------------
-_TYPE = re.compile(r"^([a-z0-9]+)\[([0-9,]*)\]$")
+_TYPE = re.compile(r"^([a-z0-9]+)\[((?:[0-9]+(?:,[0-9]+)*)?)\]$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SPECIAL = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
 def _parse_aval(text: str) -> Aval:
     m = _TYPE.match(text)
     if not m or m.group(1) not in DTYPES_BY_NAME:
-        raise IRError(f"cannot parse type {text!r}")
+        raise IRError(f"cannot parse type {text!r} (expected e.g. f64[3,4] or i64[])")
     dims = tuple(int(d) for d in m.group(2).split(",") if d)
     return Aval(dims, DTYPES_BY_NAME[m.group(1)])
 
 
 def _parse_binder(text: str) -> Var:
-    name, _, typ = text.partition(":")
+    name, sep, typ = text.partition(":")
+    if not sep or not _NAME.match(name):
+        raise IRError(f"cannot parse binder {text!r} (expected name:type, e.g. x:f64[3])")
     return Var(name, _parse_aval(typ))
 
 
@@ -83,35 +89,55 @@ def _parse_atom(text: str, env: dict[str, Var]) -> Atom:
     if not sep:
         raise IRError(f"unknown variable {text!r}")
     aval = _parse_aval(typ)
-    special = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
-    return Lit(special[value] if value in special else ast.literal_eval(value), aval)
+    if value in _SPECIAL:
+        return Lit(_SPECIAL[value], aval)
+    try:
+        literal = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        literal = None
+    if type(literal) not in (bool, int, float):
+        raise IRError(f"cannot parse literal {text!r} (expected e.g. 2.0:f64[] or True:bool[])")
+    return Lit(literal, aval)
 
 
 def _parse_params(text: str) -> dict[str, Any]:
-    call = ast.parse(f"f({text})", mode="eval").body
-    assert isinstance(call, ast.Call)
-    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+    try:
+        call = ast.parse(f"f({text})", mode="eval").body
+        assert isinstance(call, ast.Call) and not call.args
+        return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+    except (ValueError, SyntaxError, AssertionError):
+        raise IRError(f"cannot parse params [{text}] (expected [name=literal, ...])") from None
+
+
+def _split_op(rhs: str) -> tuple[str, dict[str, Any], str]:
+    """`op[params] atoms` -> (op, params, atoms text)."""
+    op = re.match(r"[A-Za-z_][A-Za-z0-9_]*", rhs)
+    if op is None:
+        raise IRError(f"expected an op name after '=', got {rhs!r}")
+    end = op.end()
+    if not rhs.startswith("[", end):
+        return op.group(), {}, rhs[end:]
+    depth = 0
+    for i, ch in enumerate(rhs[end:], end):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth == 0:
+            return op.group(), _parse_params(rhs[end + 1:i]), rhs[i + 1:]
+    raise IRError(f"unbalanced '[' in {rhs!r}")
 
 
 def _parse_eqn(line: str, env: dict[str, Var]) -> Eqn:
     src = None
     if "  # " in line:
         line, _, where = line.partition("  # ")
-        file, _, lineno = where.rpartition(":")
+        file, _, lineno = where.strip().rpartition(":")
+        if not file or not lineno.isdigit():
+            raise IRError(f"cannot parse source comment {where!r} (expected file.py:LINE)")
         src = (file, int(lineno))
-    lhs, _, rhs = line.partition(" = ")
+    lhs, sep, rhs = line.partition(" = ")
+    if not sep or not lhs.strip():
+        raise IRError("expected 'name:type = op atoms'")
     outs = tuple(_parse_binder(b) for b in lhs.split())
-    rhs = rhs.strip()
-    op, params = rhs.split(" ", 1)[0], {}
-    rest = rhs[len(op):]
-    if "[" in op:
-        start = rhs.index("[")
-        depth, end = 0, start
-        for end, ch in enumerate(rhs[start:], start):
-            depth += {"[": 1, "]": -1}.get(ch, 0)
-            if depth == 0:
-                break
-        op, params, rest = rhs[:start], _parse_params(rhs[start + 1:end]), rhs[end + 1:]
+    op, params, rest = _split_op(rhs.strip())
     ins = tuple(_parse_atom(a, env) for a in rest.split())
     for v in outs:
         env[v.name] = v
@@ -119,28 +145,37 @@ def _parse_eqn(line: str, env: dict[str, Var]) -> Eqn:
 
 
 def parse_tape(text: str, consts: Sequence[np.ndarray] | None = None) -> Tape:
-    """Parse the text form. `consts` supplies the constant arrays (zeros if omitted)."""
+    """Parse the text form. `consts` supplies the constant arrays (zeros if omitted).
+
+    Raises IRError, naming the line, on malformed text. The result is not typechecked."""
     lines = [ln.strip() for ln in text.strip().splitlines()]
-    if not lines or not lines[0].startswith("{ lambda") or not lines[0].endswith("."):
-        raise IRError("a tape starts with '{ lambda ... .'")
+    if len(lines) < 2 or not lines[0].startswith("{ lambda") or not lines[0].endswith("."):
+        raise IRError("a tape starts with '{ lambda ... .' and ends with 'in ( ... ) }'")
     binders, _, const_binders = lines[0][len("{ lambda"):-1].partition(";")
     invars = tuple(_parse_binder(b) for b in binders.split())
     constvars = tuple(_parse_binder(b) for b in const_binders.split())
     env = {v.name: v for v in invars + constvars}
     eqns: list[Eqn] = []
     reverse_start = None
-    for line in lines[1:-1]:
+    for number, line in enumerate(lines[1:-1], 2):
         if line == "let" or line.startswith("let "):
             line = line[3:].strip()
         if line == "# reverse":
+            if reverse_start is not None:
+                raise IRError(f"line {number}: a second '# reverse'")
             reverse_start = len(eqns)
         elif line:
-            eqns.append(_parse_eqn(line, env))
+            try:
+                eqns.append(_parse_eqn(line, env))
+            except IRError as err:
+                raise IRError(f"line {number} `{line}`: {err}") from None
     last = lines[-1]
     if not (last.startswith("in (") and last.endswith(") }")):
         raise IRError("a tape ends with 'in ( ... ) }'")
     outs = [a.strip() for a in last[len("in ("):-len(") }")].split(",") if a.strip()]
     if consts is None:
         consts = [np.zeros(v.aval.shape, v.aval.dtype) for v in constvars]
+    if len(consts) != len(constvars):
+        raise IRError(f"the tape has {len(constvars)} constants but {len(consts)} were given")
     return Tape(invars, tuple(eqns), tuple(_parse_atom(a, env) for a in outs),
                 constvars, tuple(np.asarray(c) for c in consts), reverse_start)
