@@ -66,8 +66,15 @@ def aval_of(value: object) -> Aval:
 
 def broadcast_shapes(opname: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """numpy's broadcasting rule, raising a ShapeError that names the op."""
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        shown = " and ".join(str(tuple(s)) for s in shapes)
-        raise ShapeError(f"{opname}: cannot broadcast shapes {shown} together") from None
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return tuple(first)
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(sizes) > 1:
+            shown = " and ".join(str(tuple(s)) for s in shapes)
+            raise ShapeError(f"{opname}: cannot broadcast shapes {shown} together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .ir import Atom, Eqn, Lit, Tape
 from .ops import OPS
-from .trace import bind_recorded, recording_source
+from .trace import bind_recorded, current_trace, recording_source
 
 
 def _lit_value(lit: Lit) -> Any:
@@ -52,5 +52,19 @@ def interpret(tape: Tape, args: Sequence[Any]) -> list[Any]:
 
 
 def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:
-    """Apply the tape to `args` by binding its ops: records into the current trace."""
-    return evaluate(tape, args, _apply_bind)
+    """Apply the tape to `args` by binding its ops: records into the current trace. The first
+    inlined reverse sweep marks the trace's `reverse_start` (so `make_tape(grad(f))` shows it)."""
+    trace, count = current_trace(), iter(range(len(tape.eqns) + 1))
+
+    def mark() -> None:
+        if next(count) == tape.reverse_start and trace is not None \
+                and trace.reverse_start is None:
+            trace.reverse_start = len(trace.eqns)
+
+    def apply(eqn: Eqn, ins: list[Any]) -> Any:
+        mark()
+        return _apply_bind(eqn, ins)
+
+    outs = evaluate(tape, args, apply)
+    mark()  # an empty reverse sweep
+    return outs

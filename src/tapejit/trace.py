@@ -30,8 +30,10 @@ _SKIP = (_PKG_DIR, _NUMPY_DIR, "<__array_function__")
 
 
 def user_source(depth: int = 2) -> Src | None:
-    """The innermost stack frame outside tapejit and numpy: the user's line."""
-    frame = sys._getframe(depth)
+    """The innermost stack frame outside tapejit and numpy: the user's line. The walk starts
+    at the caller whatever `depth` says (kept for callers): tapejit's own frames are skipped
+    anyway, and starting deeper than the number of tapejit frames skipped the user's line."""
+    frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_SKIP):
@@ -60,6 +62,7 @@ class Trace:
         self._const_ids: dict[int, Var] = {}
         self._names: set[str] = set()
         self._counter = 0
+        self.reverse_start: int | None = None  # set when an inlined joint tape's sweep begins
 
     def __enter__(self) -> "Trace":
         _stack.traces.append(self)
@@ -130,7 +133,7 @@ class Trace:
     def to_tape(self, invars: Sequence[Var], outs: Sequence[Any]) -> Tape:
         outvars = tuple(self.atom(o) for o in outs)
         return Tape(tuple(invars), tuple(self.eqns), outvars, tuple(self.constvars),
-                    tuple(self.consts))
+                    tuple(self.consts), self.reverse_start)
 
 
 _BOOL = np.dtype(np.bool_)
