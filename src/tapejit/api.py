@@ -19,12 +19,12 @@ import numpy as np
 
 from . import autodiff
 from .avals import Aval, aval_of
-from .errors import ArgumentError, DtypeError, at_source
+from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .interpret import inline, interpret
 from .ir import Tape
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
-from .trace import Tracer, current_trace, trace_to_tape
+from .trace import Tracer, current_trace, trace_to_tape, user_source
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
@@ -39,10 +39,11 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
         try:
             return aval_of(leaf), False
         except TypeError as err:
-            raise DtypeError(f"{where}: {err}") from None
-    raise ArgumentError(f"{where} is a {type(leaf).__name__}, not an array or a number. Pass "
-                        f"arrays, numbers or pytrees of them (dict/list/tuple/namedtuple/"
-                        f"dataclass), or mark the argument static with static_argnums.")
+            raise DtypeError(at_source(f"{where}: {err}", user_source(1))) from None
+    raise ArgumentError(at_source(
+        f"{where} is a {type(leaf).__name__}, not an array or a number. Pass arrays, numbers "
+        f"or pytrees of them (dict/list/tuple/namedtuple/dataclass), or mark the argument "
+        f"static with static_argnums.", user_source(1)))
 
 
 def _identifier(path: str) -> str:
@@ -52,9 +53,12 @@ def _identifier(path: str) -> str:
 
 @dataclasses.dataclass
 class _Args:
-    """A call's arguments split into the leaves of the traced ones and the static rest."""
+    """A call's arguments split into the leaves of the traced ones and the static rest. When the
+    call passes keyword arguments that cannot go positionally, their dict is one more (traced)
+    argument after the `n_pos` positional ones."""
 
-    args: tuple                 # all positional arguments as given
+    args: tuple                 # all positional arguments as given (then the keyword dict)
+    n_pos: int                  # how many of `args` are positional
     dynamic: tuple[int, ...]    # positions of the traced arguments
     leaves: list[Any]
     treedefs: list[TreeDef]     # one per traced argument
@@ -63,7 +67,7 @@ class _Args:
     names: list[str]
 
     def key(self, static: tuple) -> tuple:
-        return (tuple(self.treedefs), tuple(self.avals), tuple(self.weak), static)
+        return (tuple(self.treedefs), tuple(self.avals), tuple(self.weak), static, self.n_pos)
 
     def leaf_range(self, position: int) -> range:
         i = self.dynamic.index(position)
@@ -75,6 +79,11 @@ class _Args:
         for pos, td in zip(self.dynamic, self.treedefs):
             full[pos] = unflatten(td, [next(it) for _ in range(td.num_leaves)])
         return full
+
+    def call(self, fn: Callable[..., Any], leaves: Sequence[Any]) -> Any:
+        """`fn` applied to the arguments with these leaves in place of the traced ones."""
+        full = self.rebuild(leaves)
+        return fn(*full[:self.n_pos], **(full[self.n_pos] if len(full) > self.n_pos else {}))
 
 
 def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:
@@ -93,48 +102,88 @@ def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:
     return names
 
 
+def _fn_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Positional arguments and the keyword arguments that cannot be passed positionally."""
+    if not kwargs:
+        return args, {}
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        raise ArgumentError(at_source(f"{_fn_name(fn)}: {err}", user_source(1))) from None
+    return bound.args, bound.kwargs
+
+
+def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set[int], tuple]:
+    """The positions of the static arguments, and their part of the cache key."""
+    for i in static_argnums:
+        if not -len(args) <= i < len(args):
+            raise ArgumentError(at_source(f"static_argnums {i} is out of range for "
+                                          f"{len(args)} positional argument(s)", user_source(1)))
+    positions = {i % len(args) for i in static_argnums}
+    for i in sorted(positions):
+        try:
+            hash(args[i])
+        except TypeError:
+            raise ArgumentError(at_source(
+                f"static argument {i} is an unhashable {type(args[i]).__name__}: static "
+                f"arguments are part of the cache key, so they must be hashable (use a tuple "
+                f"instead of a list), or pass arrays as traced arguments", user_source(1))
+                ) from None
+    return positions, tuple((i, type(args[i]), args[i]) for i in sorted(positions))
+
+
 def split_args(fn: Callable[..., Any], args: tuple, kwargs: dict,
                static_argnums: tuple[int, ...]) -> tuple[_Args, tuple]:
     """Flatten the traced arguments; return them and the static arguments' key."""
-    if kwargs:
-        try:
-            bound = inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as err:
-            raise ArgumentError(f"{getattr(fn, '__name__', fn)}: {err}") from None
-        if bound.kwargs:
-            raise ArgumentError(f"keyword-only arguments {sorted(bound.kwargs)} are not "
-                                f"supported by tapejit transforms; pass them positionally")
-        args = bound.args
-    for i in static_argnums:
-        if not -len(args) <= i < len(args):
-            raise ArgumentError(f"static_argnums {i} is out of range for {len(args)} arguments")
-    static_pos = {i % len(args) for i in static_argnums}
-    try:
-        static = tuple((i, args[i]) for i in sorted(static_pos))
-        hash(static)
-    except TypeError:
-        raise ArgumentError("static arguments must be hashable (they are part of the cache "
-                            "key); pass arrays as traced arguments") from None
-    dynamic = tuple(i for i in range(len(args)) if i not in static_pos)
-    names = _parameter_names(fn, len(args))
+    args, extra = _bind(fn, args, kwargs)
+    static_pos, static = _static_positions(args, static_argnums)
+    n_pos = len(args)
+    dynamic = tuple(i for i in range(n_pos) if i not in static_pos) + ((n_pos,) if extra else ())
+    names = _parameter_names(fn, n_pos) + [""]
+    full = tuple(args) + ((extra,) if extra else ())
     leaves, treedefs, avals, weak, leaf_names = [], [], [], [], []
     for pos in dynamic:
-        arg_leaves, td = flatten(args[pos])
-        for leaf, path in zip(arg_leaves, leaf_paths(args[pos], names[pos])):
+        arg_leaves, td = flatten(full[pos])
+        for leaf, path in zip(arg_leaves, leaf_paths(full[pos], names[pos])):
+            path = path[1:] if pos == n_pos else path  # a keyword's path is "_<name>"
             aval, is_weak = _leaf_aval(leaf, f"argument {path}")
             avals.append(aval)
             weak.append(is_weak)
             leaf_names.append(_identifier(path))
         leaves += arg_leaves
         treedefs.append(td)
-    return _Args(tuple(args), dynamic, leaves, treedefs, avals, weak, leaf_names), static
+    call = _Args(full, n_pos, dynamic, leaves, treedefs, avals, weak, leaf_names)
+    return call, static
+
+
+def _fn_source(fn: Callable[..., Any]) -> tuple[str, int] | None:
+    """Where `fn` is defined (for errors about what it returned)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else None
 
 
 def _check_output(leaf: Any, fn: Callable[..., Any]) -> None:
     if not isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float)):
-        raise ArgumentError(f"{getattr(fn, '__name__', 'function')} returned a "
-                            f"{type(leaf).__name__}; a traced function must return arrays, "
-                            f"numbers, or pytrees of them")
+        raise ArgumentError(at_source(
+            f"{_fn_name(fn)} returned a {type(leaf).__name__} ({leaf!r:.40}); a traced "
+            f"function must return arrays, numbers, or pytrees of them", _fn_source(fn)))
+
+
+def _call_traced(fn: Callable[..., Any], call: _Args, tracers: Sequence[Tracer]) -> Any:
+    try:
+        return call.call(fn, tracers)
+    except ValueError as err:
+        # numpy's `array[i] = tracer` turns the tracer's ConcretizationError into a ValueError
+        if isinstance(err.__cause__, ConcretizationError):
+            raise ConcretizationError(
+                f"Assigning a traced value into a numpy array (e.g. `out = np.zeros(3); "
+                f"out[0] = traced`; create `out` with np.zeros_like(x) instead): "
+                f"{err.__cause__}") from None
+        raise
 
 
 def trace_flat(fn: Callable[..., Any], call: _Args, has_aux: bool = False,
@@ -144,12 +193,13 @@ def trace_flat(fn: Callable[..., Any], call: _Args, has_aux: bool = False,
     structure: dict[str, Any] = {}
 
     def flat_fn(tracers: Sequence[Tracer]) -> list[Any]:
-        out = fn(*call.rebuild(tracers))
+        out = _call_traced(fn, call, tracers)
         aux = None
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
-                raise ArgumentError("with has_aux=True the function must return a pair "
-                                    "(output, aux)")
+                raise ArgumentError(at_source(
+                    f"with has_aux=True the function must return a pair (output, aux), but "
+                    f"{_fn_name(fn)} returned a {type(out).__name__}", _fn_source(fn)))
             out, aux = out
         out_leaves, structure["out"] = flatten(out)
         aux_leaves, structure["aux"] = flatten(aux) if has_aux else ([], None)
@@ -169,12 +219,13 @@ def run(tape: Tape, leaves: Sequence[Any]) -> list[Any]:
 
 
 def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
     for i in nums:
-        if not -nargs <= i < nargs:
-            raise ArgumentError(f"argnums {i} is out of range: the function was called with "
-                                f"{nargs} positional argument(s)")
-    return tuple(i % nargs for i in nums)
+        if not isinstance(i, (int, np.integer)) or not -nargs <= i < nargs:
+            raise ArgumentError(at_source(
+                f"argnums {i!r} is out of range: the function was called with {nargs} "
+                f"positional argument(s)", user_source(1)))
+    return tuple(int(i) % nargs for i in nums)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,10 +248,10 @@ class _ValueAndGrad:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call, static = split_args(self.fn, args, kwargs, self.static_argnums)
-        argnums = _normalize_argnums(self.argnums, len(call.args))
+        argnums = _normalize_argnums(self.argnums, call.n_pos)
         if any(i not in call.dynamic for i in argnums):
-            raise ArgumentError(f"argnums {self.argnums} and static_argnums "
-                                f"{self.static_argnums} overlap")
+            raise ArgumentError(at_source(f"argnums {self.argnums} and static_argnums "
+                                          f"{self.static_argnums} overlap", user_source(1)))
         key = (argnums, *call.key(static))
         program = None if current_trace() is not None else self._cache.get(key)
         if program is None:
@@ -213,34 +264,48 @@ class _ValueAndGrad:
         n_aux = len(rest) - sum(len(call.leaf_range(i)) for i in argnums)
         grads, it = [], iter(rest[n_aux:])
         for i in argnums:
-            td = call.treedefs[call.dynamic.index(i)]
-            grads.append(unflatten(td, [next(it) for _ in range(td.num_leaves)]))
-        grad = grads[0] if isinstance(self.argnums, int) else tuple(grads)
+            leaves = [_like(next(it), call.leaves[j]) for j in call.leaf_range(i)]
+            grads.append(unflatten(call.treedefs[call.dynamic.index(i)], leaves))
+        grad = grads[0] if isinstance(self.argnums, (int, np.integer)) else tuple(grads)
         if self.has_aux:
             return (value, unflatten(program.aux, rest[:n_aux])), grad
         return value, grad
 
     def _build(self, call: _Args, argnums: tuple[int, ...]) -> _GradProgram:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
-        for j in wrt:
-            if call.avals[j].dtype.kind != "f":
-                raise DtypeError(
-                    f"grad: argument {call.names[j]} has dtype {call.avals[j].dtype}; tapejit "
-                    f"differentiates only floating-point inputs. Pass floats (e.g. "
-                    f"np.float64(x) or x.astype(float)) or leave it out of argnums.")
+        _check_float_inputs("grad", call, wrt)
         tape, out_td, aux_td = trace_flat(self.fn, call, self.has_aux)
         out = tape.outvars[0] if out_td.num_leaves == 1 else None
         if out is None or out.aval.shape != ():
-            shown = out.aval if out is not None else f"a pytree {out_td}"
+            shown = (out.aval if out is not None else "None (is a `return` missing?)"
+                     if out_td.kind == "none" else f"a pytree {out_td}")
+            src = tape.eqns[-1].src if out is not None and tape.eqns else _fn_source(self.fn)
             raise ArgumentError(at_source(
-                f"grad requires a function with a scalar output, but "
-                f"{getattr(self.fn, '__name__', 'it')} returned {shown}. Reduce it to a scalar "
-                f"(e.g. np.sum or np.mean), or use tj.vjp for vector outputs.",
-                tape.eqns[-1].src if tape.eqns else None))
+                f"grad requires a function with a scalar output, but {_fn_name(self.fn)} "
+                f"returned {shown}. Reduce it to a scalar (e.g. np.sum or np.mean), or use "
+                f"tj.vjp for vector outputs.", src))
         if not out.aval.is_float:
-            raise DtypeError(f"grad requires a floating-point output, got {out.aval}")
+            raise DtypeError(at_source(f"grad requires a floating-point output, but "
+                                       f"{_fn_name(self.fn)} returned {out.aval}",
+                                       _fn_source(self.fn)))
         seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
         return _GradProgram(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
+
+
+def _check_float_inputs(what: str, call: _Args, wrt: Sequence[int]) -> None:
+    for j in wrt:
+        if call.avals[j].dtype.kind != "f":
+            raise DtypeError(at_source(
+                f"{what}: argument {call.names[j]} has dtype {call.avals[j].dtype}; tapejit "
+                f"differentiates only floating-point inputs. Pass floats (e.g. np.float64(x) "
+                f"or x.astype(float)), or leave it out of argnums (for tj.vjp, close over it "
+                f"with functools.partial).", user_source(1)))
+
+
+def _like(grad: Any, leaf: Any) -> Any:
+    """A gradient as an ndarray where the argument was one (interpret returns 0-d as scalars)."""
+    return np.asarray(grad) if isinstance(leaf, np.ndarray) and not isinstance(
+        grad, Tracer) else grad
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -271,10 +336,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     """`(fn(*primals), vjp_fn)`, where `vjp_fn(ct)` returns one cotangent per primal for an
     output cotangent `ct` of the output's structure. With has_aux: `(out, vjp_fn, aux)`."""
     call, _ = split_args(fn, primals, {}, ())
-    for j, aval in enumerate(call.avals):
-        if aval.dtype.kind != "f":
-            raise DtypeError(f"vjp: argument {call.names[j]} has dtype {aval.dtype}; tapejit "
-                             f"differentiates only floating-point inputs")
+    _check_float_inputs("vjp", call, range(len(call.leaves)))
     tape, out_td, aux_td = trace_flat(fn, call, has_aux)
     n_out = out_td.num_leaves
     seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
@@ -286,17 +348,19 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     def vjp_fn(ct: Any) -> tuple:
         ct_leaves, ct_td = flatten(ct)
         if ct_td != out_td:
-            raise ArgumentError(f"vjp_fn: the cotangent has structure {ct_td}, but the output "
-                                f"has structure {out_td}")
+            raise ArgumentError(at_source(f"vjp_fn: the cotangent has structure {ct_td}, but "
+                                          f"the output has structure {out_td}", user_source(1)))
         cts = []
         for leaf, var, seed in zip(ct_leaves, tape.outvars, seeds):
             if seed is None:
                 continue
             if np.shape(leaf) != var.aval.shape:
-                raise ArgumentError(f"vjp_fn: cotangent of shape {np.shape(leaf)} for an "
-                                    f"output of shape {var.aval.shape}")
+                raise ArgumentError(at_source(
+                    f"vjp_fn: cotangent of shape {np.shape(leaf)} for an output of shape "
+                    f"{var.aval.shape}", user_source(1)))
             cts.append(leaf if isinstance(leaf, Tracer) else np.asarray(leaf, var.aval.dtype))
         grads = run(joint, list(call.leaves) + cts)[len(tape.outvars):]
+        grads = [_like(g, leaf) for g, leaf in zip(grads, call.leaves)]
         return tuple(call.rebuild(grads)[i] for i in call.dynamic)
 
     if has_aux:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator
 
+from .errors import ArgumentError
+
 Leaf = Any
 
 
@@ -142,5 +144,11 @@ def leaf_paths(tree: Any, root: str) -> list[str]:
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     """Apply `fn` leaf-wise over trees of the same structure."""
     leaves, td = flatten(tree)
-    others = [flatten(r)[0] for r in rest]
+    others = []
+    for r in rest:
+        r_leaves, r_td = flatten(r)
+        if r_td != td:
+            raise ArgumentError(f"tree_map: a tree has structure {r_td}, but the first tree "
+                                f"has structure {td}")
+        others.append(r_leaves)
     return unflatten(td, [fn(*xs) for xs in zip(leaves, *others)])

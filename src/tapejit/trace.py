@@ -326,6 +326,23 @@ _method("__abs__", lambda self: np.absolute(self))
 _method("__invert__", lambda self: np.logical_not(self))
 
 
+def _inplace(uf: np.ufunc) -> Callable[..., Any]:
+    """`x op= y` updates x in place (every alias of x sees it, as in numpy), keeping its shape
+    and dtype; without this Python would rebind only the name to a new tracer."""
+    def op(self: Tracer, other: Any) -> Tracer:
+        result = uf(self, other)
+        if result.shape == self.shape and result.dtype == self.dtype:
+            rebind(self, result)
+        else:
+            self[...] = result  # broadcasts/casts into x, or raises like numpy
+        return self
+    return op
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
+    _method(f"__i{_name}__", _inplace(_BINARY[_name]))
+
+
 def rebind(tracer: Tracer, value: Tracer) -> None:
     """Point `tracer` at a new value: the functional form of in-place assignment."""
     tracer._trace, tracer._var, tracer.weak = value._trace, value._var, value.weak
@@ -338,5 +355,6 @@ def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequen
     weak = weak or [False] * len(avals)
     with new_trace() as trace:
         inputs = [trace.new_tracer(a, n, w) for a, n, w in zip(avals, names, weak)]
+        invars = [t._var for t in inputs]  # before fn: `x[i] = v` / `x += v` rebind inputs
         outs = fn(inputs)
-        return trace.to_tape([t._var for t in inputs], outs)
+        return trace.to_tape(invars, outs)

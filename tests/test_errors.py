@@ -1,0 +1,222 @@
+"""Error messages as a user meets them: each names the operation, the shapes/dtypes involved and
+the user's source line, says what to do instead, and is catchable both as a TapejitError and as
+the built-in exception a numpy user would expect."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+
+HERE = "test_errors.py"
+
+
+def _line(fn, marker: str = "# <- error") -> int:
+    """The line number of the line of `fn`'s source that holds `marker`."""
+    lines, first = inspect.getsourcelines(fn)
+    hits = [first + k for k, line in enumerate(lines) if marker in line]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def _raises(exc_type, builtin, call, *fragments, line_of=None):
+    """Run `call`; check the error's types, that the message holds each fragment, and that it
+    points at the marked line of `line_of`."""
+    with pytest.raises(exc_type) as info:
+        call()
+    err = info.value
+    assert isinstance(err, tj.TapejitError) and isinstance(err, builtin)
+    message = str(err)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+    if line_of is not None:
+        assert f"{HERE}:{_line(line_of)}" in message, message
+    return message
+
+
+# --- grad's contract --------------------------------------------------------------------------
+def test_non_scalar_output():
+    def f(x):
+        return np.sin(x) * 2.0  # <- error
+    _raises(tj.ArgumentError, ValueError, lambda: tj.grad(f)(np.ones(3)),
+            "scalar output", "f64[3]", "np.sum", "tj.vjp", line_of=f)
+
+
+@pytest.mark.parametrize("value, dtype", [(np.arange(3), "int64"), (np.ones(2, bool), "bool"),
+                                          (3, "int64")])
+def test_differentiating_int_or_bool(value, dtype):
+    def f(x):
+        return np.sum(x * 2.0)
+
+    def call():
+        return tj.grad(f)(value)  # <- error
+    _raises(tj.DtypeError, TypeError, call, "argument x", dtype, "floating-point",
+            "argnums", line_of=call)
+
+
+def test_argnums_out_of_range():
+    def call():
+        return tj.grad(lambda x, y: x * y, argnums=2)(1.0, 2.0)  # <- error
+    _raises(tj.ArgumentError, ValueError, call, "argnums 2 is out of range",
+            "2 positional argument", line_of=call)
+    _raises(tj.ArgumentError, ValueError,
+            lambda: tj.grad(lambda x: x, argnums=(0, -2))(1.0), "argnums -2")
+
+
+def test_function_returning_none():
+    def forgot_return(x):  # <- error
+        np.sum(x)
+    _raises(tj.ArgumentError, ValueError, lambda: tj.grad(forgot_return)(np.ones(2)),
+            "forgot_return returned None", "return", line_of=forgot_return)
+
+
+def test_function_returning_string():
+    def stringy(x):  # <- error
+        return "loss"
+    _raises(tj.ArgumentError, ValueError, lambda: tj.grad(stringy)(np.ones(2)),
+            "stringy returned a str", "arrays, numbers", line_of=stringy)
+
+
+def test_has_aux_without_pair():
+    def no_aux(x):  # <- error
+        return np.sum(x)
+    _raises(tj.ArgumentError, ValueError, lambda: tj.grad(no_aux, has_aux=True)(np.ones(2)),
+            "has_aux=True", "pair (output, aux)", line_of=no_aux)
+
+
+def test_non_array_argument():
+    def call():
+        return tj.grad(lambda x, s: x)(1.0, "text")  # <- error
+    _raises(tj.ArgumentError, ValueError, call, "argument s is a str", "static_argnums",
+            line_of=call)
+
+
+# --- numpy functions tapejit does not support -------------------------------------------------
+@pytest.mark.parametrize("name", ["linalg.inv", "sort"])
+def test_unsupported_numpy_function(name):
+    fn = np.linalg.inv if name == "linalg.inv" else np.sort
+
+    def f(x):
+        return np.sum(fn(x))  # <- error
+    message = _raises(tj.UnsupportedOperationError, NotImplementedError,
+                      lambda: tj.grad(f)(np.eye(2) * 2.0), f"numpy.{name}", "not supported",
+                      "Supported:", "concatenate", "einsum", line_of=f)
+    assert "sort," not in message.split("Supported:")[1]
+
+
+def test_ufunc_out_argument():
+    def f(x):
+        y = np.empty(3)
+        np.exp(x, out=y)  # <- error
+        return np.sum(y)
+    _raises(tj.UnsupportedOperationError, NotImplementedError, lambda: tj.grad(f)(np.ones(3)),
+            "numpy.exp", "out=", line_of=f)
+
+
+def test_augmented_assignment_into_numpy_array():
+    def f(x):
+        acc = np.zeros(3)
+        acc += x  # <- error
+        return np.sum(acc)
+    _raises(tj.UnsupportedOperationError, NotImplementedError, lambda: tj.grad(f)(np.ones(3)),
+            "numpy.add", "out=", line_of=f)
+
+
+def test_traced_boolean_mask():
+    def f(x):
+        return np.sum(x[x > 0])  # <- error
+    _raises(tj.UnsupportedOperationError, NotImplementedError,
+            lambda: tj.grad(f)(np.array([1.0, -1.0])), "boolean mask", "np.where", line_of=f)
+
+
+# --- concretization ---------------------------------------------------------------------------
+def _branch(x):
+    if x > 0:  # <- error
+        return x
+    return -x
+
+
+def _to_float(x):
+    return float(x) * x  # <- error
+
+
+def _to_int(x):
+    return x * int(x)  # <- error
+
+
+def _to_bool(x):
+    return x * bool(x)  # <- error
+
+
+@pytest.mark.parametrize("fn, what, aval", [
+    (_branch, "bool()", "bool[]"), (_to_float, "float()", "f64[]"),
+    (_to_int, "int()", "f64[]"), (_to_bool, "bool()", "f64[]")],
+    ids=["if", "float", "int", "bool"])
+def test_concretization(fn, what, aval):
+    _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(fn)(2.0), what, aval,
+            "np.where", "tj.cond", line_of=fn)
+
+
+def test_assign_traced_into_numpy_zeros():
+    def f(x):
+        out = np.zeros(3)
+        out[0] = x[1]  # <- error
+        return np.sum(out)
+    _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(f)(np.ones(3)),
+            "np.zeros_like", line_of=f)
+
+
+def test_assign_traced_slice_into_numpy_zeros():
+    def f(x):
+        out = np.zeros(3)
+        out[:2] = x[1:]  # <- error
+        return np.sum(out)
+    _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(f)(np.ones(3)),
+            "np.zeros_like", "f64[2]", line_of=f)
+
+
+# --- shapes -----------------------------------------------------------------------------------
+def test_broadcast_mismatch():
+    def f(x, y):
+        return np.sum(x + y)  # <- error
+    _raises(tj.ShapeError, ValueError, lambda: tj.grad(f)(np.ones(3), np.ones(4)),
+            "add", "(3,)", "(4,)", line_of=f)
+
+
+def test_matmul_mismatch():
+    def f(a, b):
+        return np.sum(a @ b)  # <- error
+    _raises(tj.ShapeError, ValueError, lambda: tj.grad(f)(np.ones((2, 3)), np.ones((4, 2))),
+            "(2, 3)", "(4, 2)", line_of=f)
+
+
+def test_reshape_mismatch():
+    def f(x):
+        return np.sum(x.reshape(2, 2))  # <- error
+    _raises(tj.ShapeError, ValueError, lambda: tj.grad(f)(np.ones(3)), "reshape", "f64[3]",
+            "(2, 2)", line_of=f)
+
+
+def test_axis_out_of_range():
+    def f(x):
+        return np.sum(np.sum(x, axis=2))  # <- error
+    _raises(tj.ShapeError, ValueError, lambda: tj.grad(f)(np.ones(3)), "axis 2",
+            line_of=f)
+
+
+def test_errors_inside_nested_grad_point_at_user_line():
+    def inner(x):
+        return np.sum(x + np.ones(4))  # <- error
+
+    def outer(x):
+        return np.sum(tj.grad(inner)(x))
+    _raises(tj.ShapeError, ValueError, lambda: tj.grad(outer)(np.ones(3)), "(3,)", "(4,)",
+            line_of=inner)
+
+
+def test_error_leaves_no_open_trace():
+    with pytest.raises(tj.ShapeError):
+        tj.grad(lambda x: np.sum(x + np.ones(4)))(np.ones(3))
+    np.testing.assert_allclose(tj.grad(lambda x: np.sum(x * x))(np.ones(2)), [2.0, 2.0])
