@@ -67,7 +67,7 @@ def normalize_axis(axis: int, ndim: int, what: str) -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise ShapeError(at_source(f"{what}: axis {axis} is out of bounds for an array of "
                                    f"dimension {ndim}", user_source(3)))
-    return axis % max(ndim, 1)
+    return int(axis) % max(ndim, 1)
 
 
 def normalize_axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:

@@ -129,7 +129,7 @@ def _reduce_term(spec: str, x: Any, keep: str) -> tuple[str, Any]:
     drop = tuple(i for i, c in enumerate(spec) if c not in keep)
     if drop:
         x = _sum(x, axis=drop)
-        spec = "".join(c for c in spec if c not in keep)
+        spec = "".join(c for c in spec if c in keep)
     return spec, x
 
 

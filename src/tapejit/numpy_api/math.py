@@ -17,13 +17,14 @@ from ..trace import METHOD_RULES, UFUNC_RULES, Tracer, rebind, user_source
 from . import cast, dtype_of
 
 _WEAK_DUMMY = {"f": 0.0, "i": 0, "u": 0, "b": False}
+_PYTHON_SCALARS = (bool, int, float)   # weak; numpy scalars (np.float64 subclasses float) are not
 _PROMOTION: dict[tuple, np.dtype] = {}
 
 
 def _dummy_key(x: Any) -> Any:
     if isinstance(x, Tracer):
         return ("weak", x.dtype.kind) if x.weak else x.dtype
-    if isinstance(x, (bool, int, float)):
+    if type(x) in _PYTHON_SCALARS:
         return ("weak", np.dtype(type(x)).kind if not isinstance(x, bool) else "b")
     dtype = np.asarray(x).dtype
     if dtype.kind not in "biuf":
@@ -51,7 +52,7 @@ def compute_dtype(ufunc: np.ufunc, args: tuple, common: bool) -> np.dtype:
 
 
 def _is_weak(x: Any) -> bool:
-    return (isinstance(x, Tracer) and x.weak) or isinstance(x, (bool, int, float))
+    return (isinstance(x, Tracer) and x.weak) or type(x) in _PYTHON_SCALARS
 
 
 def ufunc_rule(ufunc: np.ufunc, fn: Callable[..., Any], mode: str = "arith") -> None:
@@ -112,11 +113,17 @@ ufunc_rule(np.log10, lambda x: E.div(E.log(x), LN10))
 ufunc_rule(np.deg2rad, lambda x: E.mul(x, math.pi / 180))
 ufunc_rule(np.rad2deg, lambda x: E.mul(x, 180 / math.pi))
 ufunc_rule(np.hypot, lambda a, b: E.sqrt(E.add(E.mul(a, a), E.mul(b, b))))
+
+
+def _neg_gap(a: Any, b: Any) -> Any:
+    """-|a - b|, and 0 where a == b (so equal infinities give no inf - inf = nan)."""
+    return E.neg(E.abs_(E.select(E.eq(a, b), 0, E.sub(a, b))))
+
+
 # log(e^a + e^b) = max(a, b) + log1p(e^-|a - b|): no overflow
-ufunc_rule(np.logaddexp, lambda a, b: E.add(
-    E.max_(a, b), E.log1p(E.exp(E.neg(E.abs_(E.sub(a, b)))))))
+ufunc_rule(np.logaddexp, lambda a, b: E.add(E.max_(a, b), E.log1p(E.exp(_neg_gap(a, b)))))
 ufunc_rule(np.logaddexp2, lambda a, b: E.add(
-    E.max_(a, b), E.div(E.log1p(E.pow_(2, E.neg(E.abs_(E.sub(a, b))))), LN2)))
+    E.max_(a, b), E.div(E.log1p(E.pow_(2, _neg_gap(a, b))), LN2)))
 # fmax/fmin ignore a NaN operand
 ufunc_rule(np.fmax, lambda a, b: E.select(E.ne(b, b), a, E.select(E.ne(a, a), b, E.max_(a, b))))
 ufunc_rule(np.fmin, lambda a, b: E.select(E.ne(b, b), a, E.select(E.ne(a, a), b, E.min_(a, b))))
@@ -158,7 +165,8 @@ def _reduce_method(ufunc: np.ufunc, x: Any, axis: Any = 0, dtype: Any = None, ou
         raise UnsupportedOperationError(at_source(
             f"numpy.{ufunc.__name__}.reduce is not supported on traced arrays "
             f"(supported: {', '.join(u.__name__ for u in REDUCERS)})", user_source(3)))
-    return REDUCERS[ufunc](x, axis=axis, dtype=dtype, keepdims=keepdims)
+    given = {} if dtype is None else {"dtype": dtype}   # max/min/any/all take no dtype
+    return REDUCERS[ufunc](x, axis=axis, keepdims=keepdims, **given)
 
 
 def _accumulate_method(ufunc: np.ufunc, x: Any, axis: int = 0, dtype: Any = None,

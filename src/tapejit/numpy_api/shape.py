@@ -29,13 +29,15 @@ def broadcast_to_shape(x: Any, shape: Sequence[int], what: str = "numpy.broadcas
 
 
 @implements(np.reshape)
-def reshape(x: Any, *shape: Any, order: str = "C", newshape: Any = None,
+def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: Any = None,
             copy: Any = None) -> Any:
     x = asarray(x)
     if order != "C":
         raise UnsupportedOperationError("reshape: only order='C' is supported on traced arrays")
-    if newshape is not None:
-        shape = (newshape,)
+    for given in (shape, newshape):     # np.reshape(x, shape=...) (numpy 2.1), newshape=...
+        if given is not None:
+            dims = (given,)
+    shape = dims
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
         shape = tuple(shape[0])
     shape = tuple(int(d) for d in shape)
@@ -201,7 +203,8 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
         sizes = [n // sections + (1 if i < n % sections else 0) for i in range(sections)]
         bounds = np.cumsum([0] + sizes).tolist()
     else:
-        bounds = [0] + [builtins.min(builtins.max(int(i) % (n + 1) if i < 0 else int(i), 0), n)
+        # split points clip like slice bounds: a negative one counts from the end
+        bounds = [0] + [builtins.min(builtins.max(int(i) + n if i < 0 else int(i), 0), n)
                         for i in indices_or_sections] + [n]
     return [slice_axis(x, ax, a, builtins.max(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
 

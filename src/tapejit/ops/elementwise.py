@@ -15,9 +15,11 @@ from . import Kind, defop, zero_vjp
 BOOL = np.dtype(np.bool_)
 
 
-def _shape_rule(name: str, result: str):
+def _shape_rule(name: str, result: str, arity: int):
     """Shape rule: broadcast shapes; inputs share a dtype; result "same" dtype or "bool"."""
     def rule(*avals: Aval) -> Aval:
+        if len(avals) != arity:
+            raise TypeError(f"{name} takes {arity} operand(s), got {len(avals)}")
         dtypes = {a.dtype for a in avals}
         if len(dtypes) != 1:
             raise DtypeError(f"{name}: operands have different dtypes "
@@ -28,11 +30,11 @@ def _shape_rule(name: str, result: str):
 
 
 def unary(name: str, fn, vjp) -> object:
-    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, "same"), vjp=vjp)
+    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, "same", 1), vjp=vjp)
 
 
 def binary(name: str, fn, vjp, result: str = "same") -> object:
-    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, result), vjp=vjp)
+    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, result, 2), vjp=vjp)
 
 
 def _like(mask, ct):
@@ -73,10 +75,16 @@ add = binary("add", np.add, lambda ct, y, a, b: (ct, ct))
 sub = binary("sub", np.subtract, lambda ct, y, a, b: (ct, -ct))
 mul = binary("mul", np.multiply, lambda ct, y, a, b: (ct * b, ct * a))
 div = binary("div", np.divide, lambda ct, y, a, b: (ct / b, -ct * y / b))  # d(a/b) = da/b - a db/b^2
+def _one_at_zero(v):
+    """v with its zeros replaced by 1."""
+    return v + _like(eq(v, 0), v)
+
+
+# d x^p = p x^(p-1) dx + log(x) x^p dp. Where p = 0 (x = 0) the exponent p - 1 (the log's
+# argument) uses p = 1 (x = 1) instead: the term is zero there anyway (its factor p, resp. x^p
+# or log 1, is 0), and no 0 * inf reaches first or second derivatives.
 pow_ = binary("pow", np.power, lambda ct, y, x, p: (
-    # d x^p = p x^(p-1) dx + log(x) x^p dp; the branches keep 0 * inf out of x = 0, p = 0
-    select(eq(p, 0), 0, ct * p * pow_(x, p - 1)),
-    select(eq(x, 0), 0, ct * log(x) * y)))
+    ct * p * pow_(x, _one_at_zero(p) - 1), ct * log(_one_at_zero(x)) * y))
 atan2 = binary("atan2", np.arctan2, lambda ct, z, a, b: (
     ct * b / (a * a + b * b), -ct * a / (a * a + b * b)))                # atan2(a, b) = atan(a/b)
 rem = binary("rem", np.remainder, lambda ct, y, a, b: (ct, -ct * floor(a / b)))  # a - b floor(a/b)

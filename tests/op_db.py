@@ -1,0 +1,705 @@
+"""The op table of the tests: test metadata as data (like PyTorch's OpInfo).
+
+One `Row` per primitive of `tapejit.ops.OPS` (`prim=`: the traced tape must contain it) and one
+or more rows per supported numpy ufunc, function, Tracer method and operator (`covers=`).
+A row gives a numpy expression on its inputs, the input shapes to try (0-d and broadcasting
+pairs included), the input domain (away from kinks and poles), the dtypes, whether it is
+differentiable, whether its second derivative is checked, and tolerances. test_ops.py drives
+the checks (forward vs numpy, finite differences, float32, second order, typecheck/print/parse)
+and fails when an op or a supported numpy function has no row.
+
+Integer and boolean constants (indices, masks, exponents) are closed over, so every input of
+`fn` is a float array that the checks may perturb.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tapejit.ops import elementwise as E
+from tapejit.ops import index as I
+from tapejit.ops import layout as L
+from tapejit.ops import linalg as LA
+from tapejit.ops import reduce as R
+
+F64, F32 = "float64", "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """Uniform on (lo, hi); with `both_signs`, on (-hi, -lo) U (lo, hi)."""
+    lo: float
+    hi: float
+    both_signs: bool = False
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        x = rng.uniform(self.lo, self.hi, size=shape)
+        return x * rng.choice([-1.0, 1.0], size=shape) if self.both_signs else x
+
+
+REAL = Domain(-2.0, 2.0)
+POS = Domain(0.5, 2.0)
+NONZERO = Domain(0.5, 2.0, both_signs=True)
+UNIT = Domain(-0.9, 0.9)
+
+UNARY_SHAPES = (((),), ((5,),), ((2, 3),))
+BINARY_SHAPES = (((), ()), ((4,), ()), ((), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)))
+MATRIX = (((3, 4),),)
+CUBE = (((2, 3, 4),),)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str                                   # the test id
+    fn: Callable[..., Any]                      # a numpy expression on float inputs
+    shapes: Sequence[Sequence[tuple[int, ...]]] = UNARY_SHAPES   # per sample, one per input
+    domain: Domain | Sequence[Domain] = REAL    # one for all inputs, or one per input
+    dtypes: tuple[str, ...] = (F64, F32)
+    diff: bool = True                           # False: every input's gradient must be zero
+    grad2: bool = False                         # check the second derivative (elementwise)
+    rtol: float = 1e-5
+    atol: float = 1e-7
+    h: float = 1e-6                             # finite-difference step
+    f32_rtol: float = 2e-3                      # float32 vs float64 gradients
+    covers: tuple[Any, ...] = ()                # ufuncs, functions, "method:x", "operator:__x__"
+    prim: str | None = None                     # the primitive this row is the row of
+    ref: Callable[..., Any] | None = None       # numpy reference when `fn` is not numpy code
+    distinct: bool = False                      # all input elements well apart (max/min, sort)
+    args: Callable[[np.random.Generator], list] | None = None   # fixed inputs (special cases)
+    expect_grad: Callable[..., Sequence[np.ndarray]] | None = None  # (ct, *args) -> grads
+    int_fn: Callable[..., Any] | None = None    # an integer-input variant: forward check only
+
+    def samples(self, dtype: str) -> list[list[np.ndarray]]:
+        """The inputs to try, deterministic per row name and dtype."""
+        rng = np.random.default_rng(zlib.crc32(self.name.encode()))
+        if self.args is not None:
+            return [[np.asarray(a, dtype) for a in self.args(rng)]]
+        out = []
+        for shapes in self.shapes:
+            domains = (self.domain if isinstance(self.domain, (list, tuple))
+                       else [self.domain] * len(shapes))
+            if self.distinct:
+                out.append(_distinct(rng, shapes, domains[0], dtype))
+            else:
+                out.append([d.sample(rng, s).astype(dtype) for d, s in zip(domains, shapes)])
+        return out
+
+
+def _distinct(rng: np.random.Generator, shapes, domain: Domain, dtype: str) -> list:
+    """Inputs whose elements, across all inputs, are pairwise at least a spacing apart."""
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    n = sum(sizes)
+    pool = domain.lo + (domain.hi - domain.lo) * (rng.permutation(n) + 0.3
+                                                  + 0.4 * rng.random(n)) / n
+    parts = np.split(pool, np.cumsum(sizes)[:-1])
+    return [p.reshape(s).astype(dtype) for p, s in zip(parts, shapes)]
+
+
+ROWS: list[Row] = []
+
+
+def row(name: str, fn: Callable[..., Any], **kw: Any) -> None:
+    ROWS.append(Row(name, fn, **kw))
+
+
+# ---- elementwise: one row per ufunc, one per primitive ----------------------------------------
+# (ufunc, primitive or None, domain(s), differentiable)
+UNARY = [
+    (np.negative, E.neg, REAL, True), (np.exp, E.exp, REAL, True), (np.log, E.log, POS, True),
+    (np.expm1, E.expm1, REAL, True), (np.log1p, E.log1p, Domain(-0.5, 2.0), True),
+    (np.sqrt, E.sqrt, POS, True), (np.cbrt, E.cbrt, NONZERO, True), (np.sin, E.sin, REAL, True),
+    (np.cos, E.cos, REAL, True), (np.tan, E.tan, Domain(-1.2, 1.2), True),
+    (np.arcsin, E.asin, UNIT, True), (np.arccos, E.acos, UNIT, True),
+    (np.arctan, E.atan, REAL, True), (np.sinh, E.sinh, REAL, True),
+    (np.cosh, E.cosh, REAL, True), (np.tanh, E.tanh, REAL, True),
+    (np.arcsinh, E.asinh, REAL, True), (np.arccosh, E.acosh, Domain(1.2, 3.0), True),
+    (np.arctanh, E.atanh, UNIT, True), (np.absolute, E.abs_, NONZERO, True),
+    (np.fabs, None, NONZERO, True), (np.sign, E.sign, NONZERO, False),
+    (np.floor, E.floor, REAL, False), (np.ceil, E.ceil, REAL, False),
+    (np.rint, E.round_, REAL, False), (np.trunc, E.trunc, REAL, False),
+    (np.positive, None, REAL, True), (np.conjugate, None, REAL, True),
+    (np.square, None, REAL, True), (np.reciprocal, None, NONZERO, True),
+    (np.exp2, None, REAL, True), (np.log2, None, POS, True), (np.log10, None, POS, True),
+    (np.deg2rad, None, REAL, True), (np.rad2deg, None, REAL, True),
+]
+BINARY = [
+    (np.add, E.add, REAL, True), (np.subtract, E.sub, REAL, True),
+    (np.multiply, E.mul, REAL, True), (np.divide, E.div, [REAL, NONZERO], True),
+    (np.power, E.pow_, [POS, REAL], True), (np.arctan2, E.atan2, [NONZERO, REAL], True),
+    (np.remainder, E.rem, [Domain(0.1, 5.0), Domain(0.7, 2.0)], True),
+    (np.floor_divide, E.floor_div, [Domain(0.1, 5.0), Domain(0.7, 2.0)], False),
+    (np.hypot, None, NONZERO, True), (np.logaddexp, None, REAL, True),
+    (np.logaddexp2, None, REAL, True),
+]
+DISTINCT_BINARY = [(np.maximum, E.max_), (np.minimum, E.min_), (np.fmax, None), (np.fmin, None)]
+COMPARE = [(np.less, E.lt), (np.less_equal, E.le), (np.greater, E.gt),
+           (np.greater_equal, E.ge), (np.equal, E.eq), (np.not_equal, E.ne)]
+
+for _uf, _prim, _dom, _diff in UNARY:
+    row(_uf.__name__, _uf, domain=_dom, diff=_diff, grad2=_diff, covers=(_uf,), int_fn=_uf)
+    if _prim is not None:
+        row(f"prim_{_prim.name}", _prim, domain=_dom, diff=_diff, grad2=_diff,
+            prim=_prim.name, ref=_uf)
+for _uf, _prim, _dom, _diff in BINARY:
+    row(_uf.__name__, _uf, shapes=BINARY_SHAPES, domain=_dom, diff=_diff, grad2=_diff,
+        covers=(_uf,), int_fn=None if _uf is np.power else _uf)
+    if _prim is not None:
+        row(f"prim_{_prim.name}", _prim, shapes=BINARY_SHAPES, domain=_dom, diff=_diff,
+            grad2=_diff, prim=_prim.name, ref=_uf)
+for _uf, _prim in DISTINCT_BINARY:
+    row(_uf.__name__, _uf, shapes=BINARY_SHAPES, distinct=True, grad2=True, covers=(_uf,),
+        int_fn=_uf)
+    if _prim is not None:
+        row(f"prim_{_prim.name}", _prim, shapes=BINARY_SHAPES, distinct=True, grad2=True,
+            prim=_prim.name, ref=_uf)
+for _uf, _prim in COMPARE:
+    row(_uf.__name__, _uf, shapes=BINARY_SHAPES, diff=False, covers=(_uf,),
+        int_fn=_uf)
+    row(f"prim_{_prim.name}", _prim, shapes=BINARY_SHAPES, diff=False, prim=_prim.name, ref=_uf)
+# equality of floats is rare at random: compare on values with ties
+row("equal_ties", lambda a, b: np.equal(np.round(a), np.round(b)), shapes=BINARY_SHAPES,
+    diff=False, covers=(np.equal, np.not_equal))
+
+# logic ops take bools: masks made from float inputs
+_LOGIC = [(np.logical_and, E.and_), (np.logical_or, E.or_), (np.logical_xor, E.xor)]
+for _uf, _prim in _LOGIC:
+    row(_uf.__name__, lambda a, b, _uf=_uf: _uf(a, b > 0), shapes=BINARY_SHAPES,
+        domain=NONZERO, diff=False, covers=(_uf,))
+    row(f"prim_{_prim.name}", lambda a, b, _p=_prim: _p(a > 0, b > 0.5), shapes=BINARY_SHAPES,
+        diff=False, prim=_prim.name,
+        ref=lambda a, b, _uf=_uf: _uf(a > 0, b > 0.5))
+row("logical_not", lambda x: np.logical_not(x), domain=NONZERO, diff=False,
+    covers=(np.logical_not,))
+row("prim_not", lambda x: E.not_(x > 0), diff=False, prim="not",
+    ref=lambda x: np.logical_not(x > 0))
+for _uf in (np.bitwise_and, np.bitwise_or, np.bitwise_xor):
+    row(_uf.__name__, lambda a, b, _uf=_uf: _uf(a > 0, b < 0.5), shapes=BINARY_SHAPES,
+        diff=False, covers=(_uf,))
+row("invert", lambda x: np.invert(x > 0), diff=False, covers=(np.invert, "operator:__invert__"))
+row("isnan", lambda x: np.isnan(np.log(x)), domain=Domain(-1, 2), diff=False,
+    covers=(np.isnan,))
+row("isinf", lambda x: np.isinf(1 / np.round(x)), diff=False, covers=(np.isinf,))
+row("isfinite", lambda x: np.isfinite(np.log(x)), domain=Domain(-1, 2), diff=False,
+    covers=(np.isfinite,))
+row("isnan_int", lambda x: np.isnan(np.argmax(x, axis=-1)), shapes=MATRIX, diff=False,
+    covers=(np.isnan,))
+
+# pow: scalar exponents, x = 0, p = 0
+row("pow_scalar_exp", lambda x: x ** 3, grad2=True, covers=("operator:__pow__",))
+row("pow_half", lambda x: x ** 0.5, domain=POS, grad2=True, covers=("operator:__pow__",))
+row("pow_neg_int", lambda x: x ** -2, domain=NONZERO, grad2=True)
+row("rpow_scalar_base", lambda x: 2.0 ** x, grad2=True, covers=("operator:__rpow__",))
+row("pow_array_exp", lambda x, p: x ** p, shapes=BINARY_SHAPES, domain=[POS, REAL],
+    grad2=True, covers=("operator:__pow__",))
+row("pow_x_zero", lambda x: x ** np.array([2.0, 3.0, 1.0, 0.0]),
+    args=lambda rng: [np.array([0.0, 0.0, 0.0, 0.0])], grad2=True)
+row("pow_x_zero_mixed", lambda x: x ** np.array([2.0, 3.0, 1.0, 0.0, 2.5]),
+    args=lambda rng: [np.array([0.0, 0.0, 0.0, 0.0, 1.5])], grad2=True)
+row("pow_x_zero_traced_p", lambda x, p: x ** p,        # finite differences would leave x >= 0
+    args=lambda rng: [np.array([0.0, 0.0, 1.3]), np.array([2.0, 3.0, 1.7])],
+    expect_grad=lambda ct, x, p: [ct * p * x ** (p - 1), ct * np.log(np.where(x, x, 1)) * x ** p])
+row("pow_p_zero", lambda x, p: x ** (p * 0), shapes=BINARY_SHAPES, domain=[POS, REAL])
+
+# select and convert
+row("prim_select", lambda p, a, b: E.select(p > 0, a, b),
+    shapes=(((), (), ()), ((3,), (3,), ()), ((2, 3), (3,), (2, 1))),
+    domain=[NONZERO, REAL, REAL], prim="select", grad2=True,
+    ref=lambda p, a, b: np.where(p > 0, a, b))
+# a float32 round trip: finite differences need a step well above float32's resolution
+F32_FD = {"h": 1e-2, "rtol": 1e-4, "atol": 1e-5, "f32_rtol": 1e-2}
+row("prim_convert_f32", lambda x: E.convert(x, dtype="f32") * 2, prim="convert",
+    ref=lambda x: x.astype(np.float32) * np.float32(2), **F32_FD)
+row("prim_convert_int", lambda x: E.convert(x * 3, dtype="i64"), prim="convert", diff=False,
+    ref=lambda x: (x * 3).astype(np.int64))
+
+# ---- operators -----------------------------------------------------------------------------
+OPERATOR_ROWS = [
+    ("add", lambda a, b: a + b, REAL), ("radd", lambda a: 1.5 + a, REAL),
+    ("sub", lambda a, b: a - b, REAL), ("rsub", lambda a: 1.5 - a, REAL),
+    ("mul", lambda a, b: a * b, REAL), ("rmul", lambda a: 1.5 * a, REAL),
+    ("truediv", lambda a, b: a / b, NONZERO), ("rtruediv", lambda a: 1.5 / a, NONZERO),
+    ("mod", lambda a, b: a % b, POS), ("rmod", lambda a: 5.3 % a, POS),
+]
+for _name, _fn, _dom in OPERATOR_ROWS:
+    _two = _fn.__code__.co_argcount == 2
+    row(f"op_{_name}", _fn, shapes=BINARY_SHAPES if _two else UNARY_SHAPES, domain=_dom,
+        grad2=True, covers=(f"operator:__{_name}__",))
+row("op_floordiv", lambda a, b: a // b, shapes=BINARY_SHAPES, domain=POS, diff=False,
+    covers=("operator:__floordiv__",))
+row("op_rfloordiv", lambda a: 5.3 // a, domain=POS, diff=False,
+    covers=("operator:__rfloordiv__",))
+row("op_rpow_array", lambda a: np.array([1.5, 2.0, 0.5]) ** a, shapes=(((3,),), ((2, 3),)),
+    grad2=True, covers=("operator:__rpow__",))
+for _name, _fn in [("lt", lambda a, b: a < b), ("le", lambda a, b: a <= b),
+                   ("gt", lambda a, b: a > b), ("ge", lambda a, b: a >= b),
+                   ("eq", lambda a, b: a == np.round(b)), ("ne", lambda a, b: a != np.round(b))]:
+    row(f"op_{_name}", _fn, shapes=BINARY_SHAPES, diff=False, covers=(f"operator:__{_name}__",))
+for _name, _fn in [("and", lambda a, b: (a > 0) & (b > 0)), ("or", lambda a, b: (a > 0) | (b > 0)),
+                   ("xor", lambda a, b: (a > 0) ^ (b > 0))]:
+    row(f"op_{_name}", _fn, shapes=BINARY_SHAPES, diff=False,
+        covers=(f"operator:__{_name}__",))
+for _name, _fn in [("rand", lambda a: True & (a > 0)), ("ror", lambda a: False | (a > 0)),
+                   ("rxor", lambda a: True ^ (a > 0)),
+                                  ("and_array", lambda a: np.array([True, False, True]) & (a > 0))]:
+    row(f"op_{_name}", _fn, shapes=(((3,),),), diff=False,
+        covers=(f"operator:__{_name.split('_')[0]}__",))
+row("op_neg", lambda a: -a, grad2=True, covers=("operator:__neg__",))
+row("op_pos", lambda a: +a, grad2=True, covers=("operator:__pos__",))
+row("op_abs", lambda a: abs(a), domain=NONZERO, grad2=True, covers=("operator:__abs__",))
+row("op_matmul", lambda a, b: a @ b, shapes=(((2, 3), (3, 4)), ((3,), (3, 2)), ((2, 3), (3,))),
+    covers=("operator:__matmul__",))
+row("op_rmatmul", lambda b: [[1.0, 2.0, 0.5]] @ b, shapes=(((3, 2),), ((3,),)),
+    covers=("operator:__rmatmul__",))
+row("mixed_dtype_int_const", lambda x: x * np.arange(3) + np.int32(2), shapes=(((3,),),))
+row("mixed_f32_python_scalar", lambda x: x * 0.1 + 3, shapes=(((3,),),))
+row("mixed_numpy_scalar_is_strong", lambda x: x * np.float64(0.5) + np.float32(1), shapes=(((3,),),))
+row("mixed_where_numpy_scalar", lambda x: np.where(x > 0, x, np.float64(0.5)), shapes=(((3,),),))
+row("mixed_int_python_scalar", lambda x: (x > 0) * 2 + 1.5 * x, shapes=(((3,),),),
+    int_fn=lambda x: x * 2 + 3 // (x * x + 1))
+_INF = lambda a: np.sign(a) * np.inf                        # +-inf, with zero gradient
+row("logaddexp_infinities", lambda a: np.logaddexp(_INF(a), _INF(a)) + np.logaddexp2(
+    _INF(a), _INF(a)), args=lambda rng: [np.array([1.0, -1.0])], diff=False)
+row("logaddexp_ties", lambda a, b: np.logaddexp(a, b),     # d/da = e^a / (e^a + e^b) = 1/2
+    args=lambda rng: [np.array([0.3, -1.0]), np.array([0.3, -1.0])],
+    expect_grad=lambda ct, a, b: [ct / 2, ct / 2])
+
+# ---- reductions ------------------------------------------------------------------------------
+_prod_zeros = lambda rng: [np.array([[1.5, 0.0, -0.7, 2.0], [0.0, 1.1, 0.0, 0.8],
+                                     [0.9, -1.2, 1.3, 0.6]])]
+for _name, _fn in [("all", lambda x: np.sum(x)), ("axis0", lambda x: np.sum(x, axis=0)),
+                   ("axis_neg_keep", lambda x: np.sum(x, axis=-1, keepdims=True)),
+                   ("axes02", lambda x: np.sum(x, axis=(0, 2)))]:
+    row(f"sum_{_name}", _fn, shapes=CUBE, covers=(np.sum,))
+row("sum_0d", lambda x: np.sum(x), shapes=(((),),), covers=(np.sum,))
+row("sum_dtype", lambda x: np.sum(x, dtype=np.float32), shapes=MATRIX, **F32_FD)
+row("sum_int", lambda x: np.sum(x > 0) * x, shapes=MATRIX, covers=(np.sum,))
+row("mean", lambda x: np.mean(x, axis=1), shapes=CUBE, covers=(np.mean,))
+row("mean_all_keep", lambda x: np.mean(x, keepdims=True), shapes=MATRIX, covers=(np.mean,))
+row("prod", lambda x: np.prod(x, axis=1), shapes=CUBE, domain=NONZERO, covers=(np.prod,))
+row("prod_all", lambda x: np.prod(x), shapes=(((),), ((5,),), ((2, 3),)), domain=NONZERO,
+    covers=(np.prod,))
+row("prod_zeros_axis1", lambda x: np.prod(x, axis=1), args=_prod_zeros, covers=(np.prod,))
+row("prod_zeros_axis0", lambda x: np.prod(x, axis=0), args=_prod_zeros)
+row("prod_zeros_all", lambda x: np.prod(x), args=_prod_zeros)
+row("prod_one_zero", lambda x: np.prod(x * np.array([1.0, 0.0, 1.0])),
+    args=lambda rng: [np.array([1.3, 0.4, -0.8])])
+for _f, _n in [(np.max, "max"), (np.amax, "amax"), (np.min, "min"), (np.amin, "amin")]:
+    row(_n, lambda x, _f=_f: _f(x, axis=-1), shapes=CUBE, distinct=True, covers=(_f,),
+        int_fn=lambda x, _f=_f: _f(x, axis=-1))
+    row(f"{_n}_all", lambda x, _f=_f: _f(x), shapes=(((),), ((2, 3),)), distinct=True,
+        covers=(_f,))
+row("max_keepdims", lambda x: np.max(x, axis=(0, 2), keepdims=True), shapes=CUBE,
+    distinct=True)
+row("any", lambda x: np.any(x > 1, axis=0), shapes=MATRIX, diff=False, covers=(np.any,))
+row("any_float", lambda x: np.any(np.round(x)), shapes=MATRIX, diff=False, covers=(np.any,))
+row("all", lambda x: np.all(x > -1.5, axis=-1), shapes=MATRIX, diff=False, covers=(np.all,))
+row("var", lambda x: np.var(x, axis=0), shapes=MATRIX, covers=(np.var,))
+row("var_ddof", lambda x: np.var(x, ddof=1), shapes=MATRIX, covers=(np.var,))
+row("std", lambda x: np.std(x, axis=1, keepdims=True), shapes=MATRIX, covers=(np.std,))
+row("argmax", lambda x: np.argmax(x, axis=1), shapes=MATRIX, distinct=True, diff=False,
+    covers=(np.argmax,), int_fn=lambda x: np.argmax(x, axis=1))
+row("argmax_flat", lambda x: np.argmax(x), shapes=MATRIX, distinct=True, diff=False,
+    covers=(np.argmax,))
+row("argmin", lambda x: np.argmin(x, axis=0, keepdims=True), shapes=MATRIX, distinct=True,
+    diff=False, covers=(np.argmin,))
+row("cumsum", lambda x: np.cumsum(x, axis=1), shapes=MATRIX, covers=(np.cumsum,))
+row("cumsum_flat", lambda x: np.cumsum(x), shapes=MATRIX, covers=(np.cumsum,))
+row("cumsum_int", lambda x: np.cumsum(x > 0) * 1.0, shapes=(((5,),),), diff=False)
+row("cumprod", lambda x: np.cumprod(x, axis=0), shapes=MATRIX, domain=NONZERO,
+    covers=(np.cumprod,))
+row("cumprod_zeros", lambda x: np.cumprod(x, axis=1), args=_prod_zeros, covers=(np.cumprod,))
+row("cumprod_zeros_flat", lambda x: np.cumprod(x), args=_prod_zeros)
+row("norm", lambda x: np.linalg.norm(x), shapes=MATRIX, covers=(np.linalg.norm,))
+for _ord in (1, 2, np.inf, 3, "fro"):
+    _shapes = MATRIX if _ord == "fro" else (((5,),), ((2, 3),))
+    _axis = None if _ord == "fro" else -1
+    row(f"norm_ord_{_ord}", lambda x, _o=_ord, _a=_axis: np.linalg.norm(x, ord=_o, axis=_a),
+        shapes=_shapes, domain=NONZERO, distinct=_ord == np.inf, covers=(np.linalg.norm,))
+row("norm_keepdims", lambda x: np.linalg.norm(x, axis=0, keepdims=True), shapes=MATRIX)
+
+# primitives of reductions, called directly
+row("prim_reduce_sum", lambda x: R.reduce_sum(x, axes=(0, 2)), shapes=CUBE, prim="reduce_sum",
+    ref=lambda x: np.sum(x, axis=(0, 2)))
+row("prim_reduce_max", lambda x: R.reduce_max(x, axes=(1,)), shapes=CUBE, distinct=True,
+    prim="reduce_max", ref=lambda x: np.max(x, axis=1))
+row("prim_reduce_min", lambda x: R.reduce_min(x, axes=(0, 1)), shapes=CUBE, distinct=True,
+    prim="reduce_min", ref=lambda x: np.min(x, axis=(0, 1)))
+row("prim_reduce_prod", lambda x: R.reduce_prod(x, axes=(0, 2)), shapes=CUBE, domain=NONZERO,
+    prim="reduce_prod", ref=lambda x: np.prod(x, axis=(0, 2)))
+row("prim_argmax", lambda x: R.argmax(x, axis=0), shapes=MATRIX, distinct=True, diff=False,
+    prim="argmax", ref=lambda x: np.argmax(x, axis=0))
+row("prim_argmin", lambda x: R.argmin(x, axis=1), shapes=MATRIX, distinct=True, diff=False,
+    prim="argmin", ref=lambda x: np.argmin(x, axis=1))
+row("prim_cumsum_reverse", lambda x: R.cumsum(x, axis=1, reverse=True), shapes=MATRIX,
+    prim="cumsum", ref=lambda x: np.flip(np.cumsum(np.flip(x, 1), axis=1), 1))
+row("prim_cumprod_reverse", lambda x: R.cumprod(x, axis=0, reverse=True), shapes=MATRIX,
+    domain=NONZERO, prim="cumprod", ref=lambda x: np.flip(np.cumprod(np.flip(x, 0), axis=0), 0))
+
+
+# max/min ties: the documented rule splits the gradient evenly between tied elements
+def _tie_split(ct, x, axis=None):
+    x = np.asarray(x)
+    top = np.max(x, axis=axis, keepdims=True)
+    mask = (x == top).astype(x.dtype)
+    ct = np.asarray(ct) if axis is None else np.expand_dims(ct, axis)
+    return [mask / mask.sum(axis=axis, keepdims=True) * ct]
+
+
+_TIES = np.array([[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 2.0, 0.5], [0.0, 1.0, -4.0, 1.0]])
+row("max_ties", lambda x: np.max(x, axis=1), args=lambda rng: [_TIES],
+    expect_grad=lambda ct, x: _tie_split(ct, x, 1))
+row("max_ties_all", lambda x: np.max(x), args=lambda rng: [_TIES],
+    expect_grad=lambda ct, x: _tie_split(ct, x))
+row("min_ties", lambda x: -np.min(-x, axis=1), args=lambda rng: [_TIES],
+    expect_grad=lambda ct, x: _tie_split(ct, x, 1))
+row("maximum_ties", lambda a, b: np.maximum(a, b),
+    args=lambda rng: [np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 3.0])],
+    expect_grad=lambda ct, a, b: [ct * np.array([0.5, 1, 0.5]), ct * np.array([0.5, 0, 0.5])])
+row("minimum_ties", lambda a, b: np.minimum(a, b),
+    args=lambda rng: [np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 3.0])],
+    expect_grad=lambda ct, a, b: [ct * np.array([0.5, 0, 0.5]), ct * np.array([0.5, 1, 0.5])])
+
+# ---- layout ------------------------------------------------------------------------------------
+row("reshape", lambda x: np.reshape(x, (4, -1)), shapes=CUBE, covers=(np.reshape,))
+row("reshape_shape_kw", lambda x: np.reshape(x, shape=(6, 4)), shapes=CUBE, covers=(np.reshape,))
+row("ravel", lambda x: np.ravel(x), shapes=MATRIX, covers=(np.ravel,))
+row("transpose", lambda x: np.transpose(x, (2, 0, 1)), shapes=CUBE, covers=(np.transpose,))
+row("transpose_default", lambda x: np.transpose(x), shapes=CUBE, covers=(np.transpose,))
+row("swapaxes", lambda x: np.swapaxes(x, 0, -1), shapes=CUBE, covers=(np.swapaxes,))
+row("moveaxis", lambda x: np.moveaxis(x, 0, -1), shapes=CUBE, covers=(np.moveaxis,))
+row("moveaxis_multi", lambda x: np.moveaxis(x, [0, 1], [-1, 0]), shapes=CUBE,
+    covers=(np.moveaxis,))
+row("expand_dims", lambda x: np.expand_dims(x, (0, -1)), shapes=MATRIX,
+    covers=(np.expand_dims,))
+row("squeeze", lambda x: np.squeeze(x), shapes=(((1, 3, 1),),), covers=(np.squeeze,))
+row("squeeze_axis", lambda x: np.squeeze(x, axis=2), shapes=(((1, 3, 1),),),
+    covers=(np.squeeze,))
+row("broadcast_to", lambda x: np.broadcast_to(x, (2, 3, 4)), shapes=(((4,),), ((3, 1),), ((),)),
+    covers=(np.broadcast_to,))
+row("broadcast_arrays", lambda a, b: np.broadcast_arrays(a, b),
+    shapes=(((2, 1), (3,)), ((), (2,))), covers=(np.broadcast_arrays,))
+row("atleast_1d", lambda x: np.atleast_1d(x) * 2, shapes=(((),), ((3,),)),
+    covers=(np.atleast_1d,))
+row("atleast_2d", lambda x: np.atleast_2d(x) * 2, shapes=(((),), ((3,),), ((2, 3),)),
+    covers=(np.atleast_2d,))
+row("concatenate", lambda a, b: np.concatenate([a, b], axis=1),
+    shapes=(((2, 3), (2, 1)),), covers=(np.concatenate,))
+row("concatenate_none", lambda a, b: np.concatenate([a, b], axis=None),
+    shapes=(((2, 3), (4,)),), covers=(np.concatenate,))
+row("concatenate_const", lambda a: np.concatenate([a, np.ones((1, 3))]),
+    shapes=(((2, 3),),), covers=(np.concatenate,))
+row("stack", lambda a, b: np.stack([a, b], axis=-1), shapes=(((2, 3), (2, 3)), ((), ())),
+    covers=(np.stack,))
+row("hstack", lambda a, b: np.hstack([a, b]), shapes=(((2,), (3,)), ((2, 3), (2, 1))),
+    covers=(np.hstack,))
+row("vstack", lambda a, b: np.vstack([a, b]), shapes=(((3,), (3,)), ((2, 3), (1, 3))),
+    covers=(np.vstack,))
+row("column_stack", lambda a, b: np.column_stack([a, b]), shapes=(((3,), (3, 2)),),
+    covers=(np.column_stack,))
+row("split", lambda x: np.split(x, 3, axis=1), shapes=(((2, 6),),), covers=(np.split,))
+row("split_indices", lambda x: np.split(x, [1, -2]), shapes=(((6,),), ((5, 2),)),
+    covers=(np.split,))
+row("array_split", lambda x: np.array_split(x, 3), shapes=(((7,),),),
+    covers=(np.array_split,))
+row("array_split_empty_parts", lambda x: np.array_split(x, 4, axis=1), shapes=(((2, 3),),),
+    covers=(np.array_split,))
+row("tile", lambda x: np.tile(x, (2, 1, 3)), shapes=(((3,),), ((2, 3),)), covers=(np.tile,))
+row("repeat", lambda x: np.repeat(x, 2, axis=0), shapes=MATRIX, covers=(np.repeat,))
+row("repeat_flat", lambda x: np.repeat(x, 3), shapes=(((),), ((2, 2),)), covers=(np.repeat,))
+row("repeat_array", lambda x: np.repeat(x, [1, 0, 3], axis=1), shapes=(((2, 3),),),
+    covers=(np.repeat,))
+row("flip", lambda x: np.flip(x, axis=(0, 2)), shapes=CUBE, covers=(np.flip,))
+row("flip_all", lambda x: np.flip(x), shapes=MATRIX, covers=(np.flip,))
+row("fliplr", lambda x: np.fliplr(x), shapes=MATRIX, covers=(np.fliplr,))
+row("flipud", lambda x: np.flipud(x), shapes=MATRIX, covers=(np.flipud,))
+row("roll", lambda x: np.roll(x, 2, axis=1), shapes=MATRIX, covers=(np.roll,))
+row("roll_flat", lambda x: np.roll(x, -5), shapes=MATRIX, covers=(np.roll,))
+row("roll_multi", lambda x: np.roll(x, (1, -1), axis=(0, 1)), shapes=MATRIX, covers=(np.roll,))
+row("pad_constant", lambda x: np.pad(x, ((1, 2), (0, 3)), constant_values=1.5),
+    shapes=MATRIX, covers=(np.pad,))
+row("pad_int_width", lambda x: np.pad(x, 2), shapes=(((3,),), ((2, 3),)), covers=(np.pad,))
+for _mode in ("edge", "wrap", "reflect", "symmetric"):
+    row(f"pad_{_mode}", lambda x, _m=_mode: np.pad(x, ((1, 2), (2, 1)), mode=_m),
+        shapes=MATRIX, covers=(np.pad,))
+row("where", lambda c, a, b: np.where(c > 0, a, b),
+    shapes=(((2, 3), (2, 3), (2, 3)), ((3,), (2, 1), ()), ((), (3,), (2, 3))),
+    domain=[NONZERO, REAL, REAL], grad2=True, covers=(np.where,))
+row("where_scalar", lambda a: np.where(a > 0, a, 0.0), domain=NONZERO, grad2=True,
+    covers=(np.where,))
+row("where_const_cond", lambda a, b: np.where(np.array([True, False, True]), a, b),
+    shapes=(((3,), ()),), covers=(np.where,))
+row("where_int_branch", lambda a: np.where(a > 0, a, 1), domain=NONZERO, covers=(np.where,))
+row("clip", lambda x: np.clip(x, -1.0, 1.0), domain=Domain(-2, 2), covers=(np.clip,))
+row("clip_at_bounds", lambda x: np.clip(x, -1.0, 1.0),     # a bound is a max/min tie: 1/2
+    args=lambda rng: [np.array([-1.0, 1.0, 0.3, 2.0])],
+    expect_grad=lambda ct, x: [ct * np.array([0.5, 0.5, 1.0, 0.0])])
+row("clip_none_lo", lambda x: np.clip(x, None, 0.5), covers=(np.clip,))
+row("clip_none_hi", lambda x: np.clip(x, -0.5, None), covers=(np.clip,))
+row("clip_arrays", lambda x, lo, hi: np.clip(x, lo, hi - 3),
+    shapes=(((3,), (3,), (3,)), ((2, 3), (3,), ())), distinct=True, covers=(np.clip,))
+row("diff", lambda x: np.diff(x), shapes=(((5,),), ((3, 4),)), covers=(np.diff,))
+row("diff_n2_axis0", lambda x: np.diff(x, n=2, axis=0), shapes=(((4, 3),),), covers=(np.diff,))
+row("diff_prepend", lambda x: np.diff(x, prepend=0.0, append=x[-1:]), shapes=(((5,),),),
+    covers=(np.diff,))
+row("zeros_like", lambda x: np.zeros_like(x) + x * 2, shapes=MATRIX, covers=(np.zeros_like,))
+row("ones_like", lambda x: np.ones_like(x, shape=(2,)) * np.sum(x), shapes=MATRIX,
+    covers=(np.ones_like,))
+row("empty_like", lambda x: np.empty_like(x).shape[0] * x, shapes=MATRIX,
+    covers=(np.empty_like,))
+row("full_like", lambda x: np.full_like(x, 2.5) * x, shapes=MATRIX, covers=(np.full_like,))
+row("full_like_traced", lambda x, v: np.full_like(x, v) * x, shapes=(((2, 3), ()),),
+    covers=(np.full_like,))
+row("copy", lambda x: np.copy(x) * 2, shapes=MATRIX, covers=(np.copy,))
+row("shape_ndim_size", lambda x: x * np.shape(x)[0] + np.ndim(x) + np.size(x)
+    + np.size(x, 1), shapes=MATRIX, covers=(np.shape, np.ndim, np.size))
+row("round", lambda x: np.round(x), diff=False, covers=(np.round,))
+row("round_decimals", lambda x: np.round(x, 1) + x, covers=(np.round,))
+row("around", lambda x: np.around(x, 2) * 0 + x, covers=(np.around,))
+
+# primitives of layout, called directly
+row("prim_broadcast_in_dim", lambda x: L.broadcast_in_dim(x, shape=(2, 3, 4), dims=(1,)),
+    shapes=(((3,),),), prim="broadcast_in_dim",
+    ref=lambda x: np.broadcast_to(x[None, :, None], (2, 3, 4)))
+row("prim_broadcast_in_dim_ones", lambda x: L.broadcast_in_dim(x, shape=(4, 3), dims=(0, 1)),
+    shapes=(((1, 3),),), prim="broadcast_in_dim", ref=lambda x: np.broadcast_to(x, (4, 3)))
+row("prim_reshape", lambda x: L.reshape(x, shape=(3, 8)), shapes=CUBE, prim="reshape",
+    ref=lambda x: x.reshape(3, 8))
+row("prim_transpose", lambda x: L.transpose(x, perm=(1, 2, 0)), shapes=CUBE, prim="transpose",
+    ref=lambda x: x.transpose(1, 2, 0))
+row("prim_rev", lambda x: L.rev(x, axes=(0, 2)), shapes=CUBE, prim="rev",
+    ref=lambda x: x[::-1, :, ::-1])
+row("prim_slice", lambda x: L.slice_(x, start=(0, 1, 1), limit=(2, 3, 4), step=(1, 2, 2)),
+    shapes=CUBE, prim="slice", ref=lambda x: x[0:2, 1:3:2, 1:4:2])
+row("prim_slice_empty", lambda x: L.slice_(x, start=(1, 0), limit=(1, 4), step=(1, 1)),
+    shapes=MATRIX, prim="slice", ref=lambda x: x[1:1, :])
+
+
+def _pad_ref(x, v, lo, hi, interior):
+    out = np.full(tuple(l + n + max(n - 1, 0) * i + h
+                        for n, l, h, i in zip(x.shape, lo, hi, interior)), v, x.dtype)
+    out[tuple(slice(l, l + (n - 1) * (i + 1) + 1, i + 1)
+              for l, n, i in zip(lo, x.shape, interior))] = x
+    return out
+
+
+row("prim_pad", lambda x, v: L.pad(x, v, lo=(1, 0), hi=(0, 2), interior=(1, 2)),
+    shapes=(((3, 4), ()),), prim="pad",
+    ref=lambda x, v: _pad_ref(x, v, (1, 0), (0, 2), (1, 2)))
+row("prim_concatenate", lambda a, b, c: L.concatenate(a, b, c, axis=1),
+    shapes=(((2, 1), (2, 3), (2, 2)),), prim="concatenate",
+    ref=lambda a, b, c: np.concatenate([a, b, c], axis=1))
+
+# ---- contractions ----------------------------------------------------------------------------
+row("prim_dot_general", lambda a, b: LA.dot_general(a, b, contract=((2,), (1,)),
+                                                    batch=((0,), (2,))),
+    shapes=(((2, 3, 4), (5, 4, 2)),), prim="dot_general",
+    ref=lambda a, b: np.einsum("bik,jkb->bij", a, b))
+row("prim_dot_general_multi", lambda a, b: LA.dot_general(a, b, contract=((0, 2), (2, 0)),
+                                                          batch=((), ())),
+    shapes=(((2, 3, 4), (4, 5, 2)),), prim="dot_general",
+    ref=lambda a, b: np.einsum("ijk,kli->jl", a, b))
+MATMUL_SHAPES = (((2, 3), (3, 4)), ((3,), (3, 4)), ((2, 3), (3,)), ((3,), (3,)),
+                 ((5, 2, 3), (3, 4)), ((2, 3), (5, 3, 4)), ((5, 1, 2, 3), (4, 3, 2)),
+                 ((3,), (5, 3, 2)), ((5, 2, 3), (3,)))
+row("matmul", np.matmul, shapes=MATMUL_SHAPES, covers=(np.matmul,))
+row("dot", np.dot, shapes=(((2, 3), (3, 4)), ((3,), (3,)), ((), (3,)), ((2, 3), (3,)),
+                           ((2, 3, 4), (5, 4, 2)), ((2, 3, 4), (4,)), ((4,), (2, 4, 3))),
+    covers=(np.dot,))
+row("tensordot_int", lambda a, b: np.tensordot(a, b, axes=2), shapes=(((2, 3, 4), (3, 4, 5)),),
+    covers=(np.tensordot,))
+row("tensordot_int0", lambda a, b: np.tensordot(a, b, axes=0), shapes=(((2,), (3,)),),
+    covers=(np.tensordot,))
+row("tensordot_pairs", lambda a, b: np.tensordot(a, b, axes=([0, 2], [2, 0])),
+    shapes=(((2, 3, 4), (4, 5, 2)),), covers=(np.tensordot,))
+row("tensordot_pair_ints", lambda a, b: np.tensordot(a, b, axes=(1, 0)),
+    shapes=(((2, 3), (3, 4)),), covers=(np.tensordot,))
+row("inner", np.inner, shapes=(((3,), (3,)), ((2, 3), (4, 3)), ((), (3,))), covers=(np.inner,))
+row("vdot", np.vdot, shapes=(((2, 3), (6,)),), covers=(np.vdot,))
+row("outer", np.outer, shapes=(((3,), (4,)), ((2, 2), (3,))), covers=(np.outer,))
+for _spec, _shapes in [("ij,jk->ik", ((2, 3), (3, 4))), ("bij,bjk->bik", ((5, 2, 3), (5, 3, 4))),
+                       ("ii->", ((3, 3),)), ("ii->i", ((3, 3),)), ("i,j->ij", ((3,), (4,))),
+                       ("ij->ji", ((2, 3),)), ("ij,jk,kl->il", ((2, 3), (3, 4), (4, 2))),
+                       ("ij,ij->", ((2, 3), (2, 3))), ("ij,j", ((2, 3), (3,))),
+                       ("ijk->j", ((2, 3, 4),)), ("i,i,i->i", ((3,), (3,), (3,))),
+                       ("bi,bj->bij", ((2, 3), (2, 4)))]:
+    row(f"einsum[{_spec}]", lambda *xs, _s=_spec: np.einsum(_s, *xs), shapes=(_shapes,),
+        covers=(np.einsum,))
+row("diagonal", lambda x: np.diagonal(x), shapes=MATRIX, covers=(np.diagonal,))
+row("diagonal_offset_axes", lambda x: np.diagonal(x, 1, 2, 0), shapes=CUBE,
+    covers=(np.diagonal,))
+row("trace", lambda x: np.trace(x), shapes=MATRIX, covers=(np.trace,))
+row("trace_offset", lambda x: np.trace(x, -1), shapes=CUBE, covers=(np.trace,))
+row("diag_extract", lambda x: np.diag(x, 1), shapes=MATRIX, covers=(np.diag,))
+row("diag_build", lambda x: np.diag(x), shapes=(((3,),),), covers=(np.diag,))
+row("diag_build_k", lambda x: np.diag(x, -2), shapes=(((3,),),), covers=(np.diag,))
+row("tril", lambda x: np.tril(x), shapes=MATRIX, covers=(np.tril,))
+row("tril_k_batch", lambda x: np.tril(x, -1), shapes=CUBE, covers=(np.tril,))
+row("triu", lambda x: np.triu(x, 1), shapes=MATRIX, covers=(np.triu,))
+row("triu_batch", lambda x: np.triu(x), shapes=CUBE, covers=(np.triu,))
+row("cross", np.cross, shapes=(((3,), (3,)), ((4, 3), (3,)), ((2, 1, 3), (4, 3))),
+    covers=(np.cross,))
+row("cross_axis", lambda a, b: np.cross(a, b, axis=0), shapes=(((3, 2), (3, 2)),),
+    covers=(np.cross,))
+
+# ---- indexing ----------------------------------------------------------------------------------
+_IDX = [
+    ("int", lambda x: x[1]), ("neg_int", lambda x: x[-1, 2]),
+    ("slice", lambda x: x[1:3, ::2]), ("neg_step", lambda x: x[::-1, 3:0:-2]),
+    ("neg_step_all", lambda x: x[::-2]), ("none_ellipsis", lambda x: x[None, ..., 1, None]),
+    ("ellipsis_slice", lambda x: x[..., 1:]),
+    ("int_array", lambda x: x[np.array([1, 0, 1, -1])]),
+    ("list", lambda x: x[[0, 1, 0]]),
+    ("adjacent_arrays", lambda x: x[:, np.array([0, 2, 1]), np.array([1, 0, 3])]),
+    ("nonadjacent_arrays", lambda x: x[np.array([[0], [1]]), :, np.array([1, 3, 0])]),
+    ("array_and_int", lambda x: x[1, :, np.array([0, 3])]),
+    ("array_int_adjacent", lambda x: x[:, 1, np.array([0, 3, 3])]),
+    ("array_with_none", lambda x: x[None, np.array([1, 0]), 1:3]),
+    ("array_slice_neg", lambda x: x[np.array([1, 0]), ::-1, np.array([0, -1])]),
+    ("bool_mask", lambda x: x[np.array([True, False])]),
+    ("bool_mask_full", lambda x: x[np.arange(24).reshape(2, 3, 4) % 3 == 0]),
+    ("bool_mask_axis1", lambda x: x[:, np.array([True, False, True])]),
+    ("empty", lambda x: x[:, 2:2]),
+]
+for _name, _fn in _IDX:
+    row(f"getitem_{_name}", _fn, shapes=CUBE, covers=("operator:__getitem__",))
+row("getitem_0d_none", lambda x: x[None] * x[...], shapes=(((),),))
+
+
+def _assigning(assign: Callable[..., None]) -> Callable[..., Any]:
+    def fn(x, v):
+        y = x.copy()
+        assign(y, v)
+        return y
+    return fn
+
+
+_SET = [
+    ("int", lambda y, v: y.__setitem__(1, v), (3,)),
+    ("slice_broadcast", lambda y, v: y.__setitem__((slice(0, 2), slice(None)), v), (3,)),
+    ("neg_step", lambda y, v: y.__setitem__((slice(None, None, -2), 1), v), (2,)),
+    ("scalar", lambda y, v: y.__setitem__((2, 0), v), ()),
+    ("list", lambda y, v: y.__setitem__([0, 2], v), (2, 3)),
+    ("list_repeated", lambda y, v: y.__setitem__(np.array([0, 2, 0]), v), (3, 3)),
+    ("array_pair", lambda y, v: y.__setitem__((np.array([0, 1]), np.array([2, 2])), v), (2,)),
+    ("mask", lambda y, v: y.__setitem__(np.array([[True, False, True]] * 3), v), ()),
+    ("iadd_slice", lambda y, v: y.__setitem__(slice(1, 3), y[1:3] + v), (3,)),
+    ("add_at", lambda y, v: np.add.at(y, [0, 2, 0], v), (3, 3)),
+    ("add_at_pair", lambda y, v: np.add.at(y, (np.array([0, 0, 1]), np.array([1, 1, 2])), v),
+     (3,)),
+]
+for _name, _assign, _vshape in _SET:
+    row(f"setitem_{_name}", _assigning(_assign), shapes=(((3, 3), _vshape),),
+        covers=("operator:__setitem__",) + (("method:at",) if "add_at" in _name else ()))
+
+
+def _iadd(x, v):
+    y = x.copy()
+    y[1:3] += v
+    return y
+
+
+row("setitem_iadd_operator", _iadd, shapes=(((4, 2), (2,)),),
+    covers=("operator:__setitem__",))
+row("take", lambda x: np.take(x, np.array([[2, 0], [-1, 2]]), axis=1), shapes=CUBE,
+    covers=(np.take,))
+row("take_flat", lambda x: np.take(x, [5, 1, 1]), shapes=MATRIX, covers=(np.take,))
+row("take_along_axis", lambda x: np.take_along_axis(x, np.array([[0, 2], [1, 1], [3, 0]]), 1),
+    shapes=MATRIX, covers=(np.take_along_axis,))
+row("take_along_axis_argmax",
+    lambda x: np.take_along_axis(x, np.argmax(x, axis=0)[None], axis=0), shapes=MATRIX,
+    distinct=True, covers=(np.take_along_axis,))
+row("getitem_traced_index", lambda x: x[np.argmax(x, axis=1)], shapes=(((3, 3),),),
+    distinct=True)
+row("getitem_traced_two_axes", lambda x: x[np.argmax(x, axis=0) - 4, np.argmin(x, axis=1)],
+    shapes=(((4, 4),),), distinct=True)
+row("take_traced_negative", lambda x: np.take(x, np.argmax(x, axis=0) - 4, axis=1),
+    shapes=(((4, 4),),), distinct=True)
+
+
+def _set_traced_index(x, v):
+    y = x.copy()
+    y[np.argmax(x)] = v
+    return y
+
+
+def _shift_into_zeros(x):
+    y = np.zeros_like(x)
+    y[1:] = x[:-1]
+    return y
+
+
+def _add_at_traced(x, v):
+    y = np.zeros_like(x[0])
+    np.add.at(y, np.argmax(x, axis=0), v)
+    return y
+
+
+row("setitem_traced_index", _set_traced_index, shapes=(((5,), ()),), distinct=True)
+row("setitem_into_zeros_like", _shift_into_zeros, shapes=(((5,),), ((3, 2),)))
+row("add_at_traced_index", _add_at_traced, shapes=(((3, 3), (3,)),), distinct=True)
+row("empty_arrays", lambda x: (np.sum(np.exp(x), axis=0) + np.prod(x, axis=0),
+                               np.max(x, axis=1), np.mean(x, axis=1) * 0), shapes=(((0, 3),),))
+row("empty_cumprod_getitem", lambda x: np.cumprod(x, axis=1)[np.array([], dtype=int)],
+    shapes=(((3, 0),), ((3, 2),)))
+row("prim_take", lambda x: I.take(x, np.array([[0, 2], [2, 2]]), axis=1), shapes=MATRIX,
+    prim="take", ref=lambda x: np.take(x, np.array([[0, 2], [2, 2]]), axis=1))
+
+
+def _scatter_ref(x, u):
+    out = x.copy()
+    np.add.at(out, (slice(None), np.array([0, 2, 0])), u)
+    return out
+
+
+row("prim_scatter_add", lambda x, u: I.scatter_add(x, np.array([0, 2, 0]), u, axis=1),
+    shapes=(((2, 4), (2, 3)),), prim="scatter_add", ref=_scatter_ref)
+
+# ---- ufunc methods ---------------------------------------------------------------------------
+row("add_reduce", lambda x: np.add.reduce(x, axis=1), shapes=MATRIX, covers=("method:reduce",))
+row("multiply_reduce", lambda x: np.multiply.reduce(x), shapes=MATRIX, domain=NONZERO,
+    covers=("method:reduce",))
+row("maximum_reduce", lambda x: np.maximum.reduce(x, axis=(0, 1)), shapes=MATRIX,
+    distinct=True, covers=("method:reduce",))
+row("add_accumulate", lambda x: np.add.accumulate(x, axis=1), shapes=MATRIX,
+    covers=("method:accumulate",))
+row("multiply_accumulate", lambda x: np.multiply.accumulate(x), shapes=MATRIX, domain=NONZERO,
+    covers=("method:accumulate",))
+
+# ---- Tracer methods -----------------------------------------------------------------------------
+_METHODS = [
+    ("sum", lambda x: x.sum(axis=0), {}), ("sum_all", lambda x: x.sum(), {}),
+    ("mean", lambda x: x.mean(axis=(1, 2), keepdims=True), {}),
+    ("max", lambda x: x.max(axis=1), {"distinct": True}),
+    ("min", lambda x: x.min(), {"distinct": True}),
+    ("prod", lambda x: x.prod(axis=2), {"domain": NONZERO}),
+    ("var", lambda x: x.var(axis=1), {}), ("std", lambda x: x.std(), {}),
+    ("reshape", lambda x: x.reshape(6, 4), {}), ("reshape_tuple", lambda x: x.reshape((-1,)), {}),
+    ("transpose", lambda x: x.transpose(1, 0, 2), {}),
+    ("transpose_tuple", lambda x: x.transpose((2, 0, 1)), {}),
+    ("transpose_none", lambda x: x.transpose(), {}),
+    ("T", lambda x: x.T, {}), ("astype", lambda x: x.astype(np.float32) * 2, F32_FD),
+    ("astype_int", lambda x: (x * 3).astype(int), {"diff": False}),
+    ("dot", lambda x: x.dot(np.ones((4, 2))), {}), ("ravel", lambda x: x.ravel(), {}),
+    ("flatten", lambda x: x.flatten(), {}), ("squeeze", lambda x: x[:1].squeeze(), {}),
+    ("clip", lambda x: x.clip(-1, 1), {}), ("cumsum", lambda x: x.cumsum(axis=2), {}),
+    ("cumprod", lambda x: x.cumprod(axis=1), {"domain": NONZERO}),
+    ("argmax", lambda x: x.argmax(axis=2), {"distinct": True, "diff": False}),
+    ("argmin", lambda x: x.argmin(), {"distinct": True, "diff": False}),
+    ("any", lambda x: (x > 1).any(axis=0), {"diff": False}),
+    ("all", lambda x: (x > -1).all(), {"diff": False}),
+    ("copy", lambda x: x.copy() * 2, {}), ("swapaxes", lambda x: x.swapaxes(0, 2), {}),
+    ("repeat", lambda x: x.repeat(2, axis=1), {}), ("round", lambda x: x.round(), {"diff": False}),
+    ("round_decimals", lambda x: x.round(1) * 0 + x, {}),
+    ("diagonal", lambda x: x.diagonal(0, 1, 2), {}), ("trace", lambda x: x.trace(), {}),
+    ("mT", lambda x: x.mT, {}), ("real", lambda x: x.real * 2, {}),
+]
+for _name, _fn, _kw in _METHODS:
+    row(f"method_{_name}", _fn, shapes=CUBE, covers=(f"method:{_name.split('_')[0]}",), **_kw)
+
+REQUIRED_METHODS = ("sum mean max min prod var std reshape transpose T astype dot ravel flatten "
+                    "squeeze clip cumsum cumprod argmax argmin any all copy swapaxes repeat "
+                    "round diagonal trace mT real").split()
+REQUIRED_UFUNC_METHODS = ("reduce", "accumulate", "at")
