@@ -1,0 +1,249 @@
+"""On-disk, content-addressed cache of generated numba modules.
+
+    prog = load_program(source, "entry", key=None)   # -> Program
+    out = prog(*args)          # numba compiles, or loads machine code from its disk cache
+    prog.compiles, prog.disk_loads, prog.recoveries   # counts in this process
+    prog.fn                    # the numba dispatcher (calling it directly skips recovery)
+    cache_root() -> Path       # <TAPEJIT_CACHE_DIR>/<versions>/, private (0o700)
+    cache_entries() -> list[CacheEntry]; clear_cache() -> int
+
+Each program is published once, atomically, as `<cache_root>/tj_<hash>.py` (hash of source
+and key; a header line holds the body's sha256) and never rewritten while valid: numba keys its
+`__pycache__/tj_<hash>.*.nbi/.nbc` files on the file's mtime and size. A damaged file is replaced.
+Modules enter `sys.modules` before they run, so numba can unpickle them in later processes.
+An exception raised inside `numba.core.caching` during a call (damaged files raise
+UnpicklingError, EOFError, UnicodeDecodeError, ...) purges the module's numba files, re-imports
+it and calls again; if that fails too, the program compiles in memory only. Damage that still
+unpickles (a flipped bit in machine code) is not detected: numba stores no checksums.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, NamedTuple
+
+from .config import config
+
+_FORMAT = 1  # bump when the file layout below changes
+_HEADER = "# tapejit generated program, body sha256="
+_load_lock = threading.RLock()
+_programs: dict[tuple[Path, str], "Program"] = {}
+
+
+class CacheEntry(NamedTuple):
+    hash: str
+    path: Path
+    size: int  # bytes: the .py file plus numba's index and object files
+    mtime: float  # most recent write among those files
+    valid: bool  # the header's hash matches the body
+
+
+@functools.cache
+def _tag() -> str:
+    """The versions in the directory name: an upgrade never reads stale code."""
+    parts = [f"v{_FORMAT}", f"{sys.implementation.cache_tag}"]
+    for dist in ("tapejit", "numba", "llvmlite"):
+        try:
+            parts.append(dist + metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            parts.append(dist + "0")
+    return "-".join(parts)
+
+
+def cache_root() -> Path:
+    """The versioned cache directory, created private to the user."""
+    base = config().cache_dir
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)  # leaves an existing one alone
+    root = base / _tag()
+    root.mkdir(mode=0o700, exist_ok=True)
+    if hasattr(os, "getuid") and root.stat().st_uid != os.getuid():
+        raise PermissionError(f"tapejit cache directory {root} belongs to another user")
+    os.chmod(root, 0o700)
+    return root
+
+
+def _file_bytes(source: str) -> bytes:
+    body = source.encode("utf-8")
+    return f"{_HEADER}{hashlib.sha256(body).hexdigest()}\n".encode() + body
+
+
+def _header_ok(data: bytes) -> bool:
+    head, _, body = data.partition(b"\n")
+    return head == f"{_HEADER}{hashlib.sha256(body).hexdigest()}".encode()
+
+
+def _purge(path: Path, fn: Any = None) -> None:
+    """Delete numba's cache files for the module at `path` (whose dispatcher is `fn`)."""
+    cache_dir = getattr(getattr(fn, "_cache", None), "cache_path", None)
+    folder = Path(cache_dir) if cache_dir else path.parent / "__pycache__"
+    for f in folder.glob(path.stem + ".*"):
+        f.unlink(missing_ok=True)
+
+
+def _publish(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically, unless the file already holds it."""
+    try:
+        damaged = path.read_bytes() != data
+        if not damaged:
+            return
+    except FileNotFoundError:
+        damaged = False
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if not damaged:
+            try:
+                return os.link(tmp, path)  # never replaces a concurrent writer's equal file
+            except FileExistsError:
+                return
+            except OSError:
+                pass  # no hard links on this file system
+        os.replace(tmp, path)
+        if damaged:
+            _purge(path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _import(path: Path, modname: str, data: bytes) -> ModuleType:
+    """Run `data` (the verified contents of `path`) as module `modname`, in `sys.modules` first."""
+    spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    code = compile(data, str(path), "exec", dont_inherit=True)
+    sys.modules[modname] = module
+    try:
+        exec(code, module.__dict__)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return module
+
+
+def _is_cache_error(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside numba's disk-cache code."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "numba.core.caching":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _counts(fn: Any) -> tuple[int, int]:
+    stats = getattr(fn, "stats", None)
+    if stats is None:
+        return 0, 0
+    return sum(stats.cache_misses.values()), sum(stats.cache_hits.values())
+
+
+class Program:
+    """A generated module's entry function; call it like the function."""
+
+    def __init__(self, source: str, entry: str, digest: str, path: Path) -> None:
+        self.source, self.entry_name, self.digest, self.path = source, entry, digest, path
+        self.modname = path.stem
+        self.recoveries = 0
+        self._lock = threading.Lock()
+        self._base = (0, 0)  # counts of dispatchers replaced by a recovery
+        self.fn: Callable[..., Any] = self._load()  # the dispatcher; direct calls skip recovery
+
+    def _load(self) -> Callable[..., Any]:
+        data = _file_bytes(self.source)
+        _publish(self.path, data)
+        return getattr(_import(self.path, self.modname, data), self.entry_name)
+
+    def __call__(self, *args: Any) -> Any:
+        fn = self.fn
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if not _is_cache_error(exc):
+                raise
+        return self._recover(fn, args)
+
+    def _recover(self, stale: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Purge numba's files for this module, re-import it and call again."""
+        with self._lock:
+            if self.fn is stale:  # another thread may have recovered already
+                c, d = _counts(stale)
+                self._base = (self._base[0] + c, self._base[1] + d)
+                _purge(self.path, stale)
+                self.fn = self._load()
+                self.recoveries += 1
+            try:
+                return self.fn(*args)
+            except Exception as exc:
+                if not _is_cache_error(exc):
+                    raise
+                from numba.core.caching import NullCache
+                self.fn._cache = NullCache()  # type: ignore[attr-defined]  # memory only
+                return self.fn(*args)
+
+    @property
+    def compiles(self) -> int:
+        """Signatures compiled (numba cache misses) in this process."""
+        return self._base[0] + _counts(self.fn)[0]
+
+    @property
+    def disk_loads(self) -> int:
+        """Signatures loaded from numba's disk cache in this process."""
+        return self._base[1] + _counts(self.fn)[1]
+
+
+def program_hash(source: str, key: str | None = None) -> str:
+    """The content address of a program: 32 hex digits of sha256(source, key)."""
+    h = hashlib.sha256(source.encode("utf-8"))
+    if key is not None:
+        h.update(b"\0" + key.encode("utf-8"))
+    return h.hexdigest()[:32]
+
+
+def load_program(source: str, entry: str, key: str | None = None) -> Program:
+    """The program for `source` (one per process and cache dir), written to disk if needed."""
+    digest = program_hash(source, key)
+    with _load_lock:
+        path = cache_root() / f"tj_{digest}.py"
+        prog = _programs.get((path, entry))
+        if prog is None:
+            prog = _programs[path, entry] = Program(source, entry, digest, path)
+        return prog
+
+
+def cache_entries() -> list[CacheEntry]:
+    """The programs in the cache, most recently written first."""
+    root, out = cache_root(), []
+    for py in root.glob("tj_*.py"):
+        try:
+            files = [py, *(root / "__pycache__").glob(py.stem + ".*")]
+            stats = [f.stat() for f in files]
+            valid = _header_ok(py.read_bytes())
+        except FileNotFoundError:  # removed concurrently
+            continue
+        out.append(CacheEntry(py.stem[3:], py, sum(s.st_size for s in stats),
+                              max(s.st_mtime for s in stats), valid))
+    return sorted(out, key=lambda e: -e.mtime)
+
+
+def clear_cache() -> int:
+    """Delete every program in the versioned cache directory; return how many there were."""
+    root = cache_root()
+    with _load_lock:
+        count = len(list(root.glob("tj_*.py")))
+        for child in root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        _programs.clear()
+    return count

@@ -1,0 +1,58 @@
+"""Settings read from the environment, once (tests call `reload()` after changing it).
+
+- `TAPEJIT_CACHE_DIR`: where compiled programs live (default `$XDG_CACHE_HOME/tapejit`,
+  else `~/.cache/tapejit`).
+- `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
+- `TAPEJIT_DUMP=dir`: write tapes, fused groups and generated source to `dir`.
+- `TAPEJIT_PARALLEL=1`: allow `prange` loops (off by default).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Config:
+    cache_dir: Path
+    disable_jit: bool = False
+    dump_dir: Path | None = None
+    parallel: bool = False
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def _default_cache_dir() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "tapejit"
+
+
+def _read() -> Config:
+    cache = os.environ.get("TAPEJIT_CACHE_DIR")
+    dump = os.environ.get("TAPEJIT_DUMP")
+    return Config(
+        cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
+        disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
+        dump_dir=Path(dump).expanduser() if dump else None,
+        parallel=_flag("TAPEJIT_PARALLEL"),
+    )
+
+
+_current: Config | None = None
+
+
+def config() -> Config:
+    """The settings, read from the environment on first use."""
+    return _current if _current is not None else reload()
+
+
+def reload() -> Config:
+    """Re-read the environment (for tests and long-lived processes)."""
+    global _current
+    _current = _read()
+    return _current
