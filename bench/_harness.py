@@ -1,0 +1,378 @@
+"""Shared helpers for the compiler-issue benchmarks in bench/.
+
+Every script imports this module *before* numpy (importing it pins BLAS to one thread), then:
+
+    args = make_parser(__doc__).parse_args()
+    print_header("elementwise gradient", args)
+    t = measure(fn, repeats=args.repeats)          # warm-up calls, then the median of N
+    table = Table("...", ref="numba loop")
+    table.add("tapejit", t, goal="<= 1.00x numba loop")
+    table.add("numba loop", t_ref)
+    table.add_missing("jax jit(grad)", "not installed")
+    table.print()
+    ratio_line("tapejit / numba loop", t.median, t_ref.median, goal=1.0)
+
+`ratio_line` prints one line starting with "ratio " (the smoke test looks for it). Timings are
+medians of repeated runs: the machines these run on are shared, so never look at one run.
+Nothing here asserts on a time; the scripts assert only on correctness (`check_close`).
+"""
+from __future__ import annotations
+
+import os
+
+# Single-threaded BLAS for every bench, unless the caller asked otherwise for a given row
+# (set before numpy is imported anywhere in the process: the scripts import this module first).
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+# JAX rows (where installed) run on one core too.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import importlib.util  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable, Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def make_parser(doc: str | None, repeats: int = 7) -> argparse.ArgumentParser:
+    """An argument parser with the flags every bench shares: --quick and --repeats."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes and 2 repeats (the smoke test uses this)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"median of this many timed runs (default {repeats}, 2 with --quick)")
+    parser.set_defaults(_default_repeats=repeats)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else args._default_repeats
+    args.repeats = max(1, args.repeats)
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# what is installed, what tapejit can do
+
+
+def have(module: str) -> bool:
+    """Whether `module` is importable (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def tapejit_has_compiler() -> bool:
+    import tapejit as tj
+    return hasattr(tj, "jit")
+
+
+def tapejit_backend_supported() -> bool:
+    """Whether the transforms take `backend=` (the Numba compiler adds it)."""
+    import tapejit as tj
+    try:
+        tj.value_and_grad(lambda x: x, backend="interpret")
+    except TypeError:
+        return False
+    except Exception:  # noqa: BLE001 - any other complaint still means the keyword exists
+        return True
+    return True
+
+
+def tapejit_label() -> str:
+    """The label of the default tapejit row: which backend a plain `tj.grad(f)` runs on."""
+    return "tapejit [numba]" if tapejit_has_compiler() else "tapejit [interpreter]"
+
+
+def tapejit_variants() -> list[tuple[str, dict]]:
+    """(row label, transform kwargs) for the default tapejit row and, once the compiler has
+    landed, an extra `backend="interpret"` row so the two stay side by side."""
+    rows = [(tapejit_label(), {})]
+    if tapejit_backend_supported():
+        rows.append(("tapejit [backend='interpret']", {"backend": "interpret"}))
+    return rows
+
+
+def print_header(title: str, args: argparse.Namespace | None = None, extra: str = "") -> None:
+    import tapejit as tj
+    try:
+        import numba
+        numba_v = numba.__version__
+    except ImportError:  # pragma: no cover - numba is a dependency
+        numba_v = "missing"
+    mode = "quick" if args is not None and getattr(args, "quick", False) else "full"
+    reps = f", median of {args.repeats}" if args is not None else ""
+    print(f"== {title} ==")
+    print(f"   tapejit {tj.__version__} ({tapejit_label()}), numpy {np.__version__}, numba {numba_v}, "
+          f"python {platform.python_version()}; {os.cpu_count()} cpus; "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {mode} run{reps}"
+          + (f"; {extra}" if extra else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+
+
+@dataclasses.dataclass
+class Timing:
+    """Seconds per call: the median over `repeats` timed runs of `number` calls each."""
+
+    median: float
+    low: float
+    high: float
+    number: int
+    runs: list[float]
+
+    @classmethod
+    def of(cls, runs: Sequence[float]) -> "Timing":
+        """A Timing from per-call seconds measured elsewhere (e.g. one per subprocess)."""
+        runs = list(runs)
+        return cls(statistics.median(runs), min(runs), max(runs), 1, runs)
+
+    @property
+    def spread(self) -> str:
+        return f"{fmt_time(self.low)}..{fmt_time(self.high)}"
+
+
+def measure(fn: Callable[[], Any], repeats: int, warmup: int = 2, min_run_s: float = 0.0,
+            number: int | None = None) -> Timing:
+    """Call `fn` `warmup` times untimed (first-call compiles, caches, page faults), then time
+    `repeats` runs and return per-call seconds. With `min_run_s` > 0 each run loops `fn` enough
+    times to last at least that long (for microsecond-scale calls); `number` fixes the count."""
+    for _ in range(warmup):
+        fn()
+    if number is None:
+        number = 1
+        if min_run_s > 0:
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                dt = time.perf_counter() - t0
+                if dt >= min_run_s / 5 or number >= 10**7:
+                    number = max(1, int(number * min_run_s / max(dt, 1e-9)) + 1)
+                    break
+                number *= 10
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        runs.append((time.perf_counter() - t0) / number)
+    return Timing(statistics.median(runs), min(runs), max(runs), number, runs)
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
+
+
+# ---------------------------------------------------------------------------------------------
+# correctness
+
+
+def _leaves(tree: Any) -> list[np.ndarray]:
+    if isinstance(tree, dict):
+        return [leaf for k in sorted(tree) for leaf in _leaves(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for t in tree for leaf in _leaves(t)]
+    return [np.asarray(tree)]
+
+
+def check_close(what: str, got: Any, want: Any, rtol: float = 1e-7, atol: float = 0.0) -> None:
+    """Assert that two (pytrees of) arrays agree; print one line saying they do. A bench must
+    never time a wrong answer, so every script calls this at startup for every row it times."""
+    g, w = _leaves(got), _leaves(want)
+    assert len(g) == len(w), f"{what}: {len(g)} leaves, expected {len(w)}"
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(g, w)):
+        assert a.shape == b.shape, f"{what}: leaf {i} has shape {a.shape}, expected {b.shape}"
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        ok = np.allclose(a64, b64, rtol=rtol, atol=atol)
+        scale = np.max(np.abs(b64)) if b64.size else 0.0
+        err = float(np.max(np.abs(a64 - b64))) if a64.size else 0.0
+        worst = max(worst, err / scale if scale else err)
+        assert ok, (f"{what}: leaf {i} differs from the reference: max abs err {err:.3g} "
+                    f"(max |ref| {scale:.3g}, rtol {rtol}, atol {atol})")
+    print(f"   check {what}: ok (max err / max |ref| = {worst:.1e})")
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+@dataclasses.dataclass
+class Row:
+    label: str
+    seconds: float | None = None
+    ratio: float | None = None          # set for rows given only as a ratio (reference constants)
+    note: str = ""
+    goal: str = ""
+    timing: Timing | None = None
+
+
+class Table:
+    """Rows of timings with a ratio column against the row labelled `ref`."""
+
+    def __init__(self, title: str, ref: str, ratio_name: str | None = None) -> None:
+        self.title, self.ref = title, ref
+        self.ratio_name = ratio_name or f"x {ref}"
+        self.rows: list[Row] = []
+
+    def add(self, label: str, timing: Timing | float | None, note: str = "", goal: str = "") -> Row:
+        if isinstance(timing, Timing):
+            row = Row(label, timing.median, note=note, goal=goal, timing=timing)
+        else:
+            row = Row(label, timing, note=note, goal=goal)
+        self.rows.append(row)
+        return row
+
+    def add_missing(self, label: str, why: str = "not installed") -> Row:
+        return self.add(label, None, note=why)
+
+    def add_constant(self, label: str, seconds: float | None = None, ratio: float | None = None,
+                     note: str = "reference constant, not run here") -> Row:
+        row = Row(label, seconds, ratio=ratio, note=note)
+        self.rows.append(row)
+        return row
+
+    def seconds(self, label: str) -> float | None:
+        for row in self.rows:
+            if row.label == label:
+                return row.seconds
+        return None
+
+    def print(self) -> None:
+        ref = self.seconds(self.ref)
+        lines = []
+        for row in self.rows:
+            ratio = row.ratio
+            if ratio is None and row.seconds is not None and ref:
+                ratio = row.seconds / ref
+            seconds = row.seconds
+            note = row.note
+            if seconds is None and row.ratio is not None and ref:
+                seconds = row.ratio * ref            # a ratio constant, shown at this run's scale
+                note = f"{note} (time = {row.ratio:g}x this run's {self.ref})".strip()
+            spread = row.timing.spread if row.timing is not None else ""
+            lines.append((row.label, fmt_time(seconds) if seconds is not None else "-",
+                          f"{ratio:.2f}x" if ratio is not None else "-", spread,
+                          row.goal, note))
+        heads = ("row", "median", self.ratio_name, "min..max", "goal", "note")
+        widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(heads)]
+        print()
+        print(self.title)
+        fmt = "  ".join(f"{{:{'>' if i in (1, 2) else '<'}{w}}}" for i, w in enumerate(widths))
+        print("  " + fmt.format(*heads).rstrip())
+        print("  " + "  ".join("-" * w for w in widths))
+        for line in lines:
+            print("  " + fmt.format(*line).rstrip())
+        print()
+
+
+def ratio_line(what: str, numerator: float | None, denominator: float | None,
+               goal: float | None = None, lower_is_better: bool = True) -> bool | None:
+    """Print `ratio <what> = 1.23x  goal <= 0.95x  [met]`; return whether the goal is met."""
+    if numerator is None or denominator is None or denominator == 0:
+        print(f"ratio {what} = n/a")
+        return None
+    r = numerator / denominator
+    if goal is None:
+        print(f"ratio {what} = {r:.2f}x")
+        return None
+    met = r <= goal if lower_is_better else r >= goal
+    print(f"ratio {what} = {r:.2f}x   goal {'<=' if lower_is_better else '>='} {goal:.2f}x   "
+          f"[{'met' if met else 'NOT met'}]")
+    return met
+
+
+def try_row(table: Table, label: str, module: str, build: Callable[[], Callable[[], Any]],
+            repeats: int, **measure_kw: Any) -> Timing | None:
+    """Add an optional third-party row (JAX, PyTorch): "not installed" when `module` is not
+    importable; "failed: ..." (and no crash) when building, checking or running it raises.
+    `build()` returns the zero-argument callable to time, after checking its answer."""
+    if not have(module):
+        table.add_missing(label, "not installed")
+        return None
+    try:
+        fn = build()
+        t = measure(fn, repeats, **measure_kw)
+    except Exception as err:  # noqa: BLE001 - a broken optional framework must not stop the bench
+        msg = f"{type(err).__name__}: {err}".splitlines()[0][:90]
+        table.add_missing(label, f"failed: {msg}")
+        return None
+    table.add(label, t)
+    return t
+
+
+def framework_rows(table: Table, args: Sequence[np.ndarray], wrt: Sequence[int], want: Any,
+                   repeats: int, make_jax: Callable[[Any], Callable[..., Any]] | None = None,
+                   make_torch: Callable[[Any], Callable[..., Any]] | None = None,
+                   rtol: float = 1e-6, atol: float = 0.0, **measure_kw: Any) -> dict[str, Timing | None]:
+    """Rows "jax jit(grad)", "torch eager autograd" and "torch.compile" for a scalar function of
+    the flat positional arrays `args`, differentiated w.r.t. the positions `wrt`.
+    `make_jax(jnp)` / `make_torch(torch)` return the function written against that module; each
+    row is checked against `want` (the flat list of reference gradients) before it is timed, and
+    runs on one thread. Rows whose framework is missing say "not installed"."""
+    out: dict[str, Timing | None] = {}
+    wrt = tuple(wrt)
+
+    def build_jax() -> Callable[[], Any]:
+        import jax
+        if any(np.asarray(a).dtype == np.float64 for a in args):
+            jax.config.update("jax_enable_x64", True)
+        jargs = [jax.numpy.asarray(a) for a in args]
+        g = jax.jit(jax.grad(make_jax(jax.numpy), argnums=wrt))
+        check_close("jax jit(grad) vs reference", [np.asarray(v) for v in g(*jargs)], want,
+                    rtol=rtol, atol=atol)
+        return lambda: jax.block_until_ready(g(*jargs))
+
+    def build_torch(compiled: bool) -> Callable[[], Any]:
+        import torch
+        torch.set_num_threads(1)
+        f = make_torch(torch)
+        if compiled:
+            f = torch.compile(f)
+        targs = [torch.from_numpy(np.ascontiguousarray(a)) for a in args]
+        for i in wrt:
+            targs[i].requires_grad_(True)
+        inputs = [targs[i] for i in wrt]
+
+        def run() -> Any:
+            return torch.autograd.grad(f(*targs), inputs)
+
+        check_close(f"{'torch.compile' if compiled else 'torch eager'} vs reference",
+                    [t.detach().numpy() for t in run()], want, rtol=rtol, atol=atol)
+        return run
+
+    if make_jax is not None:
+        out["jax"] = try_row(table, "jax jit(grad)", "jax", build_jax, repeats, **measure_kw)
+    if make_torch is not None:
+        out["torch"] = try_row(table, "torch eager autograd", "torch",
+                               lambda: build_torch(False), repeats, **measure_kw)
+        out["torch.compile"] = try_row(table, "torch.compile (fwd+bwd)", "torch",
+                                       lambda: build_torch(True), repeats, **measure_kw)
+    return out
+
+
+def flush() -> None:
+    sys.stdout.flush()

@@ -1,0 +1,53 @@
+"""Smoke tests of the compiler-issue benchmarks: each bench/ script runs with --quick (small
+sizes, 1-2 repeats) in a subprocess, exits 0, passes its startup correctness checks and prints
+at least one "ratio ... = 1.23x" line. Nothing here looks at a time."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+RATIO = re.compile(r"^ratio .+ = \d+(\.\d+)?x", re.MULTILINE)
+
+
+def run_bench(name: str, *args: str) -> str:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(BENCH / name), "--quick", *args],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=BENCH)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("name", ["elementwise.py", "dispatch.py", "mlp.py",
+                                  "lennard_jones.py", "compile.py"])
+def test_bench_quick(name: str) -> None:
+    out = run_bench(name)
+    assert RATIO.search(out), f"{name} printed no ratio line:\n{out}"
+    assert "not met" in out.lower() or "[met]" in out, out
+    if name != "compile.py":
+        assert re.search(r"check .+: ok", out), f"{name} ran no correctness check:\n{out}"
+    # the table always names its reference-framework rows, installed or not
+    if name != "compile.py":
+        assert "jax jit(grad)" in out and "torch eager autograd" in out, out
+
+
+def test_harness_check_close_rejects_wrong_answers() -> None:
+    saved = dict(os.environ)             # importing the harness pins BLAS threads in os.environ
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _harness as H
+    finally:
+        sys.path.remove(str(BENCH))
+        os.environ.clear()
+        os.environ.update(saved)
+    import numpy as np
+    H.check_close("same", {"a": np.ones(3)}, {"a": np.ones(3)})
+    with pytest.raises(AssertionError):
+        H.check_close("off", np.ones(3), np.ones(3) * (1 + 1e-3), rtol=1e-6)
+    with pytest.raises(AssertionError):
+        H.check_close("shape", np.ones(3), np.ones(4))
