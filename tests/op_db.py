@@ -187,6 +187,13 @@ row("isfinite", lambda x: np.isfinite(np.log(x)), domain=Domain(-1, 2), diff=Fal
 row("isnan_int", lambda x: np.isnan(np.argmax(x, axis=-1)), shapes=MATRIX, diff=False,
     covers=(np.isnan,))
 
+row("heaviside", lambda x, h: np.heaviside(np.round(x), h), shapes=BINARY_SHAPES,
+    covers=(np.heaviside,), int_fn=np.heaviside)
+row("heaviside_zero_grad", lambda x: np.heaviside(x, 0.5) * x, domain=NONZERO)
+row("sinc", np.sinc, grad2=True, covers=(np.sinc,))
+row("sinc_at_zero", np.sinc, args=lambda rng: [np.array([0.0, 0.5, -1.0])],
+    expect_grad=lambda ct, x: [ct * np.array([0.0, -4 / np.pi, 1.0])])
+
 # pow: scalar exponents, x = 0, p = 0
 row("pow_scalar_exp", lambda x: x ** 3, grad2=True, covers=("operator:__pow__",))
 row("pow_half", lambda x: x ** 0.5, domain=POS, grad2=True, covers=("operator:__pow__",))
@@ -297,6 +304,13 @@ row("any", lambda x: np.any(x > 1, axis=0), shapes=MATRIX, diff=False, covers=(n
 row("any_float", lambda x: np.any(np.round(x)), shapes=MATRIX, diff=False, covers=(np.any,))
 row("all", lambda x: np.all(x > -1.5, axis=-1), shapes=MATRIX, diff=False, covers=(np.all,))
 row("var", lambda x: np.var(x, axis=0), shapes=MATRIX, covers=(np.var,))
+row("count_nonzero", lambda x: np.count_nonzero(x > 0, axis=0) * x + np.count_nonzero(x),
+    shapes=MATRIX, covers=(np.count_nonzero,), int_fn=lambda x: np.count_nonzero(x, axis=1))
+row("average", lambda x: np.average(x, axis=0), shapes=MATRIX, covers=(np.average,))
+row("average_weights", lambda x, w: np.average(x, axis=1, weights=w),
+    shapes=(((2, 3), (3,)),), domain=[REAL, POS], covers=(np.average,))
+row("average_weights_full", lambda x, w: np.average(x, weights=w, keepdims=True),
+    shapes=(((2, 3), (2, 3)),), domain=[REAL, POS], covers=(np.average,))
 row("var_ddof", lambda x: np.var(x, ddof=1), shapes=MATRIX, covers=(np.var,))
 row("std", lambda x: np.std(x, axis=1, keepdims=True), shapes=MATRIX, covers=(np.std,))
 row("argmax", lambda x: np.argmax(x, axis=1), shapes=MATRIX, distinct=True, diff=False,
@@ -527,6 +541,11 @@ for _spec, _shapes in [("ij,jk->ik", ((2, 3), (3, 4))), ("bij,bjk->bik", ((5, 2,
                        ("bi,bj->bij", ((2, 3), (2, 4)))]:
     row(f"einsum[{_spec}]", lambda *xs, _s=_spec: np.einsum(_s, *xs), shapes=(_shapes,),
         covers=(np.einsum,))
+for _spec, _shapes in [("...ij,...jk->...ik", ((5, 2, 3), (5, 3, 4))),
+                       ("...ij,...jk", ((5, 2, 3), (1, 3, 4))), ("ij...,j->i...", ((2, 3, 4), (3,))),
+                       ("...i,...i->...", ((2, 3), (3,))), ("...ii->...i", ((2, 3, 3),))]:
+    row(f"einsum[{_spec}]", lambda *xs, _s=_spec: np.einsum(_s, *xs), shapes=(_shapes,),
+        covers=(np.einsum,))
 row("diagonal", lambda x: np.diagonal(x), shapes=MATRIX, covers=(np.diagonal,))
 row("diagonal_offset_axes", lambda x: np.diagonal(x, 1, 2, 0), shapes=CUBE,
     covers=(np.diagonal,))
@@ -565,6 +584,8 @@ _IDX = [
 ]
 for _name, _fn in _IDX:
     row(f"getitem_{_name}", _fn, shapes=CUBE, covers=("operator:__getitem__",))
+row("getitem_cross_entropy", lambda x: -np.mean(np.log(x[np.arange(3), np.array([2, 0, 2])])),
+    shapes=(((3, 4),),), domain=POS)
 row("getitem_0d_none", lambda x: x[None] * x[...], shapes=(((),),))
 
 

@@ -1,4 +1,5 @@
-"""numpy contractions -> dot_general: dot matmul @ tensordot einsum inner outer vdot, and the
+"""numpy contractions -> dot_general: dot matmul @ tensordot einsum (with '...') inner outer vdot,
+and the
 matrix-structure functions trace diag diagonal tril triu cross."""
 from __future__ import annotations
 
@@ -86,17 +87,19 @@ def outer(a: Any, b: Any, out: Any = None) -> Any:
 
 @implements(np.einsum)
 def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any) -> Any:
-    if not isinstance(subscripts, str) or "..." in subscripts or kwargs.get("out") is not None:
+    if not isinstance(subscripts, str) or kwargs.get("out") is not None:
         raise UnsupportedOperationError(at_source(
-            "numpy.einsum: only explicit subscripts without '...' (and without out=) are "
-            "supported on traced arrays", user_source(3)))
+            "numpy.einsum: only subscripts given as a string (and no out=) are supported on "
+            "traced arrays", user_source(3)))
     spec = subscripts.replace(" ", "")
     inputs, arrow, output = spec.partition("->")
     specs = inputs.split(",")
-    if not arrow:
+    arrays = _common(operands, "numpy.einsum")
+    if "..." in spec:
+        specs, output, arrays = _expand_ellipsis(specs, output if arrow else None, arrays)
+    elif not arrow:
         letters = "".join(specs)
         output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    arrays = _common(operands, "numpy.einsum")
     if len(specs) != len(arrays) or any(len(s) != x.ndim for s, x in zip(specs, arrays)):
         raise ShapeError(at_source(f"einsum: subscripts {subscripts!r} do not fit operands of "
                                    f"shapes {[x.shape for x in arrays]}", user_source(3)))
@@ -116,6 +119,37 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any
                   + "".join(c for c in spec_b if c not in shared))
     spec_a, a = _reduce_term(spec_a, a, output)
     return np.transpose(a, [spec_a.index(c) for c in output]) if spec_a != output else a
+
+
+def _expand_ellipsis(specs: list[str], output: str | None, arrays: list[Any]):
+    """Spell out '...' with unused letters, right-aligned across operands (numpy broadcasts
+    them: size-1 axes are broadcast first). Implicit output: the '...' axes, then the letters
+    used once, sorted."""
+    free = [c for c in "ZYXWVUTSRQPONMLKJIHGFEDCBAzyxwvutsrqponmlkjihgfedcba"
+            if c not in "".join(specs)]
+    counts = [x.ndim - len(s.replace("...", "")) for s, x in zip(specs, arrays)]
+    n = max(counts)
+    dots = "".join(free[:n][::-1])
+    sizes = [1] * n
+    for s, x, k in zip(specs, arrays, counts):
+        if "..." in s:
+            start = s.index("...")
+            for i, d in enumerate(x.shape[start:start + k]):
+                sizes[n - k + i] = max(sizes[n - k + i], d)
+    out_specs, out_arrays = [], []
+    for s, x, k in zip(specs, arrays, counts):
+        if "..." in s:
+            start = s.index("...")
+            target = x.shape[:start] + tuple(sizes[n - k:]) + x.shape[start + k:]
+            if target != x.shape:
+                x = L.broadcast_in_dim(lift(x), shape=target, dims=tuple(range(x.ndim)))
+            s = s.replace("...", dots[n - k:])
+        out_specs.append(s)
+        out_arrays.append(x)
+    if output is None:
+        letters = "".join(s.replace("...", "") for s in specs)
+        output = "..." + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return out_specs, output.replace("...", dots), out_arrays
 
 
 def _reduce_term(spec: str, x: Any, keep: str) -> tuple[str, Any]:

@@ -14,7 +14,8 @@ import numpy as np
 from ..errors import DtypeError, UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..trace import METHOD_RULES, UFUNC_RULES, Tracer, rebind, user_source
-from . import cast, dtype_of
+from ..avals import dtype_name
+from . import asarray, cast, dtype_of, implements
 
 _WEAK_DUMMY = {"f": 0.0, "i": 0, "u": 0, "b": False}
 _PYTHON_SCALARS = (bool, int, float)   # weak; numpy scalars (np.float64 subclasses float) are not
@@ -124,6 +125,8 @@ def _neg_gap(a: Any, b: Any) -> Any:
 ufunc_rule(np.logaddexp, lambda a, b: E.add(E.max_(a, b), E.log1p(E.exp(_neg_gap(a, b)))))
 ufunc_rule(np.logaddexp2, lambda a, b: E.add(
     E.max_(a, b), E.div(E.log1p(E.pow_(2, _neg_gap(a, b))), LN2)))
+# heaviside(x, h0) = 0 below 0, h0 at 0, 1 above: piecewise constant, zero gradient in x
+ufunc_rule(np.heaviside, lambda x, h0: E.select(E.lt(x, 0), 0, E.select(E.gt(x, 0), 1, h0)))
 # fmax/fmin ignore a NaN operand
 ufunc_rule(np.fmax, lambda a, b: E.select(E.ne(b, b), a, E.select(E.ne(a, a), b, E.max_(a, b))))
 ufunc_rule(np.fmin, lambda a, b: E.select(E.ne(b, b), a, E.select(E.ne(a, a), b, E.min_(a, b))))
@@ -190,3 +193,14 @@ def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
 
 
 METHOD_RULES.update(reduce=_reduce_method, accumulate=_accumulate_method, at=_at_method)
+
+
+@implements(np.sinc)
+def sinc(x: Any) -> Any:
+    """sin(pi x) / (pi x), and 1 at x = 0 (where the quotient is evaluated at x = 1 instead, so
+    no 0/0 reaches the value or its derivatives; the derivative there is 0)."""
+    x = asarray(x)
+    x = cast(x, compute_dtype(np.sin, (x,), common=False))
+    zero = E.eq(x, 0)
+    safe = E.mul(E.add(x, E.convert(zero, dtype=dtype_name(x.dtype))), math.pi)
+    return E.select(zero, 1, E.div(E.sin(safe), safe))

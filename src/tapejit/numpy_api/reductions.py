@@ -1,5 +1,6 @@
-"""numpy reductions -> reduce_* primitives: sum mean prod max min var std any all argmax argmin
-cumsum cumprod linalg.norm, with numpy's `axis`, `keepdims` and result dtypes."""
+"""numpy reductions -> reduce_* primitives: sum mean average prod max min var std any all
+count_nonzero argmax argmin cumsum cumprod linalg.norm, with numpy's `axis`, `keepdims` and
+result dtypes."""
 from __future__ import annotations
 
 from typing import Any
@@ -187,6 +188,28 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     raise UnsupportedOperationError(at_source(
         f"numpy.linalg.norm(ord={ord!r}) over axes {axes} is not supported on traced arrays "
         f"(supported: vector norms ord=None/1/2/inf/p>0, matrix ord=None/'fro')", user_source(3)))
+
+
+@implements(np.count_nonzero)
+def count_nonzero(x: Any, axis: Any = None, *, keepdims: bool = False) -> Any:
+    return sum(_truth(x), axis=axis, keepdims=keepdims, dtype=np.int64)
+
+
+@implements(np.average)
+def average(x: Any, axis: Any = None, weights: Any = None, returned: bool = False, *,
+            keepdims: bool = False) -> Any:
+    """mean, or sum(x w) / sum(w) over `axis` (weights of x's shape, or 1-d along one axis)."""
+    reject("numpy.average", returned=returned or None)
+    x = asarray(x)
+    if weights is None:
+        return _mean(x, axis=axis, keepdims=keepdims)
+    w = asarray(weights)
+    if w.ndim == 1 and x.ndim > 1:
+        from .shape import reshape
+        ax = normalize_axis(axis, x.ndim, "numpy.average")
+        w = reshape(w, tuple(w.shape[0] if d == ax else 1 for d in range(x.ndim)))
+    total = sum(w * np.ones_like(x), axis=axis, keepdims=keepdims)
+    return sum(x * w, axis=axis, keepdims=keepdims) / total
 
 
 REDUCERS = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: min,
