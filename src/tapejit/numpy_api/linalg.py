@@ -1,6 +1,5 @@
 """numpy contractions -> dot_general: dot matmul @ tensordot einsum (with '...') inner outer vdot,
-and the
-matrix-structure functions trace diag diagonal tril triu cross."""
+and the matrix-structure functions trace diag diagonal tril triu cross."""
 from __future__ import annotations
 
 from typing import Any, Sequence
