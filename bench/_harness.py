@@ -50,6 +50,8 @@ def make_parser(doc: str | None, repeats: int = 7) -> argparse.ArgumentParser:
                         help="small sizes and 2 repeats (the smoke test uses this)")
     parser.add_argument("--repeats", type=int, default=None,
                         help=f"median of this many timed runs (default {repeats}, 2 with --quick)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed calls before timing each row (default 2)")
     parser.set_defaults(_default_repeats=repeats)
     return parser
 
@@ -59,6 +61,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     if args.repeats is None:
         args.repeats = 2 if args.quick else args._default_repeats
     args.repeats = max(1, args.repeats)
+    global WARMUP
+    WARMUP = max(0, args.warmup)
     return args
 
 
@@ -146,12 +150,15 @@ class Timing:
         return f"{fmt_time(self.low)}..{fmt_time(self.high)}"
 
 
-def measure(fn: Callable[[], Any], repeats: int, warmup: int = 2, min_run_s: float = 0.0,
+WARMUP = 2  # set by parse_args from --warmup
+
+
+def measure(fn: Callable[[], Any], repeats: int, warmup: int | None = None, min_run_s: float = 0.0,
             number: int | None = None) -> Timing:
-    """Call `fn` `warmup` times untimed (first-call compiles, caches, page faults), then time
+    """Call `fn` `warmup` (default --warmup) times untimed (first-call compiles, caches), then time
     `repeats` runs and return per-call seconds. With `min_run_s` > 0 each run loops `fn` enough
     times to last at least that long (for microsecond-scale calls); `number` fixes the count."""
-    for _ in range(warmup):
+    for _ in range(WARMUP if warmup is None else warmup):
         fn()
     if number is None:
         number = 1
