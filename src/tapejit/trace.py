@@ -100,6 +100,12 @@ class Trace:
         if isinstance(x, (Var, Lit)):
             return x
         if isinstance(x, Tracer):
+            if x._stale:
+                raise UnsupportedOperationError(at_source(
+                    f"this {x.aval} array is a view of an array that was assigned into after "
+                    f"the view was taken: numpy would show the new values through the view, "
+                    f"tapejit would not. Take the view again after the assignment, or copy it "
+                    f"before (`v = x[1:].copy()`).", user_source(4)))
             if x._trace is self:
                 return x._var
             return self._const(x, x.aval)
@@ -215,7 +221,7 @@ def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
 class Tracer:
     """A traced array: an aval and the var that holds it in its trace."""
 
-    __slots__ = ("_trace", "_var", "weak")
+    __slots__ = ("_trace", "_var", "weak", "_base", "_writeback", "_views", "_stale")
     __array_priority__ = 1000
     __hash__ = None  # type: ignore[assignment]  (like ndarray: unhashable)
 
@@ -223,6 +229,10 @@ class Tracer:
         self._trace = trace
         self._var = var
         self.weak = weak  # a Python scalar argument: promotes like one (numpy's NEP 50)
+        self._base: Tracer | None = None  # set when numpy would return a view of _base
+        self._writeback: Callable[[Tracer, Tracer], None] | None = None
+        self._views: list[Tracer] | None = None
+        self._stale = False  # a view whose base was assigned into since
 
     # --- static properties ------------------------------------------------------------------
     aval = property(lambda self: self._var.aval)
@@ -343,9 +353,29 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
     _method(f"__i{_name}__", _inplace(_BINARY[_name]))
 
 
+def as_view(base: Any, result: Any, writeback: Callable[[Tracer, Tracer], None]) -> Any:
+    """Mark `result` as what numpy returns as a view of `base` (basic indexing, reshape,
+    transpose, ...). tapejit computes views as new values, so to keep numpy's semantics an
+    assignment into the view is written back into the base with `writeback(base, new_view)`,
+    and a view read after its base was assigned into raises (numpy would show new values)."""
+    if isinstance(base, Tracer) and isinstance(result, Tracer) and result is not base:
+        result._base, result._writeback = base, writeback
+        base._views = (base._views or []) + [result]
+    return result
+
+
 def rebind(tracer: Tracer, value: Tracer) -> None:
-    """Point `tracer` at a new value: the functional form of in-place assignment."""
+    """Point `tracer` at a new value: the functional form of in-place assignment. A view
+    writes the value through to its base; views of `tracer` become stale."""
+    base = tracer._base
+    if base is not None and tracer._writeback is not None:
+        tracer._writeback(base, value)
+        base._views = (base._views or []) + [tracer]   # still a view of the new base
+    for view in tracer._views or ():
+        view._stale = True
+    tracer._views = None
     tracer._trace, tracer._var, tracer.weak = value._trace, value._var, value.weak
+    tracer._stale = False
 
 
 def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],

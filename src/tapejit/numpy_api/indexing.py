@@ -17,7 +17,7 @@ from ..errors import UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
-from ..trace import Tracer, rebind, user_source
+from ..trace import Tracer, as_view, rebind, user_source
 from . import asarray, cast, implements, lift, normalize_axis
 from .shape import broadcast_to_shape, ravel, reshape
 
@@ -176,8 +176,11 @@ def getitem(x: Any, key: Any) -> Any:
     x = lift(x)
     entries = _expand_key(key, x.ndim)
     if any(_is_index_array(e) for e in entries):
-        return _advanced_get(x, entries)
-    return _basic_get(x, entries)
+        return _advanced_get(x, entries)                    # numpy copies
+    out = _basic_get(x, entries)
+    if np.ndim(out) == 0:
+        return out                                          # numpy returns a scalar copy
+    return as_view(x, out, lambda base, new: setitem(base, key, new))
 
 
 def _linear_indices(shape: tuple[int, ...], key: Any) -> Any:

@@ -12,7 +12,7 @@ from ..avals import broadcast_shapes, dtype_name
 from ..errors import ShapeError, UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import layout as L
-from ..trace import Tracer, user_source
+from ..trace import Tracer, as_view, rebind, user_source
 from . import asarray, cast, dtype_of, implements, lift, normalize_axes, normalize_axis, reject
 from .math import compute_dtype
 
@@ -47,7 +47,10 @@ def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: A
             raise ShapeError(at_source(f"reshape: cannot reshape array of shape {x.shape} "
                                        f"into shape {shape}", user_source(3)))
         shape = tuple(x.size // known if d == -1 else d for d in shape)
-    return x if shape == x.shape else L.reshape(x, shape=shape)
+    if shape == x.shape:
+        return x
+    return as_view(x, L.reshape(x, shape=shape),
+                   lambda base, new: rebind(base, L.reshape(new, shape=base.shape)))
 
 
 @implements(np.ravel)
@@ -62,7 +65,11 @@ def transpose(x: Any, *axes: Any) -> Any:
         axes = tuple(axes[0])
     perm = tuple(range(x.ndim))[::-1] if not axes or axes == (None,) else tuple(
         normalize_axis(a, x.ndim, "numpy.transpose") for a in axes)
-    return x if perm == tuple(range(x.ndim)) else L.transpose(x, perm=perm)
+    if perm == tuple(range(x.ndim)):
+        return x
+    inverse = tuple(int(i) for i in np.argsort(perm))
+    return as_view(x, L.transpose(x, perm=perm),
+                   lambda base, new: rebind(base, L.transpose(new, perm=inverse)))
 
 
 @implements(np.swapaxes)
@@ -375,7 +382,12 @@ def _reshape_method(x: Tracer, *shape: Any, order: str = "C") -> Any:
     return reshape(x, *shape, order=order)
 
 
-for _name, _fn in {"reshape": _reshape_method, "ravel": ravel, "flatten": ravel,
+def _flatten(x: Tracer, order: str = "C") -> Any:
+    flat = ravel(x, order)   # numpy's flatten copies: not a view
+    return Tracer(flat._trace, flat._var, flat.weak)
+
+
+for _name, _fn in {"reshape": _reshape_method, "ravel": ravel, "flatten": _flatten,
                    "squeeze": squeeze, "swapaxes": swapaxes, "clip": clip, "repeat": repeat,
                    "astype": _astype, "round": lambda x, decimals=0: _round(x, decimals, None),
                    "copy": lambda x, order="C": Tracer(x._trace, x._var, x.weak),
