@@ -1,9 +1,7 @@
 """numpy's view semantics under tracing: assigning into a view writes through to its base (as
 numpy does, and as autograd and JAX cannot), and a view read after its base was assigned into
-raises instead of silently showing old values."""
+shows the new values."""
 import numpy as np
-import pytest
-
 import tapejit as tj
 from gradcheck import check_grads
 
@@ -48,15 +46,17 @@ def test_a_copy_is_not_a_view():
     assert tj.value_and_grad(f)(np.ones(4))[0] == 4.0
 
 
-def test_reading_a_stale_view_raises():
+def test_a_view_sees_later_assignments_to_its_base():
     def f(x):
         y = x + 0.0
         v = y[1:]
-        y[0] = 5.0
-        return np.sum(v)
-    with pytest.raises(tj.UnsupportedOperationError, match="view") as err:
-        tj.grad(f)(np.ones(4))
-    assert "test_views.py" in str(err.value)
+        w = y.reshape(2, 2).T
+        y[1] = 5.0 * x[0]
+        y[3] += x[2]
+        return np.sum(v * v) + np.sum(w * np.arange(4.0).reshape(2, 2))
+    x = np.array([0.3, 0.7, 1.1, 1.9])
+    np.testing.assert_allclose(tj.value_and_grad(f)(x)[0], f(x), rtol=1e-14)
+    check_grads(f, [x])
 
 
 def test_scalar_indexing_returns_a_copy():
@@ -66,3 +66,17 @@ def test_scalar_indexing_returns_a_copy():
         y[0] = 5.0
         return a + np.sum(y)
     assert tj.value_and_grad(f)(np.ones(3))[0] == f(np.ones(3))
+
+
+def test_views_stay_views_after_repeated_assignments():
+    def f(x):
+        y = x + 0.0
+        v = y[1:]
+        w = v[::-1]
+        for k in range(3):
+            y[k] = y[k + 1] * 2.0      # each assignment reaches v and w
+            v[0] += w[0]               # and each write through v reaches y
+        return np.sum(w * np.arange(1.0, 4.0)) + np.sum(y)
+    x = np.array([0.3, 0.7, 1.1, 1.9])
+    np.testing.assert_allclose(tj.value_and_grad(f)(x)[0], f(x), rtol=1e-14)
+    check_grads(f, [x])

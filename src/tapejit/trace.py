@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -101,11 +101,7 @@ class Trace:
             return x
         if isinstance(x, Tracer):
             if x._stale:
-                raise UnsupportedOperationError(at_source(
-                    f"this {x.aval} array is a view of an array that was assigned into after "
-                    f"the view was taken: numpy would show the new values through the view, "
-                    f"tapejit would not. Take the view again after the assignment, or copy it "
-                    f"before (`v = x[1:].copy()`).", user_source(4)))
+                refresh(x)
             if x._trace is self:
                 return x._var
             return self._const(x, x.aval)
@@ -221,7 +217,7 @@ def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
 class Tracer:
     """A traced array: an aval and the var that holds it in its trace."""
 
-    __slots__ = ("_trace", "_var", "weak", "_base", "_writeback", "_views", "_stale")
+    __slots__ = ("_trace", "_var", "weak", "_base", "_view", "_views", "_stale")
     __array_priority__ = 1000
     __hash__ = None  # type: ignore[assignment]  (like ndarray: unhashable)
 
@@ -230,7 +226,7 @@ class Tracer:
         self._var = var
         self.weak = weak  # a Python scalar argument: promotes like one (numpy's NEP 50)
         self._base: Tracer | None = None  # set when numpy would return a view of _base
-        self._writeback: Callable[[Tracer, Tracer], None] | None = None
+        self._view: View | None = None  # how to read it from _base and write it back
         self._views: list[Tracer] | None = None
         self._stale = False  # a view whose base was assigned into since
 
@@ -353,27 +349,45 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
     _method(f"__i{_name}__", _inplace(_BINARY[_name]))
 
 
-def as_view(base: Any, result: Any, writeback: Callable[[Tracer, Tracer], None]) -> Any:
+class View(NamedTuple):
+    """How a view relates to its base: `read(base)` computes it, `write(base, new)` assigns a
+    new value of the view into the base."""
+
+    read: Callable[[Any], Any]
+    write: Callable[[Any, Any], None]
+
+
+def as_view(base: Any, result: Any, view: View) -> Any:
     """Mark `result` as what numpy returns as a view of `base` (basic indexing, reshape,
-    transpose, ...). tapejit computes views as new values, so to keep numpy's semantics an
-    assignment into the view is written back into the base with `writeback(base, new_view)`,
-    and a view read after its base was assigned into raises (numpy would show new values)."""
+    transpose, ...). tapejit computes views as new values; to keep numpy's semantics an
+    assignment into the view is written back into the base, and a view whose base was assigned
+    into since is read again from the base before its next use."""
     if isinstance(base, Tracer) and isinstance(result, Tracer) and result is not base:
-        result._base, result._writeback = base, writeback
+        result._base, result._view = base, view
         base._views = (base._views or []) + [result]
     return result
+
+
+def _mark_stale(views: list[Tracer] | None) -> None:
+    """Views (and their views) must be read again from their bases before their next use."""
+    for view in views or ():
+        view._stale = True
+        _mark_stale(view._views)
+
+
+def refresh(view: Tracer) -> None:
+    """Re-read a stale view from its (updated) base."""
+    assert view._base is not None and view._view is not None
+    fresh = view._view.read(view._base)
+    view._trace, view._var, view._stale = fresh._trace, fresh._var, False
 
 
 def rebind(tracer: Tracer, value: Tracer) -> None:
     """Point `tracer` at a new value: the functional form of in-place assignment. A view
     writes the value through to its base; views of `tracer` become stale."""
-    base = tracer._base
-    if base is not None and tracer._writeback is not None:
-        tracer._writeback(base, value)
-        base._views = (base._views or []) + [tracer]   # still a view of the new base
-    for view in tracer._views or ():
-        view._stale = True
-    tracer._views = None
+    if tracer._base is not None and tracer._view is not None:
+        tracer._view.write(tracer._base, value)
+    _mark_stale(tracer._views)
     tracer._trace, tracer._var, tracer.weak = value._trace, value._var, value.weak
     tracer._stale = False
 

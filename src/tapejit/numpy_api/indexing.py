@@ -17,7 +17,7 @@ from ..errors import UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
-from ..trace import Tracer, as_view, rebind, user_source
+from ..trace import Tracer, View, as_view, rebind, user_source
 from . import asarray, cast, implements, lift, normalize_axis
 from .shape import broadcast_to_shape, ravel, reshape
 
@@ -180,7 +180,8 @@ def getitem(x: Any, key: Any) -> Any:
     out = _basic_get(x, entries)
     if np.ndim(out) == 0:
         return out                                          # numpy returns a scalar copy
-    return as_view(x, out, lambda base, new: setitem(base, key, new))
+    return as_view(x, out, View(lambda base: _basic_get(base, entries),
+                                lambda base, new: setitem(base, key, new)))
 
 
 def _linear_indices(shape: tuple[int, ...], key: Any) -> Any:

@@ -12,7 +12,7 @@ from ..avals import broadcast_shapes, dtype_name
 from ..errors import ShapeError, UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import layout as L
-from ..trace import Tracer, as_view, rebind, user_source
+from ..trace import Tracer, View, as_view, rebind, user_source
 from . import asarray, cast, dtype_of, implements, lift, normalize_axes, normalize_axis, reject
 from .math import compute_dtype
 
@@ -49,8 +49,9 @@ def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: A
         shape = tuple(x.size // known if d == -1 else d for d in shape)
     if shape == x.shape:
         return x
-    return as_view(x, L.reshape(x, shape=shape),
-                   lambda base, new: rebind(base, L.reshape(new, shape=base.shape)))
+    return as_view(x, L.reshape(x, shape=shape), View(
+        lambda base: L.reshape(base, shape=shape),
+        lambda base, new: rebind(base, L.reshape(new, shape=base.shape))))
 
 
 @implements(np.ravel)
@@ -68,8 +69,9 @@ def transpose(x: Any, *axes: Any) -> Any:
     if perm == tuple(range(x.ndim)):
         return x
     inverse = tuple(int(i) for i in np.argsort(perm))
-    return as_view(x, L.transpose(x, perm=perm),
-                   lambda base, new: rebind(base, L.transpose(new, perm=inverse)))
+    return as_view(x, L.transpose(x, perm=perm), View(
+        lambda base: L.transpose(base, perm=perm),
+        lambda base, new: rebind(base, L.transpose(new, perm=inverse))))
 
 
 @implements(np.swapaxes)
