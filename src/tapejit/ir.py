@@ -19,7 +19,7 @@ and cotangents `ct_<name>`. The text form is in printer.py.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 
@@ -28,8 +28,10 @@ from .errors import IRError
 from .ops import OPS
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Var:
+class Var(NamedTuple):
+    """A named SSA value. (Var and Eqn are NamedTuples rather than frozen dataclasses: tracing
+    creates them per recorded op, and tuples are several times cheaper to build.)"""
+
     name: str
     aval: Aval
 
@@ -58,13 +60,23 @@ Params = tuple[tuple[str, Any], ...]
 Src = tuple[str, int]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Eqn:
+class Eqn(NamedTuple):
+    """`outs = op[params] ins`; `src` (the user's line) is not part of its identity."""
+
     op: str
     ins: tuple[Atom, ...]
     outs: tuple[Var, ...]
     params: Params
-    src: Src | None = dataclasses.field(default=None, compare=False)
+    src: Src | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Eqn) and self[:4] == other[:4]
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self[:4])
 
     @property
     def kw(self) -> dict[str, Any]:

@@ -120,16 +120,26 @@ class Trace:
         return var
 
     def record(self, op: Op, args: Sequence[Any], params: dict[str, Any]) -> "Tracer":
-        dtypes = [_dtype_of(a) for a in args]
-        hint = next((d for d in dtypes if d is not None and d != _BOOL), None)
-        ins = tuple(self.atom(a, hint) for a in args)
+        ins = []
+        for a in args:   # fast path: every argument is a current tracer of this trace
+            if type(a) is not Tracer or a._trace is not self or a._stale:
+                dtypes = [_dtype_of(a) for a in args]
+                hint = next((d for d in dtypes if d is not None and d != _BOOL), None)
+                ins = [self.atom(a, hint) for a in args]
+                break
+            ins.append(a._var)
         src = _stack.src or user_source(3)
-        try:
-            aval = op.shape(*(a.aval for a in ins), **params)
-        except TapejitError as err:
-            raise type(err)(at_source(str(err), src)) from None
+        packed = make_params(params) if params else ()
+        avals = tuple(a.aval for a in ins)
+        key = (op.name, avals, packed)
+        aval = _SHAPES.get(key)
+        if aval is None:
+            try:
+                aval = _SHAPES[key] = op.shape(*avals, **params)
+            except TapejitError as err:
+                raise type(err)(at_source(str(err), src)) from None
         out = self.new_var(aval)
-        self.eqns.append(Eqn(op.name, ins, (out,), make_params(params), src))
+        self.eqns.append(Eqn(op.name, tuple(ins), (out,), packed, src))
         return Tracer(self, out)
 
     def to_tape(self, invars: Sequence[Var], outs: Sequence[Any]) -> Tape:
@@ -139,6 +149,7 @@ class Trace:
 
 
 _BOOL = np.dtype(np.bool_)
+_SHAPES: dict[tuple, Aval] = {}  # (op, input avals, params) -> output aval: rules are pure
 
 
 def _dtype_of(x: Any) -> np.dtype | None:
@@ -320,9 +331,17 @@ _BINARY = {
     "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "matmul": np.matmul,
     "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
 }
+def _operator(uf: np.ufunc, reflected: bool) -> Callable[[Tracer, Any], Any]:
+    """`x op y` goes straight to the ufunc's lowering rule (skipping numpy's override dispatch,
+    same semantics); operands numpy would defer to (other tracers, arrays) take the same path."""
+    if reflected:
+        return lambda self, other: UFUNC_RULES[uf](other, self)
+    return lambda self, other: UFUNC_RULES[uf](self, other)
+
+
 for _name, _uf in _BINARY.items():
-    _method(f"__{_name}__", lambda self, other, _uf=_uf: _uf(self, other))
-    _method(f"__r{_name}__", lambda self, other, _uf=_uf: _uf(other, self))
+    _method(f"__{_name}__", _operator(_uf, False))
+    _method(f"__r{_name}__", _operator(_uf, True))
 for _name, _uf in {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
                    "eq": np.equal, "ne": np.not_equal}.items():
     _method(f"__{_name}__", lambda self, other, _uf=_uf: _uf(self, other))
