@@ -20,6 +20,8 @@ import numpy as np
 from . import autodiff
 from .avals import Aval, aval_of
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
+from .compile import Compiled, executable
+from .config import config
 from .interpret import inline, interpret
 from .ir import Tape
 from .passes import dce, optimize
@@ -211,11 +213,20 @@ def trace_flat(fn: Callable[..., Any], call: _Args, has_aux: bool = False,
     return dce(tape), structure["out"], structure["aux"]
 
 
-def run(tape: Tape, leaves: Sequence[Any]) -> list[Any]:
-    """Run a tape: interpret it on concrete values, or inline it into the open trace."""
+def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
+    """Run a tape: inline it into the open trace, or run its program (default: interpret)."""
     if current_trace() is not None:
         return inline(tape, leaves)
-    return [o[()] if o.ndim == 0 else o for o in interpret(tape, leaves)]
+    outs = program(leaves) if program is not None else interpret(tape, leaves)
+    return [o[()] if o.ndim == 0 else o for o in outs]
+
+
+def default_backend(backend: str | None) -> str:
+    """The backend a transform uses: its argument, else "interpret" (the numba backend is
+    opt-in until the compiler issue lands); TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
+    if config().disable_jit:
+        return "interpret"
+    return backend or "interpret"
 
 
 def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
@@ -229,22 +240,95 @@ def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, .
 
 
 @dataclasses.dataclass(frozen=True)
-class _GradProgram:
+class _Program:
+    """What a transform caches per signature: the optimized tape, how to run it, and the
+    output structures."""
+
     tape: Tape
     aux: TreeDef | None
+    run: Any = None           # Interpreted | Compiled, None when built inside a trace
+    out: TreeDef | None = None
 
 
-class _ValueAndGrad:
-    """`value_and_grad(f)`: a callable with a per-signature cache of joint tapes."""
+class _CachedTransform:
+    """A per-signature cache of programs, with counts of what happened (`cache_info()`)."""
 
-    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
-                 static_argnums: int | Sequence[int]) -> None:
+    def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
+                 backend: str | None) -> None:
         functools.update_wrapper(self, fn)
-        self.fn, self.argnums, self.has_aux = fn, argnums, has_aux
+        self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
-        self._cache: dict[tuple, _GradProgram] = {}
+        self._cache: dict[tuple, _Program] = {}
         self._lock = threading.Lock()
+        self._info = {"traces": 0, "compiles": 0, "disk_loads": 0, "hits": 0}
+        self._last_miss: str | None = None
+
+    def cache_info(self) -> dict[str, Any]:
+        """Counts of traces, compiles, disk loads and cache hits, and why the last call
+        missed the cache."""
+        return {**self._info, "last_miss": self._last_miss}
+
+    def _program(self, key: tuple, build: Callable[[], _Program]) -> _Program:
+        if current_trace() is not None:
+            return build()        # inside another trace: inline, never cache
+        program = self._cache.get(key)
+        if program is not None:
+            self._info["hits"] += 1
+            return program
+        with self._lock:          # concurrent first calls build once
+            program = self._cache.get(key)
+            if program is None:
+                self._last_miss = _miss_reason(key, self._cache)
+                self._info["traces"] += 1
+                program = build()
+                program = dataclasses.replace(program, run=self._executable(program.tape))
+                self._cache[key] = program
+            else:
+                self._info["hits"] += 1
+        return program
+
+    def _executable(self, tape: Tape) -> Any:
+        runner = executable(tape, default_backend(self.backend))
+        return _Counted(runner, self._info) if isinstance(runner, Compiled) else runner
+
+
+class _Counted:
+    """Runs a compiled program, adding its first call's compile or disk load to the counts
+    (a program whose source was compiled before, e.g. for another batch size, adds neither)."""
+
+    def __init__(self, runner: Compiled, info: dict[str, int]) -> None:
+        self.runner, self.info = runner, info
+        program = runner.program
+        self.before: tuple[int, int] | None = (program.compiles, program.disk_loads)
+
+    def __call__(self, leaves: Sequence[Any]) -> Any:
+        outs = self.runner(leaves)
+        if self.before is not None:
+            program = self.runner.program
+            self.info["compiles"] += program.compiles - self.before[0]
+            self.info["disk_loads"] += program.disk_loads - self.before[1]
+            self.before = None
+        return outs
+
+
+def _miss_reason(key: tuple, cache: dict[tuple, Any]) -> str:
+    if not cache:
+        return "first call"
+    last = next(reversed(cache))
+    names = ("argnums", "structure", "shapes/dtypes", "weak types", "static arguments",
+             "positional count")
+    changed = [n for n, a, b in zip(names, key, last) if a != b] or ["signature"]
+    return f"{', '.join(changed)} changed"
+
+
+class _ValueAndGrad(_CachedTransform):
+    """`value_and_grad(f)`: a callable with a per-signature cache of joint programs."""
+
+    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
+                 static_argnums: int | Sequence[int], backend: str | None = None) -> None:
+        super().__init__(fn, static_argnums, backend)
+        self.argnums, self.has_aux = argnums, has_aux
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call, static = split_args(self.fn, args, kwargs, self.static_argnums)
@@ -253,13 +337,8 @@ class _ValueAndGrad:
             raise ArgumentError(at_source(f"argnums {self.argnums} and static_argnums "
                                           f"{self.static_argnums} overlap", user_source(1)))
         key = (argnums, *call.key(static))
-        program = None if current_trace() is not None else self._cache.get(key)
-        if program is None:
-            program = self._build(call, argnums)
-            if current_trace() is None:
-                with self._lock:
-                    self._cache[key] = program
-        outs = run(program.tape, call.leaves)
+        program = self._program(key, lambda: self._build(call, argnums))
+        outs = run(program.tape, call.leaves, program.run)
         value, rest = outs[0], outs[1:]
         n_aux = len(rest) - sum(len(call.leaf_range(i)) for i in argnums)
         grads, it = [], iter(rest[n_aux:])
@@ -271,7 +350,7 @@ class _ValueAndGrad:
             return (value, unflatten(program.aux, rest[:n_aux])), grad
         return value, grad
 
-    def _build(self, call: _Args, argnums: tuple[int, ...]) -> _GradProgram:
+    def _build(self, call: _Args, argnums: tuple[int, ...]) -> _Program:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
         _check_float_inputs("grad", call, wrt)
         tape, out_td, aux_td = trace_flat(self.fn, call, self.has_aux)
@@ -289,7 +368,7 @@ class _ValueAndGrad:
                                        f"{_fn_name(self.fn)} returned {out.aval}",
                                        _fn_source(self.fn)))
         seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
-        return _GradProgram(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
+        return _Program(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
 
 
 def _check_float_inputs(what: str, call: _Args, wrt: Sequence[int]) -> None:
@@ -309,19 +388,22 @@ def _like(grad: Any, leaf: Any) -> Any:
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
-                   has_aux: bool = False, static_argnums: int | Sequence[int] = ()) -> Any:
+                   has_aux: bool = False, static_argnums: int | Sequence[int] = (),
+                   backend: str | None = None) -> Any:
     """`fn`'s value and its gradient with respect to the arguments `argnums`.
 
     Returns `(value, grad)`, or `((value, aux), grad)` with `has_aux`. `grad` has the structure,
     shapes and dtypes of the differentiated argument (a tuple of them if argnums is a tuple).
+    `backend`: "interpret" (numpy, the default for now) or "numba" (compiled).
     """
-    return _ValueAndGrad(fn, argnums, has_aux, static_argnums)
+    return _ValueAndGrad(fn, argnums, has_aux, static_argnums, backend)
 
 
 def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         static_argnums: int | Sequence[int] = ()) -> Callable[..., Any]:
+         static_argnums: int | Sequence[int] = (), backend: str | None = None
+         ) -> Callable[..., Any]:
     """The gradient of a scalar-valued `fn` with respect to its arguments `argnums`."""
-    vg = _ValueAndGrad(fn, argnums, has_aux, static_argnums)
+    vg = _ValueAndGrad(fn, argnums, has_aux, static_argnums, backend)
 
     @functools.wraps(fn)
     def gradient(*args: Any, **kwargs: Any) -> Any:
@@ -329,6 +411,7 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
         return (g, aux) if has_aux else g
 
     gradient.__wrapped_transform__ = vg  # type: ignore[attr-defined]
+    gradient.cache_info = vg.cache_info  # type: ignore[attr-defined]
     return gradient
 
 

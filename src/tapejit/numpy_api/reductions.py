@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..avals import dtype_name
 from ..errors import UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import layout as L
@@ -90,8 +91,12 @@ def _truth(x: Any) -> Any:
     return x if x.dtype == np.bool_ else E.ne(x, 0)
 
 
-def _count(x: Any, axes: tuple[int, ...]) -> int:
-    return int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+def _count(x: Any, axes: tuple[int, ...], dtype: np.dtype) -> Any:
+    """How many elements `axes` of x hold, as a traced scalar of `dtype`: a value computed
+    from the run-time sizes, so one compiled program serves every batch size."""
+    if not isinstance(x, Tracer):
+        return dtype.type(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return R.dim_size(x, axes=axes, dtype=dtype_name(dtype))
 
 
 @implements(np.mean)
@@ -102,7 +107,7 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
     target = np.dtype(dtype) if dtype is not None else _numpy_dtype(np.mean, x.dtype)
     axes = normalize_axes(axis, x.ndim, "numpy.mean")
     total = sum(cast(x, target), axis=axes, keepdims=keepdims)
-    return total / _count(x, axes)
+    return total / _count(x, axes, target)
 
 
 _mean = mean
@@ -117,7 +122,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
     ddof = correction if correction is not None else ddof
     axes = normalize_axes(axis, x.ndim, "numpy.var")
     centred = x - _mean(x, axis=axes, dtype=dtype, keepdims=True)
-    n = _count(x, axes)
+    n = _count(x, axes, centred.dtype)
     return sum(centred * centred, axis=axes, keepdims=keepdims) / (n - ddof)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..avals import Aval
+from ..avals import DTYPES_BY_NAME, Aval
 from ..errors import ShapeError
 from . import Kind, defop, zero_vjp
 from .elementwise import _like, eq, select
@@ -100,6 +100,21 @@ argmax = defop("argmax", Kind.REDUCE, lambda x, *, axis: np.argmax(x, axis=axis)
                shape=_arg_shape("argmax"), vjp=zero_vjp)
 argmin = defop("argmin", Kind.REDUCE, lambda x, *, axis: np.argmin(x, axis=axis),
                shape=_arg_shape("argmin"), vjp=zero_vjp)
+
+
+def _dim_size_shape(x: Aval, *, axes: tuple[int, ...], dtype: str) -> Aval:
+    if any(not 0 <= a < x.ndim for a in axes):
+        raise ShapeError(f"dim_size: axes {axes} out of range for {x}")
+    return Aval((), DTYPES_BY_NAME[dtype])
+
+
+# the number of elements along `axes`, as a scalar of `dtype` (np.mean's divisor): an op rather
+# than a literal so that compiled programs take it from the run-time sizes
+dim_size = defop("dim_size", Kind.REDUCE,
+                 lambda x, *, axes, dtype: np.asarray(
+                     np.prod([x.shape[a] for a in axes], dtype=np.int64),
+                     DTYPES_BY_NAME[dtype]),
+                 shape=_dim_size_shape, vjp=zero_vjp)
 
 
 # ---- cumulative ops along one axis ------------------------------------------------------------

@@ -1,0 +1,224 @@
+"""Code for the eqns a loop nest does not absorb (fusion barriers): matrix products through BLAS
+(`np.dot`), reshapes, gathers, scatters, cumulative ops, products and arg-reductions.
+
+Everything is written as explicit loops over C-contiguous arrays plus `np.empty`, `reshape` and
+`np.dot`: numba compiles those quickly, while its generic `np.transpose(x, axes)`, slice
+assignment and `np.full` cost seconds of compile time each (measured). Ops that act along one
+axis view their operand as a (before, axis, after) array.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..avals import Aval
+from ..ir import Eqn
+from ..ops.linalg import free_axes
+from .writer import Sizes, Writer, dtype_code, scalar
+
+Emitter = Callable[[Writer, Eqn, list[str], str, Sizes], None]
+EMITTERS: dict[str, Emitter] = {}
+
+
+def emitter(name: str) -> Callable[[Emitter], Emitter]:
+    def register(fn: Emitter) -> Emitter:
+        EMITTERS[name] = fn
+        return fn
+    return register
+
+
+def emit(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes) -> None:
+    if eqn.op not in EMITTERS:
+        raise NotImplementedError(f"the numba backend has no code for op {eqn.op}")
+    EMITTERS[eqn.op](w, eqn, ins, out, sizes)
+
+
+def loops(w: Writer, extents: list[str], prefix: str) -> int:
+    """Open a loop nest `for <prefix>0 in range(e0): ...`; returns how many to close. Every
+    step uses its own names: numba's SSA reconstruction is slow on reused variables."""
+    for d, extent in enumerate(extents):
+        w.line(f"for {prefix}{d} in range({extent}):")
+        w.indent()
+    return len(extents)
+
+
+def close(w: Writer, depth: int) -> None:
+    for _ in range(depth):
+        w.dedent()
+
+
+def filled(w: Writer, name: str, aval: Aval, value: str, sizes: Sizes) -> None:
+    """`name = np.full(shape, value)`, spelled as np.empty plus a fill loop."""
+    w.line(f"{name} = np.empty({sizes.shape(aval.shape)}, {dtype_code(aval.dtype)})")
+    w.line(f"{name}_flat = {name}.reshape(({sizes.product(aval.shape)},))")
+    w.line(f"for {name}_j in range({name}_flat.shape[0]):")
+    w.line(f"    {name}_flat[{name}_j] = {value}")
+
+
+def _three(shape: tuple[int, ...], axis: int, sizes: Sizes) -> str:
+    """(before, axis, after) sizes of `shape` around `axis`."""
+    return (f"({sizes.product(shape[:axis])}, {sizes(shape[axis])}, "
+            f"{sizes.product(shape[axis + 1:])})")
+
+
+def permuted(w: Writer, src: str, aval: Aval, perm: tuple[int, ...], dst: str,
+             sizes: Sizes) -> str:
+    """A C-contiguous copy of `src` with its axes in the order `perm` (or `src` itself)."""
+    if tuple(perm) == tuple(range(aval.ndim)):
+        return src
+    shape = tuple(aval.shape[p] for p in perm)
+    w.line(f"{dst} = np.empty({sizes.shape(shape)}, {dtype_code(aval.dtype)})")
+    depth = loops(w, [sizes(n) for n in shape], f"{dst}_j")
+    read = ", ".join(f"{dst}_j{perm.index(k)}" for k in range(aval.ndim))
+    write = ", ".join(f"{dst}_j{d}" for d in range(aval.ndim))
+    w.line(f"{dst}[{write}] = {src}[{read}]")
+    close(w, depth)
+    return dst
+
+
+@emitter("dim_size")
+def _dim_size(w, eqn, ins, out, sizes):
+    dtype = eqn.outs[0].aval.dtype
+    count = sizes.product(eqn.ins[0].aval.shape[a] for a in eqn.kw["axes"])
+    w.line(f"{out} = np.empty((), {dtype_code(dtype)})")
+    w.line(f"{out}[()] = {count}")
+
+
+@emitter("reshape")
+def _reshape(w, eqn, ins, out, sizes):
+    w.line(f"{out} = {ins[0]}.reshape({sizes.shape(eqn.kw['shape'])})")
+
+
+@emitter("dot_general")
+def _dot_general(w, eqn, ins, out, sizes):
+    (lc, rc), (lb, rb) = eqn.kw["contract"], eqn.kw["batch"]
+    lhs, rhs, dtype = eqn.ins[0].aval, eqn.ins[1].aval, eqn.outs[0].aval.dtype
+    lf, rf = free_axes(lhs.ndim, lc, lb), free_axes(rhs.ndim, rc, rb)
+    b, m = sizes.product(lhs.shape[a] for a in lb), sizes.product(lhs.shape[a] for a in lf)
+    k, n = sizes.product(lhs.shape[a] for a in lc), sizes.product(rhs.shape[a] for a in rf)
+    a = permuted(w, ins[0], lhs, tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
+    c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
+    shape = sizes.shape(eqn.outs[0].aval.shape)
+    if not lb and dtype.kind == "f":   # one BLAS call
+        w.line(f"{out} = np.dot({a}.reshape(({m}, {k})), {c}.reshape(({k}, {n})))"
+               f".reshape({shape})")
+        return
+    w.line(f"{out}_a = {a}.reshape(({b}, {m}, {k}))")
+    w.line(f"{out}_b = {c}.reshape(({b}, {k}, {n}))")
+    w.line(f"{out}_c = np.empty(({b}, {m}, {n}), {dtype_code(dtype)})")
+    jb, jm, jn, jk, acc = (f"{out}_{t}" for t in ("jb", "jm", "jn", "jk", "acc"))
+    w.line(f"for {jb} in range({b}):")
+    if dtype.kind == "f":
+        w.line(f"    np.dot({out}_a[{jb}], {out}_b[{jb}], {out}_c[{jb}])")
+    else:  # BLAS has no integer product
+        w.line(f"    for {jm} in range({m}):")
+        w.line(f"        for {jn} in range({n}):")
+        w.line(f"            {acc} = {scalar(0, dtype)}")
+        w.line(f"            for {jk} in range({k}):")
+        w.line(f"                {acc} += {out}_a[{jb}, {jm}, {jk}] * {out}_b[{jb}, {jk}, {jn}]")
+        w.line(f"            {out}_c[{jb}, {jm}, {jn}] = {acc}")
+    w.line(f"{out} = {out}_c.reshape({shape})")
+
+
+@emitter("take")
+def _take(w, eqn, ins, out, sizes):
+    x, idx = eqn.ins[0].aval, eqn.ins[1].aval
+    axis = eqn.kw["axis"]
+    w.line(f"{out}_x = {ins[0]}.reshape({_three(x.shape, axis, sizes)})")
+    w.line(f"{out}_i = {ins[1]}.reshape(({sizes.product(idx.shape)},))")
+    w.line(f"{out}_o = np.empty(({out}_x.shape[0], {out}_i.shape[0], {out}_x.shape[2]), "
+           f"{dtype_code(x.dtype)})")
+    depth = loops(w, [f"{out}_x.shape[0]", f"{out}_i.shape[0]", f"{out}_x.shape[2]"], f"{out}_j")
+    j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
+    w.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_i[{j1}], {j2}]")
+    close(w, depth)
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
+
+
+@emitter("scatter_add")
+def _scatter_add(w, eqn, ins, out, sizes):
+    x, idx = eqn.ins[0].aval, eqn.ins[1].aval
+    m = sizes.product(idx.shape)
+    w.line(f"{out}_o = {ins[0]}.reshape({_three(x.shape, eqn.kw['axis'], sizes)}).copy()")
+    w.line(f"{out}_i = {ins[1]}.reshape(({m},))")
+    w.line(f"{out}_u = {ins[2]}.reshape(({out}_o.shape[0], {m}, {out}_o.shape[2]))")
+    depth = loops(w, [f"{out}_o.shape[0]", m, f"{out}_o.shape[2]"], f"{out}_j")
+    j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
+    w.line(f"{out}_o[{j0}, {out}_i[{j1}], {j2}] += {out}_u[{j0}, {j1}, {j2}]")
+    close(w, depth)
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(x.shape)})")
+
+
+def _along_axis(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes, init: str,
+                step: list[str], reverse: bool, running: bool) -> None:
+    """A scan (`running`) or a reduction along one axis of the (before, axis, after) view.
+    `step` is a template updating `{acc}` from `{v}`, the element at position `{k}`."""
+    x = eqn.ins[0].aval
+    j0, j1, k, acc, v = (f"{out}_{t}" for t in ("j0", "j1", "k", "acc", "v"))
+    w.line(f"{out}_x = {ins[0]}.reshape({_three(x.shape, eqn.kw['axis'], sizes)})")
+    kept = f"{out}_x.shape[0], {out}_x.shape[1], {out}_x.shape[2]" if running else \
+        f"{out}_x.shape[0], {out}_x.shape[2]"
+    w.line(f"{out}_o = np.empty(({kept}), {dtype_code(eqn.outs[0].aval.dtype)})")
+    depth = loops(w, [f"{out}_x.shape[0]", f"{out}_x.shape[2]"], f"{out}_j")
+    w.line(f"{acc} = {init}")
+    order = f"range({out}_x.shape[1] - 1, -1, -1)" if reverse else f"range({out}_x.shape[1])"
+    w.line(f"for {k} in {order}:")
+    w.indent()
+    w.line(f"{v} = {out}_x[{j0}, {k}, {j1}]")
+    for line in step:
+        w.line(line.format(acc=acc, v=v, k=k, best=f"{out}_best"))
+    if running:
+        w.line(f"{out}_o[{j0}, {k}, {j1}] = {acc}")
+    w.dedent()
+    if not running:
+        w.line(f"{out}_o[{j0}, {j1}] = {acc}")
+    close(w, depth)
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
+
+
+@emitter("cumsum")
+def _cumsum(w, eqn, ins, out, sizes):
+    _along_axis(w, eqn, ins, out, sizes, scalar(0, eqn.outs[0].aval.dtype),
+                ["{acc} = {acc} + {v}"], eqn.kw["reverse"], True)
+
+
+@emitter("cumprod")
+def _cumprod(w, eqn, ins, out, sizes):
+    _along_axis(w, eqn, ins, out, sizes, scalar(1, eqn.outs[0].aval.dtype),
+                ["{acc} = {acc} * {v}"], eqn.kw["reverse"], True)
+
+
+def _arg(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes, better: str) -> None:
+    # the first extremal index; the first NaN wins, as in numpy
+    w.line(f"{out}_best = {scalar(0, eqn.ins[0].aval.dtype)}")
+    _along_axis(w, eqn, ins, out, sizes, "-1", [
+        "if {acc} < 0 or ({best} == {best} and ({v} != {v} or {v} %s {best})):" % better,
+        "    {acc} = {k}",
+        "    {best} = {v}"], False, False)
+
+
+@emitter("argmax")
+def _argmax(w, eqn, ins, out, sizes):
+    _arg(w, eqn, ins, out, sizes, ">")
+
+
+@emitter("argmin")
+def _argmin(w, eqn, ins, out, sizes):
+    _arg(w, eqn, ins, out, sizes, "<")
+
+
+@emitter("reduce_prod")
+def _reduce_prod(w, eqn, ins, out, sizes):
+    x, dtype = eqn.ins[0].aval, eqn.outs[0].aval.dtype
+    axes = eqn.kw["axes"]
+    kept = tuple(d for d in range(x.ndim) if d not in axes)
+    k, r = sizes.product(x.shape[d] for d in kept), sizes.product(x.shape[d] for d in axes)
+    src = permuted(w, ins[0], x, kept + tuple(axes), f"{out}_t", sizes)
+    w.line(f"{out}_x = {src}.reshape(({k}, {r}))")
+    w.line(f"{out}_o = np.empty(({k},), {dtype_code(dtype)})")
+    j0, j1, acc = f"{out}_j0", f"{out}_j1", f"{out}_acc"
+    w.line(f"for {j0} in range({k}):")
+    w.line(f"    {acc} = {scalar(1, dtype)}")
+    w.line(f"    for {j1} in range({r}):")
+    w.line(f"        {acc} = {acc} * {out}_x[{j0}, {j1}]")
+    w.line(f"    {out}_o[{j0}] = {acc}")
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")

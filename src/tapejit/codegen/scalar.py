@@ -1,0 +1,38 @@
+"""Scalar code templates of the elementwise ops, for code running inside a loop body.
+
+`{0}`, `{1}`, ... are the operands' scalar expressions. numba compiles with
+error_model="numpy", so division by zero and domain errors give inf/NaN as in numpy.
+"""
+from __future__ import annotations
+
+from ..avals import DTYPES_BY_NAME
+from ..ir import Eqn
+from .writer import dtype_code
+
+TEMPLATES = {
+    "neg": "(-{0})", "exp": "math.exp({0})", "log": "math.log({0})", "expm1": "math.expm1({0})",
+    "log1p": "math.log1p({0})", "sqrt": "math.sqrt({0})", "cbrt": "np.cbrt({0})",
+    "sin": "math.sin({0})", "cos": "math.cos({0})", "tan": "math.tan({0})",
+    "asin": "math.asin({0})", "acos": "math.acos({0})", "atan": "math.atan({0})",
+    "sinh": "math.sinh({0})", "cosh": "math.cosh({0})", "tanh": "math.tanh({0})",
+    "asinh": "math.asinh({0})", "acosh": "math.acosh({0})", "atanh": "math.atanh({0})",
+    "abs": "abs({0})", "sign": "np.sign({0})", "floor": "np.floor({0})", "ceil": "np.ceil({0})",
+    "round": "np.rint({0})", "trunc": "np.trunc({0})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "pow": "({0} ** {1})", "atan2": "math.atan2({0}, {1})", "rem": "np.remainder({0}, {1})",
+    "floor_div": "np.floor_divide({0}, {1})", "max": "np.maximum({0}, {1})",
+    "min": "np.minimum({0}, {1})",
+    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})",
+    "and": "({0} and {1})", "or": "({0} or {1})", "xor": "({0} != {1})", "not": "(not {0})",
+    "select": "({1} if {0} else {2})",
+}
+
+
+def scalar_expr(eqn: Eqn, operands: list[str]) -> str:
+    if eqn.op == "convert":
+        target = DTYPES_BY_NAME[eqn.kw["dtype"]]
+        if target.kind == "b":
+            return f"({operands[0]} != 0)"
+        return f"{dtype_code(target)}({operands[0]})"
+    return TEMPLATES[eqn.op].format(*operands)

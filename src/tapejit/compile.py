@@ -1,0 +1,49 @@
+"""Optimized tape -> something to call: the numpy interpreter or a numba-compiled program.
+
+`executable(tape, backend)` returns a callable on the tape's input leaves. For "numba" it
+generates the module source (codegen/cpu.py) and loads it through the disk cache (cache.py):
+the source contains no concrete sizes (they are passed in the size table `S`), so tapes that
+differ only in sizes share one source, one module and one compiled function.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .cache import Program, load_program
+from .codegen.cpu import ENTRY, entry_args, generate
+from .errors import ArgumentError
+from .interpret import interpret
+from .ir import Tape
+
+BACKENDS = ("interpret", "numba")
+
+
+class Interpreted:
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+
+    def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
+        return interpret(self.tape, leaves)
+
+
+class Compiled:
+    """A tape compiled to one numba function; `program` counts compiles and disk loads."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+        self.source, self.sizes = generate(tape)
+        self.program: Program = load_program(self.source, ENTRY)
+
+    def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
+        outs = self.program(*entry_args(self.tape, leaves), self.sizes)
+        return [np.asarray(o) for o in outs]
+
+
+def executable(tape: Tape, backend: str) -> Interpreted | Compiled:
+    if backend == "interpret":
+        return Interpreted(tape)
+    if backend == "numba":
+        return Compiled(tape)
+    raise ArgumentError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,137 @@
+"""The numba backend (opt-in: `backend="numba"`) against the numpy interpreter.
+
+Compiling costs seconds per program, so the op table's primitive rows (one per primitive) are
+checked in a few combined programs: each sums, with random weights, the outputs of a chunk of
+rows, so one compiled forward and reverse sweep exercises every primitive of the chunk. (The
+numpy-function rows lower to the same primitives.) Cache behaviour is checked by counting
+events (traces, compiles, disk loads), never by timing.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from op_db import ROWS
+from zoo import ZOO
+
+PRIMITIVE_ROWS = [row for row in ROWS if row.prim is not None]
+CHUNK = 24
+CHUNKS = [PRIMITIVE_ROWS[i:i + CHUNK] for i in range(0, len(PRIMITIVE_ROWS), CHUNK)]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
+    from tapejit import config
+    config.reload()
+
+
+def _combined(rows):
+    """A scalar function of all the rows' inputs, and those inputs (float64, first sample)."""
+    rng = np.random.default_rng(0)
+    args, spans, weights = [], [], []
+    for row in rows:
+        sample = row.samples("float64")[0]
+        spans.append((row, len(args), len(args) + len(sample)))
+        args.extend(sample)
+        weights.append(rng.uniform(0.5, 1.5))
+
+    def total(*xs):
+        acc = 0.0
+        for (row, a, b), weight in zip(spans, weights):
+            out = row.fn(*xs[a:b])
+            for leaf in (out if isinstance(out, (list, tuple)) else [out]):
+                acc = acc + weight * np.sum(leaf * 1.0)
+        return acc
+
+    return total, args
+
+
+@pytest.mark.parametrize("rows", CHUNKS, ids=lambda rows: f"{rows[0].name}..{rows[-1].name}")
+def test_op_rows_compiled_match_interpreter(rows):
+    fn, args = _combined(rows)
+    argnums = tuple(range(len(args)))
+    value, grads = tj.value_and_grad(fn, argnums=argnums, backend="numba")(*args)
+    ref_value, ref_grads = tj.value_and_grad(fn, argnums=argnums)(*args)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, ref_grads):
+        assert got.dtype == want.dtype and np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+COMPILED_ZOO = [p for p in ZOO if p.name != "euler_pendulum_20"]   # 700 eqns: 10 s to compile
+
+
+@pytest.mark.parametrize("prog", COMPILED_ZOO, ids=lambda p: p.name)
+def test_zoo_compiled_matches_interpreter(prog):
+    args = prog.make_args(np.float64)
+    compiled = tj.value_and_grad(prog.fn, argnums=prog.argnums, has_aux=prog.has_aux,
+                                 backend="numba")
+    interpreted = tj.value_and_grad(prog.fn, argnums=prog.argnums, has_aux=prog.has_aux)
+    got, want = compiled(*args), interpreted(*args)
+    got_leaves, want_leaves = tj.pytree.flatten(got)[0], tj.pytree.flatten(want)[0]
+    assert len(got_leaves) == len(want_leaves)
+    for a, b in zip(got_leaves, want_leaves):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _loss(w, x, y, lr):
+    return np.mean((np.tanh(x @ w) - y) ** 2) * lr
+
+
+def test_cache_events_count_traces_and_compiles():
+    step = tj.value_and_grad(_loss, backend="numba")
+    rng = np.random.default_rng(0)
+    w, x, y = rng.random((4, 2)), rng.random((8, 4)), rng.random((8, 2))
+    step(w, x, y, 0.1)
+    first = step.cache_info()
+    assert (first["traces"], first["compiles"] + first["disk_loads"]) == (1, 1)
+    step(w, x, y, 0.1)
+    assert step.cache_info()["traces"] == 1 and step.cache_info()["hits"] == 1
+    step(w, x, y, 0.05)                        # a new learning rate is a run-time value
+    assert step.cache_info()["traces"] == 1
+    x2, y2 = rng.random((32, 4)), rng.random((32, 2))
+    value, grad = step(w, x2, y2, 0.1)         # a new batch size: re-trace, same program
+    info = step.cache_info()
+    assert info["traces"] == 2 and info["compiles"] + info["disk_loads"] == 1
+    assert "shapes/dtypes" in info["last_miss"]
+    np.testing.assert_allclose(grad, tj.grad(_loss)(w, x2, y2, 0.1), rtol=1e-12)
+    f32 = [a.astype(np.float32) for a in (w, x2, y2)]
+    value32, grad32 = step(*f32, 0.1)          # a new dtype: a new program
+    assert grad32.dtype == np.float32
+    assert step.cache_info()["compiles"] + step.cache_info()["disk_loads"] == 2
+
+
+def test_warm_disk_cache_in_a_fresh_process(tmp_path):
+    script = textwrap.dedent("""
+        import numpy as np, tapejit as tj
+        def loss(w, x):
+            return np.sum(np.sin(x @ w) ** 2)
+        g = tj.grad(loss, backend="numba")
+        w, x = np.ones((3, 2)), np.arange(12.0).reshape(4, 3)
+        assert np.allclose(g(w, x), tj.grad(loss)(w, x))
+        info = g.cache_info()
+        print(info["compiles"], info["disk_loads"])
+    """)
+    env = {**os.environ, "TAPEJIT_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, check=True).stdout.split() for _ in range(2)]
+    assert runs == [["1", "0"], ["0", "1"]]
+
+
+def test_disable_jit_forces_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_DISABLE_JIT", "1")
+    from tapejit import config
+    config.reload()
+    g = tj.value_and_grad(_loss, backend="numba")
+    g(np.ones((2, 2)), np.ones((3, 2)), np.ones((3, 2)), 1.0)
+    assert g.cache_info()["compiles"] == 0
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(tj.ArgumentError, match="unknown backend"):
+        tj.grad(_loss, backend="gpu")(np.ones((2, 2)), np.ones((3, 2)), np.ones((3, 2)), 1.0)
