@@ -222,11 +222,13 @@ def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
 
 
 def default_backend(backend: str | None) -> str:
-    """The backend a transform uses: its argument, else "interpret" (the numba backend is
-    opt-in until the compiler issue lands); TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
-    if config().disable_jit:
+    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "interpret" (the
+    numba backend is opt-in until the compiler is complete); TAPEJIT_DISABLE_JIT=1 forces the
+    interpreter."""
+    settings = config()
+    if settings.disable_jit:
         return "interpret"
-    return backend or "interpret"
+    return backend or settings.backend
 
 
 def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:

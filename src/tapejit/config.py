@@ -2,9 +2,9 @@
 
 - `TAPEJIT_CACHE_DIR`: where compiled programs live (default `$XDG_CACHE_HOME/tapejit`,
   else `~/.cache/tapejit`).
+- `TAPEJIT_BACKEND`: the backend of transforms not given one: "interpret" (default for now)
+  or "numba".
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
-- `TAPEJIT_DUMP=dir`: write tapes, fused groups and generated source to `dir`.
-- `TAPEJIT_PARALLEL=1`: allow `prange` loops (off by default).
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ _TRUE = ("1", "true", "yes", "on")
 class Config:
     cache_dir: Path
     disable_jit: bool = False
-    dump_dir: Path | None = None
-    parallel: bool = False
+    backend: str = "interpret"
 
 
 def _flag(name: str) -> bool:
@@ -34,12 +33,10 @@ def _default_cache_dir() -> Path:
 
 def _read() -> Config:
     cache = os.environ.get("TAPEJIT_CACHE_DIR")
-    dump = os.environ.get("TAPEJIT_DUMP")
     return Config(
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
-        dump_dir=Path(dump).expanduser() if dump else None,
-        parallel=_flag("TAPEJIT_PARALLEL"),
+        backend=os.environ.get("TAPEJIT_BACKEND", "interpret").strip() or "interpret",
     )
 
 
