@@ -343,6 +343,8 @@ row("prim_reduce_min", lambda x: R.reduce_min(x, axes=(0, 1)), shapes=CUBE, dist
     prim="reduce_min", ref=lambda x: np.min(x, axis=(0, 1)))
 row("prim_reduce_prod", lambda x: R.reduce_prod(x, axes=(0, 2)), shapes=CUBE, domain=NONZERO,
     prim="reduce_prod", ref=lambda x: np.prod(x, axis=(0, 2)))
+row("prim_dim_size", lambda x: np.mean(x, axis=(0, 2)), shapes=CUBE, prim="dim_size",
+    ref=lambda x: np.sum(x, axis=(0, 2)) / 8.0)
 row("prim_argmax", lambda x: R.argmax(x, axis=0), shapes=MATRIX, distinct=True, diff=False,
     prim="argmax", ref=lambda x: np.argmax(x, axis=0))
 row("prim_argmin", lambda x: R.argmin(x, axis=1), shapes=MATRIX, distinct=True, diff=False,

@@ -78,7 +78,7 @@ def permuted(w: Writer, src: str, aval: Aval, perm: tuple[int, ...], dst: str,
 @emitter("dim_size")
 def _dim_size(w, eqn, ins, out, sizes):
     dtype = eqn.outs[0].aval.dtype
-    count = sizes.product(eqn.ins[0].aval.shape[a] for a in eqn.kw["axes"])
+    count = sizes.product(eqn.kw["sizes"])
     w.line(f"{out} = np.empty((), {dtype_code(dtype)})")
     w.line(f"{out}[()] = {count}")
 

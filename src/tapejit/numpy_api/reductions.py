@@ -12,7 +12,7 @@ from ..errors import UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import layout as L
 from ..ops import reduce as R
-from ..trace import Tracer, user_source
+from ..trace import Tracer, current_trace, user_source
 from . import asarray, cast, implements, normalize_axes, normalize_axis, reject
 
 _SUM_DTYPES: dict[tuple, np.dtype] = {}
@@ -94,9 +94,11 @@ def _truth(x: Any) -> Any:
 def _count(x: Any, axes: tuple[int, ...], dtype: np.dtype) -> Any:
     """How many elements `axes` of x hold, as a traced scalar of `dtype`: a value computed
     from the run-time sizes, so one compiled program serves every batch size."""
-    if not isinstance(x, Tracer):
-        return dtype.type(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    return R.dim_size(x, axes=axes, dtype=dtype_name(dtype))
+    sizes = tuple(x.shape[a] for a in axes)
+    trace = current_trace()
+    if trace is None:
+        return dtype.type(np.prod(sizes, dtype=np.int64))
+    return trace.record(R.dim_size, (), {"sizes": sizes, "dtype": dtype_name(dtype)})
 
 
 @implements(np.mean)

@@ -102,19 +102,13 @@ argmin = defop("argmin", Kind.REDUCE, lambda x, *, axis: np.argmin(x, axis=axis)
                shape=_arg_shape("argmin"), vjp=zero_vjp)
 
 
-def _dim_size_shape(x: Aval, *, axes: tuple[int, ...], dtype: str) -> Aval:
-    if any(not 0 <= a < x.ndim for a in axes):
-        raise ShapeError(f"dim_size: axes {axes} out of range for {x}")
-    return Aval((), DTYPES_BY_NAME[dtype])
-
-
-# the number of elements along `axes`, as a scalar of `dtype` (np.mean's divisor): an op rather
-# than a literal so that compiled programs take it from the run-time sizes
+# the number of elements of an axis selection, as a scalar of `dtype` (np.mean's divisor). It is
+# an op with the sizes as params, not a literal, so that a compiled program reads it from its
+# run-time size table and serves every batch size; it reads no array, so nothing is kept alive.
 dim_size = defop("dim_size", Kind.REDUCE,
-                 lambda x, *, axes, dtype: np.asarray(
-                     np.prod([x.shape[a] for a in axes], dtype=np.int64),
-                     DTYPES_BY_NAME[dtype]),
-                 shape=_dim_size_shape, vjp=zero_vjp)
+                 lambda *, sizes, dtype: np.asarray(np.prod(sizes, dtype=np.int64),
+                                                    DTYPES_BY_NAME[dtype]),
+                 shape=lambda *, sizes, dtype: Aval((), DTYPES_BY_NAME[dtype]), vjp=zero_vjp)
 
 
 # ---- cumulative ops along one axis ------------------------------------------------------------
