@@ -133,5 +133,6 @@ def test_disable_jit_forces_the_interpreter(monkeypatch):
 
 
 def test_unknown_backend_is_a_clear_error():
-    with pytest.raises(tj.ArgumentError, match="unknown backend"):
-        tj.grad(_loss, backend="gpu")(np.ones((2, 2)), np.ones((3, 2)), np.ones((3, 2)), 1.0)
+    with pytest.raises(tj.ArgumentError, match="unknown backend") as err:
+        tj.grad(_loss, backend="gpu")
+    assert "test_numba_backend.py" in str(err.value)

@@ -20,7 +20,7 @@ import numpy as np
 from . import autodiff
 from .avals import Aval, aval_of
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
-from .compile import Compiled, executable
+from .compile import BACKENDS, Compiled, executable
 from .config import config
 from .interpret import inline, interpret
 from .ir import Tape
@@ -258,6 +258,9 @@ class _CachedTransform:
     def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
                  backend: str | None) -> None:
         functools.update_wrapper(self, fn)
+        if backend is not None and backend not in BACKENDS:
+            raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
+                                          f"{', '.join(BACKENDS)}", user_source(2)))
         self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))

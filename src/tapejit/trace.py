@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from . import ops
-from .avals import Aval, aval_of, dtype_name
+from .avals import Aval, aval_of
 from .errors import ConcretizationError, TapejitError, UnsupportedOperationError, at_source
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
 from .ops import Op

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
+from .rewrite import forward_rewrite
 from ..ops import OPS
 
 
@@ -66,29 +67,15 @@ def _double_negation(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> At
 
 def simplify(tape: Tape) -> Tape:
     """Apply the rewrite table and constant folding in one forward walk."""
-    subst: dict[str, Atom] = {}
     producers: dict[str, Eqn] = {}
-    eqns: list[Eqn] = []
-    reverse_start = None
 
-    def read(atom: Atom) -> Atom:
-        return subst.get(atom.name, atom) if isinstance(atom, Var) else atom
-
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            reverse_start = len(eqns)
-        ins = [read(a) for a in eqn.ins]
-        if ins != list(eqn.ins):
-            eqn = Eqn(eqn.op, tuple(ins), eqn.outs, eqn.params, eqn.src)
+    def decide(eqn: Eqn) -> Atom | None:
+        ins = list(eqn.ins)
         rule = RULES.get(eqn.op)
         replacement = (_fold(eqn, ins) or (rule(eqn, *ins) if rule else None)
                        or _double_negation(eqn, ins, producers))
-        if replacement is not None:
-            subst[eqn.outs[0].name] = replacement
-        else:
+        if replacement is None:
             producers[eqn.outs[0].name] = eqn
-            eqns.append(eqn)
-    if tape.reverse_start is not None and reverse_start is None:
-        reverse_start = len(eqns)
-    return Tape(tape.invars, tuple(eqns), tuple(read(o) for o in tape.outvars),
-                tape.constvars, tape.consts, reverse_start)
+        return replacement
+
+    return forward_rewrite(tape, decide)
