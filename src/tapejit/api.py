@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import inspect
 import re
-import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,13 +19,11 @@ import numpy as np
 from . import autodiff
 from .avals import Aval, aval_of
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
-from .compile import BACKENDS, Compiled, executable
-from .config import config
-from .interpret import inline, interpret
+from .dispatch import CachedTransform, Program, run
 from .ir import Tape
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
-from .trace import Tracer, current_trace, trace_to_tape, user_source
+from .trace import Tracer, trace_to_tape, user_source
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
@@ -213,24 +210,6 @@ def trace_flat(fn: Callable[..., Any], call: _Args, has_aux: bool = False,
     return dce(tape), structure["out"], structure["aux"]
 
 
-def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
-    """Run a tape: inline it into the open trace, or run its program (default: interpret)."""
-    if current_trace() is not None:
-        return inline(tape, leaves)
-    outs = program(leaves) if program is not None else interpret(tape, leaves)
-    return [o[()] if o.ndim == 0 else o for o in outs]
-
-
-def default_backend(backend: str | None) -> str:
-    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "interpret" (the
-    numba backend is opt-in until the compiler is complete); TAPEJIT_DISABLE_JIT=1 forces the
-    interpreter."""
-    settings = config()
-    if settings.disable_jit:
-        return "interpret"
-    return backend or settings.backend
-
-
 def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
     for i in nums:
@@ -241,93 +220,7 @@ def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, .
     return tuple(int(i) % nargs for i in nums)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Program:
-    """What a transform caches per signature: the optimized tape, how to run it, and the
-    output structures."""
-
-    tape: Tape
-    aux: TreeDef | None
-    run: Any = None           # Interpreted | Compiled, None when built inside a trace
-    out: TreeDef | None = None
-
-
-class _CachedTransform:
-    """A per-signature cache of programs, with counts of what happened (`cache_info()`)."""
-
-    def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
-                 backend: str | None) -> None:
-        functools.update_wrapper(self, fn)
-        if backend is not None and backend not in BACKENDS:
-            raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
-                                          f"{', '.join(BACKENDS)}", user_source(2)))
-        self.fn, self.backend = fn, backend
-        self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
-                               else tuple(static_argnums))
-        self._cache: dict[tuple, _Program] = {}
-        self._lock = threading.Lock()
-        self._info = {"traces": 0, "compiles": 0, "disk_loads": 0, "hits": 0}
-        self._last_miss: str | None = None
-
-    def cache_info(self) -> dict[str, Any]:
-        """Counts of traces, compiles, disk loads and cache hits, and why the last call
-        missed the cache."""
-        return {**self._info, "last_miss": self._last_miss}
-
-    def _program(self, key: tuple, build: Callable[[], _Program]) -> _Program:
-        if current_trace() is not None:
-            return build()        # inside another trace: inline, never cache
-        program = self._cache.get(key)
-        if program is not None:
-            self._info["hits"] += 1
-            return program
-        with self._lock:          # concurrent first calls build once
-            program = self._cache.get(key)
-            if program is None:
-                self._last_miss = _miss_reason(key, self._cache)
-                self._info["traces"] += 1
-                program = build()
-                program = dataclasses.replace(program, run=self._executable(program.tape))
-                self._cache[key] = program
-            else:
-                self._info["hits"] += 1
-        return program
-
-    def _executable(self, tape: Tape) -> Any:
-        runner = executable(tape, default_backend(self.backend))
-        return _Counted(runner, self._info) if isinstance(runner, Compiled) else runner
-
-
-class _Counted:
-    """Runs a compiled program, adding its first call's compile or disk load to the counts
-    (a program whose source was compiled before, e.g. for another batch size, adds neither)."""
-
-    def __init__(self, runner: Compiled, info: dict[str, int]) -> None:
-        self.runner, self.info = runner, info
-        program = runner.program
-        self.before: tuple[int, int] | None = (program.compiles, program.disk_loads)
-
-    def __call__(self, leaves: Sequence[Any]) -> Any:
-        outs = self.runner(leaves)
-        if self.before is not None:
-            program = self.runner.program
-            self.info["compiles"] += program.compiles - self.before[0]
-            self.info["disk_loads"] += program.disk_loads - self.before[1]
-            self.before = None
-        return outs
-
-
-def _miss_reason(key: tuple, cache: dict[tuple, Any]) -> str:
-    if not cache:
-        return "first call"
-    last = next(reversed(cache))
-    names = ("argnums", "structure", "shapes/dtypes", "weak types", "static arguments",
-             "positional count")
-    changed = [n for n, a, b in zip(names, key, last) if a != b] or ["signature"]
-    return f"{', '.join(changed)} changed"
-
-
-class _ValueAndGrad(_CachedTransform):
+class _ValueAndGrad(CachedTransform):
     """`value_and_grad(f)`: a callable with a per-signature cache of joint programs."""
 
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
@@ -355,7 +248,7 @@ class _ValueAndGrad(_CachedTransform):
             return (value, unflatten(program.aux, rest[:n_aux])), grad
         return value, grad
 
-    def _build(self, call: _Args, argnums: tuple[int, ...]) -> _Program:
+    def _build(self, call: _Args, argnums: tuple[int, ...]) -> Program:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
         _check_float_inputs("grad", call, wrt)
         tape, out_td, aux_td = trace_flat(self.fn, call, self.has_aux)
@@ -373,7 +266,7 @@ class _ValueAndGrad(_CachedTransform):
                                        f"{_fn_name(self.fn)} returned {out.aval}",
                                        _fn_source(self.fn)))
         seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
-        return _Program(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
+        return Program(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
 
 
 def _check_float_inputs(what: str, call: _Args, wrt: Sequence[int]) -> None:
