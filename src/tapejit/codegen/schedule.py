@@ -10,7 +10,8 @@ gathers, scatters, layout changes): fusion barriers.
 An eqn joins the latest loop of its domain when everything it reads is ready there: values of
 that loop computed before it (not the loop's own reductions, which finish only after the nest),
 or values of earlier steps. Loops are capped at `MAX_LOOP_OPS` ops, about where LLVM stops
-vectorising a loop body.
+vectorising a loop body (bodies calling libm's sin/exp are not vectorised anyway, and every
+split costs an array written and read back).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ..ir import Eqn, Tape, Var
 from ..ops import OPS, Kind
 from .views import is_view
 
-MAX_LOOP_OPS = 24
+MAX_LOOP_OPS = 40
 FUSIBLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
 
 

@@ -1,8 +1,8 @@
 """Algebraic simplification and constant folding, as a table of rewrites.
 
-Each rule looks at one eqn (with its literal inputs) and may return an existing atom that
-computes the same value with the same aval; the eqn then disappears and its readers use that
-atom. Eqns whose inputs are all literals and whose result is a scalar are evaluated (folded).
+Each rule looks at one eqn (with its literal inputs; an array that is a broadcast literal, a
+"splat", is shown to the rules as that literal) and may return an existing atom that computes
+the same value with the same aval; the eqn then disappears and its readers use that atom. Eqns whose inputs are all literals and whose result is a scalar are evaluated (folded).
 Rewrites that change values at special points are deliberately absent: `x * 0 -> 0` (NaN and
 inf times 0 are NaN), `exp(log x) -> x` (NaN for x < 0), `log(exp x) -> x` (inf for large x).
 """
@@ -13,8 +13,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
-from .rewrite import forward_rewrite
 from ..ops import OPS
+from .rewrite import forward_rewrite
 
 
 def _is(atom: Atom, value: Any) -> bool:
@@ -68,14 +68,19 @@ def _double_negation(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> At
 def simplify(tape: Tape) -> Tape:
     """Apply the rewrite table and constant folding in one forward walk."""
     producers: dict[str, Eqn] = {}
+    splats: dict[str, Lit] = {}   # arrays that are a literal broadcast (x * ones -> x)
 
     def decide(eqn: Eqn) -> Atom | None:
         ins = list(eqn.ins)
+        seen = [splats.get(a.name, a) if isinstance(a, Var) else a for a in ins]
         rule = RULES.get(eqn.op)
-        replacement = (_fold(eqn, ins) or (rule(eqn, *ins) if rule else None)
+        replacement = (_fold(eqn, ins) or (rule(eqn, *seen) if rule else None)
                        or _double_negation(eqn, ins, producers))
         if replacement is None:
-            producers[eqn.outs[0].name] = eqn
+            out = eqn.outs[0]
+            producers[out.name] = eqn
+            if eqn.op == "broadcast_in_dim" and isinstance(seen[0], Lit):
+                splats[out.name] = seen[0]
         return replacement
 
     return forward_rewrite(tape, decide)
