@@ -16,6 +16,7 @@ import numpy as np
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from . import calls
 from .scalar import scalar_expr
+from .plan import plan
 from .schedule import Call, Loop, schedule
 from .views import is_view, view_expr
 from .writer import Sizes, Writer, dtype_code, literal, scalar
@@ -47,16 +48,26 @@ class _Program:
     def __init__(self, tape: Tape) -> None:
         self.w, self.sizes = Writer(), Sizes()
         self.steps = schedule(tape)
-        self.scalars: set[str] = set()   # vars held in Python locals `t_<name>`
-        self.arrays = _materialized(tape, self.steps)
+        self.plan = plan(tape, self.steps)
 
     def read(self, atom: Atom, parts: list[str]) -> str:
-        """`atom` at index `parts` (one per axis of the atom)."""
+        """`atom` at index `parts` (one per axis of the atom), from wherever it lives."""
         if isinstance(atom, Lit):
             return literal(atom)
-        if atom.name in self.scalars:
+        if atom.name in self.plan.scalar:
             return f"t_{name_of(atom)}"
+        eqn = self.plan.inline.get(atom.name)
+        if eqn is not None and atom.name not in self.plan.arrays:
+            return self.recompute(eqn, parts, self.read)
         return f"{name_of(atom)}[{', '.join(parts) if parts else '()'}]"
+
+    def recompute(self, eqn: Eqn, here: list[str], read: Any) -> str:
+        """The scalar expression of `eqn` at output position `here`, operands from `read`."""
+        if is_view(eqn):
+            return view_expr(eqn, lambda k, parts: read(eqn.ins[k], parts), self.sizes, here)
+        shape = eqn.outs[0].aval.shape
+        return scalar_expr(eqn, [read(a, _operand_parts(a.aval.shape, here, shape))
+                                 for a in eqn.ins])
 
 
 def generate(tape: Tape) -> tuple[str, np.ndarray]:
@@ -70,14 +81,16 @@ def generate(tape: Tape) -> tuple[str, np.ndarray]:
     w.indent()
     for number, step in enumerate(p.steps):
         if isinstance(step, Loop):
-            _emit_loop(p, step, [f"i{d}_{number}" for d in range(len(step.domain))])
+            if p.plan.live[number]:
+                _emit_loop(p, step, p.plan.live[number],
+                           [f"i{d}_{number}" for d in range(len(step.domain))])
         else:
             _emit_call(p, step)
     outs = []
     for k, atom in enumerate(tape.outvars):
-        if isinstance(atom, Lit):
+        if isinstance(atom, Lit) or atom.name in p.plan.scalar:   # outputs are arrays
             outs.append(f"out{k}")
-            calls.filled(w, f"out{k}", atom.aval, literal(atom), p.sizes)
+            calls.filled(w, outs[-1], atom.aval, p.read(atom, []), p.sizes)
         else:
             outs.append(name_of(atom))
     w.line(f"return ({''.join(o + ', ' for o in outs)})")
@@ -100,33 +113,12 @@ def _emit_call(p: _Program, step: Call) -> None:
         if isinstance(atom, Lit):
             ins.append(f"{name_of(eqn.outs[0])}_lit{k}")
             calls.filled(p.w, ins[-1], atom.aval, literal(atom), p.sizes)
-        elif atom.name in p.scalars:
+        elif atom.name in p.plan.scalar:
             ins.append(f"{name_of(eqn.outs[0])}_in{k}")
             calls.filled(p.w, ins[-1], atom.aval, f"t_{name_of(atom)}", p.sizes)
         else:
             ins.append(name_of(atom))
     calls.emit(p.w, eqn, ins, name_of(eqn.outs[0]), p.sizes)
-
-
-def _materialized(tape: Tape, steps: list) -> set[str]:
-    """Vars that must live in arrays: tape outputs, operands of calls, and values read by a
-    later loop (except scalars, which stay in locals)."""
-    where: dict[str, int] = {}
-    needed = {o.name for o in tape.outvars if isinstance(o, Var)}
-    for index, step in enumerate(steps):
-        eqns = step.eqns if isinstance(step, Loop) else [step.eqn]
-        for eqn in eqns:
-            for atom in eqn.ins:
-                if not isinstance(atom, Var) or atom.name not in where:
-                    continue
-                producer = steps[where[atom.name]]
-                scalar_value = isinstance(producer, Loop) and producer.domain == ()
-                if isinstance(step, Call) or (where[atom.name] != index and not scalar_value) \
-                        or (is_view(eqn) and not scalar_value):
-                    needed.add(atom.name)
-            for out in eqn.outs:
-                where[out.name] = index
-    return needed
 
 
 def full_index(shape: tuple[int, ...], idx: list[str]) -> list[str]:
@@ -157,9 +149,9 @@ def _init(eqn: Eqn) -> str:
     return scalar(value, dtype)
 
 
-def _emit_loop(p: _Program, loop: Loop, idx: list[str]) -> None:
-    """One loop nest with loop indices `idx` (unique per loop: numba's SSA reconstruction is
-    slow on reused variables)."""
+def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str]) -> None:
+    """The loop nest computing `eqns` (the live ones of `loop`), with loop indices `idx`
+    (unique per loop: numba's SSA reconstruction is slow on reused variables)."""
     w, rank = p.w, len(loop.domain)
     pre: list[list[str]] = [[] for _ in range(rank + 1)]
     post: list[list[str]] = [[] for _ in range(rank + 1)]
@@ -171,22 +163,17 @@ def _emit_loop(p: _Program, loop: Loop, idx: list[str]) -> None:
             return f"t_{name_of(atom)}"
         return p.read(atom, parts)
 
-    for eqn in loop.eqns:
+    for eqn in eqns:
         out = eqn.outs[0]
         body.append(comment(eqn, p.sizes))
         if eqn.op in _INIT and not is_view(eqn):
             _emit_reduction(p, eqn, idx, pre, post, body, read)
             continue
         here = full_index(out.aval.shape, idx)
-        if is_view(eqn):
-            expr = view_expr(eqn, lambda k, parts: read(eqn.ins[k], parts), p.sizes, here)
-        else:
-            expr = scalar_expr(eqn, [read(a, _operand_parts(a.aval.shape, here, out.aval.shape))
-                                     for a in eqn.ins])
         name = name_of(out)
-        body.append(f"t_{name} = {expr}")
+        body.append(f"t_{name} = {p.recompute(eqn, here, read)}")
         local.add(out.name)
-        if out.name in p.arrays:
+        if out.name in p.plan.arrays:
             w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
                    f"{dtype_code(out.aval.dtype)})")
             body.append(f"{name}[{', '.join(here) if here else '()'}] = t_{name}")
@@ -200,8 +187,6 @@ def _emit_loop(p: _Program, loop: Loop, idx: list[str]) -> None:
         w.dedent()
         for stmt in post[level]:
             w.line(stmt)
-    if rank == 0:
-        p.scalars.update(local)
 
 
 def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list,
@@ -221,9 +206,8 @@ def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list
         level, acc = rank - len(reduced), f"acc_{name}"
         pre[level].append(f"{acc} = {_init(eqn)}")
         body.append(f"{acc} = {combine.format(acc, operand)}")
-        if level == 0 and out.name not in p.arrays:
+        if out.name in p.plan.scalar:
             post[level].append(f"t_{name} = {acc}")
-            p.scalars.add(out.name)
             return
         post[level].append(f"{target} = {acc}")
         w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
