@@ -49,6 +49,7 @@ class _Program:
         self.w, self.sizes = Writer(), Sizes()
         self.steps = schedule(tape)
         self.plan = plan(tape, self.steps)
+        self.after_nest: list[str] = []   # statements to run once the current nest is done
 
     def read(self, atom: Atom, parts: list[str]) -> str:
         """`atom` at index `parts` (one per axis of the atom), from wherever it lives."""
@@ -150,8 +151,9 @@ def _init(eqn: Eqn) -> str:
 
 
 def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str]) -> None:
-    """The loop nest computing `eqns` (the live ones of `loop`), with loop indices `idx`
-    (unique per loop: numba's SSA reconstruction is slow on reused variables)."""
+    """The loop nest computing `eqns` (the live ones of `loop`), with loop indices `idx` for
+    its domain (unique per loop: numba's SSA reconstruction is slow on reused variables).
+    Eqns of an inner stage run in an inner loop nest inside each iteration."""
     w, rank = p.w, len(loop.domain)
     pre: list[list[str]] = [[] for _ in range(rank + 1)]
     post: list[list[str]] = [[] for _ in range(rank + 1)]
@@ -163,20 +165,29 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str]) -> None
             return f"t_{name_of(atom)}"
         return p.read(atom, parts)
 
-    for eqn in eqns:
-        out = eqn.outs[0]
-        body.append(comment(eqn, p.sizes))
-        if eqn.op in _INIT and not is_view(eqn):
-            _emit_reduction(p, eqn, idx, pre, post, body, read)
+    for stage, group in _stages(loop, eqns):
+        domain = loop.stages[stage]
+        if domain == loop.domain:
+            for eqn in group:
+                _emit_eqn(p, eqn, idx, pre, post, body, read, local)
             continue
-        here = full_index(out.aval.shape, idx)
-        name = name_of(out)
-        body.append(f"t_{name} = {p.recompute(eqn, here, read)}")
-        local.add(out.name)
-        if out.name in p.plan.arrays:
-            w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
-                   f"{dtype_code(out.aval.dtype)})")
-            body.append(f"{name}[{', '.join(here) if here else '()'}] = t_{name}")
+        inner = [f"{idx[0] if idx else 'i'}s{stage}_{k}" for k in range(len(domain) - rank)]
+        lines: list[str] = []
+        before: list[list[str]] = [[] for _ in range(len(domain) + 1)]
+        after: list[list[str]] = [[] for _ in range(len(domain) + 1)]
+        for eqn in group:
+            _emit_eqn(p, eqn, idx + inner, before, after, lines, read, local, rank)
+        body.extend(before[rank])
+        for depth, (name, n) in enumerate(zip(inner, domain[rank:])):
+            body.append("    " * depth + f"for {name} in range({p.sizes(n)}):")
+        body.extend("    " * len(inner) + line for line in lines)
+        body.extend(after[rank])
+        for e in group:   # the stage's values are gone; its complete reductions remain
+            name = e.outs[0].name
+            if e.op in _INIT and not is_view(e) and loop.complete(name):
+                local.add(name)
+            else:
+                local.discard(name)
     for level in range(rank):
         w.lines.extend("    " * w.depth + stmt for stmt in pre[level])
         w.line(f"for {idx[level]} in range({p.sizes(loop.domain[level])}):")
@@ -187,10 +198,46 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str]) -> None
         w.dedent()
         for stmt in post[level]:
             w.line(stmt)
+    for stmt in p.after_nest:
+        w.line(stmt)
+    p.after_nest.clear()
+
+
+def _stages(loop: Loop, eqns: list[Eqn]) -> list[tuple[int, list[Eqn]]]:
+    """The eqns grouped into their consecutive stages."""
+    groups: list[tuple[int, list[Eqn]]] = []
+    for eqn in eqns:
+        stage = loop.stage_of[eqn.outs[0].name]
+        if not groups or groups[-1][0] != stage:
+            groups.append((stage, []))
+        groups[-1][1].append(eqn)
+    return groups
+
+
+def _emit_eqn(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list, body: list,
+              read: Any, local: set[str], inner_from: int | None = None) -> None:
+    """One eqn inside a loop body whose loop indices are `idx` (in an inner stage, the levels
+    from `inner_from` on are the stage's own)."""
+    out = eqn.outs[0]
+    body.append(comment(eqn, p.sizes))
+    if eqn.op in _INIT and not is_view(eqn):
+        _emit_reduction(p, eqn, idx, pre, post, body, read, inner_from)
+        return
+    here = full_index(out.aval.shape, idx)
+    name = name_of(out)
+    body.append(f"t_{name} = {p.recompute(eqn, here, read)}")
+    local.add(out.name)
+    if out.name in p.plan.arrays:
+        p.w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
+                 f"{dtype_code(out.aval.dtype)})")
+        body.append(f"{name}[{', '.join(here) if here else '()'}] = t_{name}")
 
 
 def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list,
-                    body: list, read: Any) -> None:
+                    body: list, read: Any, inner_from: int | None = None) -> None:
+    """A reduction accumulating inside a nest with indices `idx`: into a scalar when its axes
+    are the innermost ones (stored after their loops end; in an inner stage starting at level
+    `inner_from`, only when they are all of the stage's axes), else into an array element."""
     w, rank = p.w, len(idx)
     x, out = eqn.ins[0].aval, eqn.outs[0]
     name = name_of(out)
@@ -201,20 +248,21 @@ def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list
     kept = [here[d] for d in range(x.ndim) if d not in axes]
     reduced = [here[d] for d in axes if here[d] != "0"]     # loop indices summed over
     target = f"{name}[{', '.join(kept) if kept else '()'}]"
-    if reduced == idx[rank - len(reduced):]:
-        # reduced axes innermost: accumulate in a scalar, store once per output element
-        level, acc = rank - len(reduced), f"acc_{name}"
+    level = rank - len(reduced)
+    if reduced == idx[level:] and (inner_from is None or level == inner_from):
+        acc = f"acc_{name}"
         pre[level].append(f"{acc} = {_init(eqn)}")
         body.append(f"{acc} = {combine.format(acc, operand)}")
-        if out.name in p.plan.scalar:
-            post[level].append(f"t_{name} = {acc}")
-            return
-        post[level].append(f"{target} = {acc}")
-        w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
-               f"{dtype_code(out.aval.dtype)})")
+        post[level].append(f"t_{name} = {acc}")      # a local, read by later stages
+        if out.name not in p.plan.scalar and out.name in p.plan.arrays:
+            post[level].append(f"{target} = {acc}")
+            w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
+                   f"{dtype_code(out.aval.dtype)})")
     else:
         calls.filled(w, name, out.aval, _init(eqn), p.sizes)
         body.append(f"{target} = {combine.format(target, operand)}")
+        if out.name in p.plan.scalar:       # complete once the whole nest has run
+            p.after_nest.append(f"t_{name} = {name}[{', '.join(['0'] * out.aval.ndim) or '()'}]")
 
 
 def entry_args(tape: Tape, leaves: list[Any]) -> list[np.ndarray]:

@@ -36,23 +36,33 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
     inline = _inlinable(steps)
     arrays = {o.name for o in tape.outvars if isinstance(o, Var)}
 
-    def use(name: str, reader: int) -> None:
-        if name not in where or name in scalar or where[name] == reader:
+    def use(name: str, reader: int, stage: int | None) -> None:
+        if name not in where or name in scalar:
             return
-        if name in inline:
+        producer = steps[where[name]]
+        if where[name] == reader:
+            # within a loop, a value of an inner stage is gone once its stage ends
+            assert isinstance(producer, Loop)
+            mine = producer.stage_of[name]
+            if mine == stage or producer.stages[mine] == producer.domain \
+                    or name in producer.reductions:
+                return
+            arrays.add(name)
+        elif name in inline:
             for atom in inline[name].ins:
                 if isinstance(atom, Var):
-                    use(atom.name, reader)
+                    use(atom.name, reader, None)
         else:
             arrays.add(name)
 
     for index, step in enumerate(steps):
         for eqn in _eqns(step):
+            stage = step.stage_of[eqn.outs[0].name] if isinstance(step, Loop) else None
             for atom in eqn.ins:
                 if isinstance(atom, Var):
                     if isinstance(step, Call) and atom.name not in scalar:
                         arrays.add(atom.name)
-                    use(atom.name, index)
+                    use(atom.name, index, stage)
     arrays -= scalar          # (a scalar output becomes an array only at the return)
     live = {index: _live(step, arrays, scalar) for index, step in enumerate(steps)
             if isinstance(step, Loop)}

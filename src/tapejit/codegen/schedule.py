@@ -27,12 +27,24 @@ FUSIBLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
 
 @dataclasses.dataclass
 class Loop:
+    """A loop nest over `domain`; eqns whose domain extends it (`domain` + inner axes) run in
+    inner loops ("stages") inside each iteration of the nest, in order."""
+
     domain: tuple[int, ...]
     eqns: list[Eqn] = dataclasses.field(default_factory=list)
-    reductions: set[str] = dataclasses.field(default_factory=set)  # accumulated outputs
+    stage_of: dict[str, int] = dataclasses.field(default_factory=dict)   # var -> stage
+    stages: list[tuple[int, ...]] = dataclasses.field(default_factory=list)  # their domains
+    reductions: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def op_count(self) -> int:
         return len(self.eqns)
+
+    def complete(self, name: str) -> bool:
+        """Whether reduction `name` is complete inside one iteration of the nest (it reduces
+        exactly the inner axes of its stage), so later stages may read it."""
+        axes = self.reductions[name]
+        stage = self.stages[self.stage_of[name]]
+        return set(axes) == set(range(len(self.domain), len(stage)))
 
 
 @dataclasses.dataclass
@@ -57,42 +69,105 @@ def _loop_domain(eqn: Eqn) -> tuple[int, ...] | None:
     return None
 
 
+def reduced_axes(eqn: Eqn) -> tuple[int, ...]:
+    """A reduction's reduced axes, as positions in its (squeezed) loop domain."""
+    shape = eqn.ins[0].aval.shape
+    position = {a: k for k, a in enumerate(d for d, n in enumerate(shape) if n != 1)}
+    return tuple(sorted(position[a] for a in eqn.kw["axes"] if shape[a] != 1))
+
+
+def _placement(loop: Loop, domain: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The loop's outer domain if an eqn of `domain` joins it, or None if it cannot.
+    An eqn may extend the domain (an inner stage), or be a prefix of the domain of a loop with
+    a single stage (which then becomes that outer domain's first inner stage)."""
+    if not loop.domain and domain:
+        return None               # nothing to share with a scalar loop
+    if domain[:len(loop.domain)] == loop.domain:
+        return loop.domain
+    if loop.domain[:len(domain)] == domain and len(set(loop.stages)) == 1 and domain:
+        return domain
+    return None
+
+
+def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[int, ...], outer: tuple[int, ...],
+          producer: dict[str, int]) -> bool:
+    """Whether `eqn` can run in `loop` (with outer domain `outer`): all it reads is ready."""
+    if loop.op_count() >= MAX_LOOP_OPS:
+        return False
+    last = len(loop.stages) - 1
+    same_stage = bool(loop.stages) and loop.stages[last] == domain
+    for atom in eqn.ins:
+        if not isinstance(atom, Var) or atom.name not in producer:
+            continue
+        where = producer[atom.name]
+        if where > index:
+            return False
+        if where < index:
+            continue
+        stage = loop.stage_of[atom.name]
+        stage_domain = loop.stages[stage]
+        if atom.name in loop.reductions:
+            axes = loop.reductions[atom.name]
+            if set(axes) != set(range(len(outer), len(stage_domain))) or \
+                    (same_stage and stage == last):
+                return False      # not complete before the nest ends, or still running
+        elif is_view(eqn) and not (stage_domain == outer and _broadcasts_outer(eqn, outer)):
+            return False          # other views read their operand from memory
+    return True
+
+
+def _broadcasts_outer(eqn: Eqn, outer: tuple[int, ...]) -> bool:
+    """A broadcast of a value of the outer domain along inner axes only (so inside the loop it
+    is that value's local)."""
+    if eqn.op != "broadcast_in_dim":
+        return False
+    operand, out = eqn.ins[0].aval.shape, eqn.outs[0].aval.shape
+    placed = [d for n, d in zip(operand, eqn.kw["dims"]) if n != 1]
+    loop_axes = [d for d, n in enumerate(out) if n != 1]
+    return len(placed) == len(outer) and placed == loop_axes[:len(placed)]
+
+
 def schedule(tape: Tape) -> list[Step]:
     steps: list[Step] = []
     producer: dict[str, int] = {}  # var name -> index of the step computing it
-
-    def fits(index: int, loop: Loop, eqn: Eqn) -> bool:
-        for atom in eqn.ins:
-            if not isinstance(atom, Var) or atom.name not in producer:
-                continue
-            where = producer[atom.name]
-            if where == index:
-                if atom.name in loop.reductions or is_view(eqn):
-                    return False
-            elif where > index:
-                return False
-        return loop.op_count() < MAX_LOOP_OPS
-
     for eqn in tape.eqns:
         domain = _loop_domain(eqn)
-        target = None
-        if domain is not None:
-            for index in range(len(steps) - 1, -1, -1):
-                step = steps[index]
-                if isinstance(step, Loop) and step.domain == domain and fits(index, step, eqn):
-                    target = index
-                    break
-            if target is None:
-                steps.append(Loop(domain))
-                target = len(steps) - 1
-            loop = steps[target]
-            assert isinstance(loop, Loop)
-            loop.eqns.append(eqn)
-            if eqn.op in FUSIBLE_REDUCTIONS:
-                loop.reductions.add(eqn.outs[0].name)
-        else:
+        if domain is None:
             steps.append(Call(eqn))
             target = len(steps) - 1
+        else:
+            target = _join(steps, eqn, domain, producer)
         for out in eqn.outs:
             producer[out.name] = target
     return steps
+
+
+def _join(steps: list[Step], eqn: Eqn, domain: tuple[int, ...],
+          producer: dict[str, int]) -> int:
+    """Put `eqn` in a loop it fits (or a new one): the one computing most of its inputs, else
+    the latest. Return that step's index."""
+    best, best_outer, best_affinity = None, None, -1
+    for index in range(len(steps) - 1, -1, -1):
+        loop = steps[index]
+        if not isinstance(loop, Loop):
+            continue
+        outer = _placement(loop, domain)
+        if outer is None or not _fits(loop, index, eqn, domain, outer, producer):
+            continue
+        affinity = sum(1 for a in eqn.ins if isinstance(a, Var) and producer.get(a.name) == index)
+        if affinity > best_affinity:
+            best, best_outer, best_affinity = index, outer, affinity
+    if best is None:
+        steps.append(Loop(domain))
+        index, loop = len(steps) - 1, steps[-1]
+    else:
+        index, loop = best, steps[best]
+        loop.domain = best_outer
+    assert isinstance(loop, Loop)
+    if not loop.stages or loop.stages[-1] != domain:
+        loop.stages.append(domain)
+    loop.eqns.append(eqn)
+    loop.stage_of[eqn.outs[0].name] = len(loop.stages) - 1
+    if eqn.op in FUSIBLE_REDUCTIONS and not is_view(eqn):
+        loop.reductions[eqn.outs[0].name] = reduced_axes(eqn)
+    return index
