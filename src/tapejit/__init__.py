@@ -8,6 +8,7 @@
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
 from .api import grad, make_tape, value_and_grad, vjp
+from .explain import Explanation, explain
 from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, ShapeError,
                      TapejitError, UnsupportedOperationError)
 from .ir import Tape, typecheck
@@ -20,4 +21,5 @@ __all__ = [
     "grad", "value_and_grad", "vjp", "make_tape", "Tape", "typecheck", "parse_tape",
     "print_tape", "tree_map", "TapejitError", "UnsupportedOperationError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
+    "explain", "Explanation",
 ]

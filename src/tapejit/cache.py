@@ -10,7 +10,8 @@
 Each program is published once, atomically, as `<cache_root>/tj_<hash>.py` (hash of source
 and key; a header line holds the body's sha256) and never rewritten while valid: numba keys its
 `__pycache__/tj_<hash>.*.nbi/.nbc` files on the file's mtime and size. A damaged file is replaced.
-Modules enter `sys.modules` before they run, so numba can unpickle them in later processes.
+Modules enter `sys.modules` before they run, so numba can unpickle them in later processes,
+and their text enters `linecache`, so tracebacks show generated lines wherever the file goes.
 An exception raised inside `numba.core.caching` during a call (damaged files raise
 UnpicklingError, EOFError, UnicodeDecodeError, ...) purges the module's numba files, re-imports
 it and calls again; if that fails too, the program compiles in memory only. Damage that still
@@ -21,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import linecache
 import os
 import shutil
 import sys
@@ -121,6 +123,10 @@ def _import(path: Path, modname: str, data: bytes) -> ModuleType:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     code = compile(data, str(path), "exec", dont_inherit=True)
+    # tracebacks and numba's errors show generated lines even if the file is moved or deleted
+    # (mtime None: linecache.checkcache keeps the entry; the path's content never changes)
+    text = data.decode("utf-8")
+    linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
     sys.modules[modname] = module
     try:
         exec(code, module.__dict__)

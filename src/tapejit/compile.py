@@ -35,6 +35,8 @@ class Compiled:
         self.tape = tape
         self.source, self.sizes = generate(tape)
         self.program: Program = load_program(self.source, ENTRY)
+        from .explain import dump  # TAPEJIT_DUMP (a late import: explain.py imports this module)
+        dump(self)
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
         outs = self.program(*entry_args(self.tape, leaves), self.sizes)

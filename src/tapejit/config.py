@@ -5,6 +5,8 @@
 - `TAPEJIT_BACKEND`: the backend of transforms not given one: "interpret" (default for now)
   or "numba".
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
+- `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
+  and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class Config:
     cache_dir: Path
     disable_jit: bool = False
     backend: str = "interpret"
+    dump_dir: Path | None = None
 
 
 def _flag(name: str) -> bool:
@@ -33,10 +36,12 @@ def _default_cache_dir() -> Path:
 
 def _read() -> Config:
     cache = os.environ.get("TAPEJIT_CACHE_DIR")
+    dump = os.environ.get("TAPEJIT_DUMP", "").strip()
     return Config(
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
         backend=os.environ.get("TAPEJIT_BACKEND", "interpret").strip() or "interpret",
+        dump_dir=Path(dump).expanduser() if dump else None,
     )
 
 

@@ -1,0 +1,121 @@
+"""tj.explain, TAPEJIT_DUMP and generated lines in tracebacks.
+
+One numba compile in all (the dump test runs a program); explain itself never compiles, and the
+traceback test runs the generated function's Python body (`py_func`).
+"""
+from __future__ import annotations
+
+import linecache
+import traceback
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import config as tj_config
+from tapejit.codegen.schedule import Call, Loop
+from tapejit.interpret import interpret
+from tapejit.passes import PIPELINE
+
+
+def loss(w, x, y):
+    return np.mean((np.tanh(x @ w) - y) ** 2)
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(3, 2)), rng.normal(size=(5, 3)), rng.normal(size=(5, 2))
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A private cache directory and no dump, unless a test sets TAPEJIT_DUMP."""
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TAPEJIT_DUMP", raising=False)
+    tj_config.reload()
+    yield monkeypatch
+    monkeypatch.undo()
+    tj_config.reload()
+
+
+def test_explain_shows_every_stage(data):
+    ex = tj.explain(loss)(*data)
+    text = str(ex)
+    passes = [name for name, _, _ in PIPELINE]
+    assert list(ex.tapes) == ["traced", "autodiff", *passes]
+    for name in passes:
+        assert f"after {name}:" in text
+    for tape in ex.tapes.values():
+        assert isinstance(tape, tj.Tape)
+        tj.typecheck(tape)
+    assert ex.tape is ex.tapes[passes[-1]]
+    assert ex.tapes["autodiff"].reverse_start is not None
+    assert any(isinstance(g, Loop) for g in ex.groups)
+    assert any(isinstance(g, Call) and g.eqn.op == "dot_general" for g in ex.groups)
+    assert "Loop over 5x2" in text and "Call" in text
+    assert "@numba.njit" in ex.source and "def entry(" in ex.source and ex.source.rstrip() in text
+    assert ex.module.startswith("tj_") and ex.module in text
+    # the explained program is the one value_and_grad runs
+    value, grad = tj.value_and_grad(loss, backend="interpret")(*data)
+    got = interpret(ex.tape, list(data))
+    np.testing.assert_allclose(got[0], value)
+    np.testing.assert_allclose(got[1], grad)
+    printed = []
+    ex._repr_pretty_(type("P", (), {"text": lambda self, s: printed.append(s)})(), False)
+    assert printed == [text] and repr(ex).startswith("<Explanation of loss")
+
+
+def test_explain_forward_transforms_and_errors(data):
+    forward = tj.explain(loss, grad=False)(*data)
+    assert "autodiff" not in forward.tapes and len(forward.tape.outvars) == 1
+    g = tj.grad(loss, argnums=1)
+    g(*data)
+    ex = tj.explain(g)(*data)          # the transform's own argnums; its cache counts
+    assert ex.tape.outvars[1].aval.shape == (5, 3)
+    assert "w.r.t. argument(s) 1" in ex.text and "last_miss=first call" in ex.text
+    shown = tj.explain(loss, backend="interpret")(*data)
+    assert shown.groups == [] and shown.source == "" and "no fusion" in shown.text
+    with pytest.raises(tj.ArgumentError, match="grad=False"):
+        tj.explain(lambda x: np.tanh(x))(data[0])
+    with pytest.raises(tj.ArgumentError, match="unknown backend"):
+        tj.explain(loss, backend="cuda")
+
+
+def test_dump_writes_each_compiled_program(env, data, tmp_path):
+    pytest.importorskip("numba")
+    dump = tmp_path / "dump"
+    env.setenv("TAPEJIT_DUMP", str(dump))
+    tj_config.reload()
+    vg = tj.value_and_grad(loss, backend="numba")
+    value, grad = vg(*data)
+    ref = tj.value_and_grad(loss, backend="interpret")(*data)
+    np.testing.assert_allclose(value, ref[0])
+    np.testing.assert_allclose(grad, ref[1])
+    assert vg.cache_info()["compiles"] == 1
+    [entry] = tj.cache.cache_entries()
+    [file] = dump.glob("*.txt")
+    assert file.name == entry.path.stem + ".txt"
+    text = file.read_text()
+    assert tj.explain(loss)(*data).source.rstrip() in text   # explain shows what ran
+    assert "Loop over" in text and "compiled: the optimized tape" in text
+
+
+def test_traceback_shows_generated_line(env):
+    from tapejit.codegen.cpu import entry_args
+    from tapejit.compile import Compiled
+
+    x = np.linspace(0.1, 1.0, 6).reshape(2, 3)
+    compiled = Compiled(tj.explain(lambda x: np.sum(np.tanh(x) * x))(x).tape)
+    path = compiled.program.path
+    file_lines = path.read_text().splitlines()
+    bad_sizes = compiled.sizes * 3                 # loop bounds past the arrays' ends
+    with pytest.raises(IndexError) as info:        # the Python body: no numba compile
+        compiled.program.fn.py_func(*entry_args(compiled.tape, [x]), bad_sizes)
+    path.rename(path.with_suffix(".moved"))        # the file is gone: linecache still has it
+    linecache.checkcache()
+    frames = [f for f in traceback.extract_tb(info.tb) if f.filename == str(path)]
+    assert frames, "no frame in the generated module"
+    line = file_lines[frames[-1].lineno - 1].strip()
+    assert line and frames[-1].line == line
+    assert line in "".join(traceback.format_exception(info.value))
