@@ -1,12 +1,13 @@
 """The forward walk shared by the rewriting passes: each eqn (its inputs already substituted)
-is either kept or replaced by an existing atom, which its readers then use."""
+is kept, replaced by an existing atom (which its readers then use), or rewritten into another
+eqn computing the same outputs."""
 from __future__ import annotations
 
 from typing import Callable
 
 from ..ir import Atom, Eqn, Tape, Var
 
-Decide = Callable[[Eqn], "Atom | None"]   # an atom to use instead of the eqn, or None to keep it
+Decide = Callable[[Eqn], "Atom | Eqn | None"]   # replacement atom, rewritten eqn, or None
 
 
 def forward_rewrite(tape: Tape, decide: Decide) -> Tape:
@@ -26,6 +27,8 @@ def forward_rewrite(tape: Tape, decide: Decide) -> Tape:
         replacement = decide(eqn)
         if replacement is None:
             eqns.append(eqn)
+        elif isinstance(replacement, Eqn):
+            eqns.append(replacement)
         else:
             subst[eqn.outs[0].name] = replacement
     if tape.reverse_start is not None and reverse_start is None:

@@ -69,8 +69,9 @@ def simplify(tape: Tape) -> Tape:
     """Apply the rewrite table and constant folding in one forward walk."""
     producers: dict[str, Eqn] = {}
     splats: dict[str, Lit] = {}   # arrays that are a literal broadcast (x * ones -> x)
+    reciprocals: dict[str, Var] = {}  # b -> the var holding 1 / b
 
-    def decide(eqn: Eqn) -> Atom | None:
+    def decide(eqn: Eqn) -> Atom | Eqn | None:
         ins = list(eqn.ins)
         seen = [splats.get(a.name, a) if isinstance(a, Var) else a for a in ins]
         rule = RULES.get(eqn.op)
@@ -81,6 +82,12 @@ def simplify(tape: Tape) -> Tape:
             producers[out.name] = eqn
             if eqn.op == "broadcast_in_dim" and isinstance(seen[0], Lit):
                 splats[out.name] = seen[0]
+            if eqn.op == "div" and _is(seen[0], 1) and isinstance(ins[1], Var) \
+                    and out.aval == ins[1].aval:
+                reciprocals[ins[1].name] = out
+            elif eqn.op == "div" and isinstance(ins[1], Var) and ins[1].name in reciprocals:
+                # a / b with 1 / b at hand: one multiplication instead of another division
+                return Eqn("mul", (ins[0], reciprocals[ins[1].name]), eqn.outs, (), eqn.src)
         return replacement
 
     return forward_rewrite(tape, decide)
