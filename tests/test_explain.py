@@ -119,3 +119,11 @@ def test_traceback_shows_generated_line(env):
     line = file_lines[frames[-1].lineno - 1].strip()
     assert line and frames[-1].line == line
     assert line in "".join(traceback.format_exception(info.value))
+
+
+def test_groups_show_inner_stages():
+    x = np.linspace(0.0, 1.0, 20).reshape(5, 4)
+    ex = tj.explain(lambda x: np.sum(np.log(np.sum(np.exp(x), axis=1))))(x)
+    staged = [g for g in ex.groups if isinstance(g, Loop) and g.stages
+              and any(stage != g.domain for stage in g.stages)]
+    assert staged and "stage over 5x4" in ex.text

@@ -185,18 +185,28 @@ def render(ex: Explanation) -> str:
 
 
 def render_groups(groups: Sequence[Step]) -> list[str]:
-    """One header per step (a Loop's domain and what it accumulates, or a Call), then its eqns."""
+    """One header per step (a Loop's domain and what it accumulates, or a Call), then its eqns;
+    eqns of a Loop's inner stages (extra inner axes, run inside each iteration of the nest) are
+    indented under a `stage over <domain>` line."""
     lines = []
     for number, step in enumerate(groups):
-        if isinstance(step, Loop):
-            domain = "x".join(map(str, step.domain)) or "scalar"
-            acc = f", accumulates {', '.join(sorted(step.reductions))}" if step.reductions else ""
-            lines.append(f"step {number}: Loop over {domain} ({len(step.eqns)} eqns{acc})")
-            lines += ["    " + print_eqn(e) for e in step.eqns]
-        else:
-            assert isinstance(step, Call)
+        if isinstance(step, Call):
             lines += [f"step {number}: Call", "    " + print_eqn(step.eqn)]
+            continue
+        acc = f", accumulates {', '.join(sorted(step.reductions))}" if step.reductions else ""
+        lines.append(f"step {number}: Loop over {_dims(step.domain)} ({len(step.eqns)} eqns{acc})")
+        shown = None
+        for eqn in step.eqns:
+            stage = step.stages[step.stage_of[eqn.outs[0].name]] if step.stages else step.domain
+            if stage != step.domain and stage != shown:
+                lines.append(f"    stage over {_dims(stage)}")
+            shown = stage
+            lines.append(("      " if stage != step.domain else "    ") + print_eqn(eqn))
     return lines
+
+
+def _dims(domain: tuple[int, ...]) -> str:
+    return "x".join(map(str, domain)) or "scalar"
 
 
 def dump(compiled: "Compiled") -> None:
