@@ -54,7 +54,9 @@ def _dot_impl(lhs, rhs, *, contract, batch):
 
 def _side_vjp(ct, other, own_ndim, own_c, own_b, other_c, other_b, other_first):
     """Cotangent of one operand: contract ct with the other operand over the other's free
-    axes, then transpose the result back into this operand's axis order."""
+    axes, then transpose the result into this operand's axis order. Of the two operand
+    orders, the one needing no transpose is used when there is one (x.T @ ct, not
+    (ct.T @ x).T)."""
     nb = len(own_b)
     own_free = free_axes(own_ndim, own_c, own_b)
     other_free = free_axes(other.ndim, other_c, other_b)
@@ -62,12 +64,17 @@ def _side_vjp(ct, other, own_ndim, own_c, own_b, other_c, other_b, other_first):
     n_lhs_free = len(own_free) if not other_first else len(other_free)
     other_group = (tuple(range(nb + n_lhs_free, ct.ndim)) if not other_first
                    else tuple(range(nb, nb + n_lhs_free)))
+    contracted = [own_c[other_c.index(r)] for r in sorted(other_c)]
+    # ct first: batch, this operand's free axes, then the other's contracted axes
+    ct_first = list(own_b) + list(own_free) + contracted
+    # other first: batch, the other's contracted axes, then this operand's free axes
+    other_first_order = list(own_b) + contracted + list(own_free)
+    if other_first_order == list(range(own_ndim)) != ct_first:
+        return dot_general(other, ct, contract=(other_free, other_group),
+                           batch=(tuple(other_b), tuple(range(nb))))
     result = dot_general(ct, other, contract=(other_group, other_free),
                          batch=(tuple(range(nb)), tuple(other_b)))
-    # result axes: batch, this operand's free axes, then the other's contracted axes in order
-    remaining = sorted(other_c)
-    as_own = list(own_b) + list(own_free) + [own_c[other_c.index(r)] for r in remaining]
-    return transpose(result, perm=tuple(as_own.index(d) for d in range(own_ndim)))
+    return transpose(result, perm=tuple(ct_first.index(d) for d in range(own_ndim)))
 
 
 def _dot_vjp(ct, y, lhs, rhs, *, contract, batch):
