@@ -1,9 +1,9 @@
 """Code for the eqns a loop nest does not absorb (fusion barriers): matrix products through BLAS
 (`np.dot`), reshapes, gathers, scatters, cumulative ops, products and arg-reductions.
 
-Everything is written as explicit loops over C-contiguous arrays plus `np.empty`, `reshape` and
-`np.dot`: numba compiles those quickly, while its generic `np.transpose(x, axes)`, slice
-assignment and `np.full` cost seconds of compile time each (measured). Ops that act along one
+Everything is written as explicit loops over C-contiguous arrays plus `np.empty`, `np.zeros`,
+`np.full`, `reshape` and `np.dot`: numba compiles those quickly, while its generic
+`np.transpose(x, axes)` and slice assignment cost seconds of compile time each (measured). Ops that act along one
 axis view their operand as a (before, axis, after) array.
 """
 from __future__ import annotations
@@ -47,11 +47,16 @@ def close(w: Writer, depth: int) -> None:
 
 
 def filled(w: Writer, name: str, aval: Aval, value: str, sizes: Sizes) -> None:
-    """`name = np.full(shape, value)`, spelled as np.empty plus a fill loop."""
-    w.line(f"{name} = np.empty({sizes.shape(aval.shape)}, {dtype_code(aval.dtype)})")
-    w.line(f"{name}_flat = {name}.reshape(({sizes.product(aval.shape)},))")
-    w.line(f"for {name}_j in range({name}_flat.shape[0]):")
-    w.line(f"    {name}_flat[{name}_j] = {value}")
+    """`name` = an array of `aval` filled with `value` (np.zeros / np.full: a fill loop costs
+    numba about 150 ms of compile time, these a few ms once their overload is compiled)."""
+    shape, dtype = sizes.shape(aval.shape), dtype_code(aval.dtype)
+    if not aval.shape:
+        w.line(f"{name} = np.empty((), {dtype})")
+        w.line(f"{name}[()] = {value}")
+    elif value in ("0", "0.0", "False") or value.endswith(("(0)", "(0.0)")):
+        w.line(f"{name} = np.zeros({shape}, {dtype})")
+    else:
+        w.line(f"{name} = np.full({shape}, {value}, {dtype})")
 
 
 def _three(shape: tuple[int, ...], axis: int, sizes: Sizes) -> str:
