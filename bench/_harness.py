@@ -52,6 +52,12 @@ def make_parser(doc: str | None, repeats: int = 7) -> argparse.ArgumentParser:
                         help=f"median of this many timed runs (default {repeats}, 2 with --quick)")
     parser.add_argument("--warmup", type=int, default=2,
                         help="untimed calls before timing each row (default 2)")
+    parser.add_argument("--with-numba", action="store_true",
+                        help="with --quick: time the tapejit [numba] row too (left out of quick "
+                             "runs by default: each program compiles once, seconds each)")
+    parser.add_argument("--no-numba", action="store_true",
+                        help="leave out the tapejit [numba] row (its first call compiles each "
+                             "program once: seconds)")
     parser.set_defaults(_default_repeats=repeats)
     return parser
 
@@ -78,38 +84,74 @@ def have(module: str) -> bool:
         return False
 
 
-def tapejit_has_compiler() -> bool:
-    import tapejit as tj
-    return hasattr(tj, "jit")
+NUMBA_LABEL = "tapejit [numba]"
+INTERPRET_LABEL = "tapejit [interpret]"
 
 
-def tapejit_backend_supported() -> bool:
-    """Whether the transforms take `backend=` (the Numba compiler adds it)."""
-    import tapejit as tj
-    try:
-        tj.value_and_grad(lambda x: x, backend="interpret")
-    except TypeError:
-        return False
-    except Exception:  # noqa: BLE001 - any other complaint still means the keyword exists
-        return True
-    return True
-
-
-def tapejit_label() -> str:
-    """The label of the default tapejit row: which backend a plain `tj.grad(f)` runs on."""
-    return "tapejit [numba]" if tapejit_has_compiler() else "tapejit [interpreter]"
-
-
-def tapejit_variants() -> list[tuple[str, dict]]:
-    """(row label, transform kwargs) for the default tapejit row and, once the compiler has
-    landed, an extra `backend="interpret"` row so the two stay side by side."""
-    rows = [(tapejit_label(), {})]
-    if tapejit_backend_supported():
-        rows.append(("tapejit [backend='interpret']", {"backend": "interpret"}))
+def tapejit_variants(args: argparse.Namespace | None = None) -> list[tuple[str, dict]]:
+    """(row label, transform kwargs), one explicit row per backend: "tapejit [numba]"
+    (`backend="numba"`, the row the goals are about) first, then "tapejit [interpret]".
+    `--quick` leaves the numba row out unless `--with-numba` is given (each numba program compiles
+    once per process: seconds); `--no-numba` always leaves it out."""
+    rows = []
+    if args is None or numba_row_wanted(args):
+        rows.append((NUMBA_LABEL, {"backend": "numba"}))
+    rows.append((INTERPRET_LABEL, {"backend": "interpret"}))
     return rows
 
 
-def print_header(title: str, args: argparse.Namespace | None = None, extra: str = "") -> None:
+def numba_row_wanted(args: argparse.Namespace) -> bool:
+    if getattr(args, "no_numba", False):
+        return False
+    return not getattr(args, "quick", False) or getattr(args, "with_numba", False)
+
+
+def main_label(variants: Sequence[tuple[str, dict]]) -> str:
+    """The row the ratio lines are computed from: the numba row, else (--no-numba, or --quick
+    without --with-numba) the interpreter row."""
+    return variants[0][0]
+
+
+@dataclasses.dataclass
+class FirstCall:
+    """The first call of a fresh transform: its result, seconds, and what `cache_info()` says
+    happened (a numba compile, a load from the disk cache, or a program this process had
+    already compiled for another transform)."""
+
+    result: Any
+    seconds: float
+    info: dict
+    compiled: bool = True        # False for the interpreter (nothing to compile or load)
+
+    @property
+    def note(self) -> str:
+        c, d = self.info.get("compiles", 0), self.info.get("disk_loads", 0)
+        if not self.compiled:
+            how = "trace + differentiate + run"
+        elif c:
+            how = f"{c} compile{'s' if c > 1 else ''}"
+        elif d:
+            how = f"{d} disk load{'s' if d > 1 else ''}"
+        else:
+            how = "no compile: program already in this process"
+        return f"first call {fmt_time(self.seconds)} ({how})"
+
+
+def first_call(label: str, fn: Callable[..., Any], *call_args: Any) -> FirstCall:
+    """Call a fresh transform once (trace + differentiate + compile or disk load + run), timed,
+    and print one line with its `cache_info()`."""
+    t0 = time.perf_counter()
+    result = fn(*call_args)
+    dt = time.perf_counter() - t0
+    info = dict(fn.cache_info()) if hasattr(fn, "cache_info") else {}
+    fc = FirstCall(result, dt, info, compiled="[interpret]" not in label)
+    counts = {k: info[k] for k in ("traces", "compiles", "disk_loads") if k in info}
+    print(f"   {label}: {fc.note}; cache_info {counts}")
+    return fc
+
+
+def print_header(title: str, args: argparse.Namespace | None = None, extra: str = "",
+                 rows: str | None = None) -> None:
     import tapejit as tj
     try:
         import numba
@@ -118,8 +160,10 @@ def print_header(title: str, args: argparse.Namespace | None = None, extra: str 
         numba_v = "missing"
     mode = "quick" if args is not None and getattr(args, "quick", False) else "full"
     reps = f", median of {args.repeats}" if args is not None else ""
+    rows = rows or ", ".join(label for label, _ in tapejit_variants(args))
     print(f"== {title} ==")
-    print(f"   tapejit {tj.__version__} ({tapejit_label()}), numpy {np.__version__}, numba {numba_v}, "
+    print(f"   tapejit {tj.__version__} (rows: {rows}; TAPEJIT_CACHE_DIR="
+          f"{os.environ.get('TAPEJIT_CACHE_DIR', 'default')}), numpy {np.__version__}, numba {numba_v}, "
           f"python {platform.python_version()}; {os.cpu_count()} cpus; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {mode} run{reps}"
           + (f"; {extra}" if extra else ""))
@@ -296,19 +340,34 @@ class Table:
         print()
 
 
+RESULTS_ENV = "TAPEJIT_BENCH_RESULTS"   # bench/run_all.py points this at a JSON-lines file
+
+
 def ratio_line(what: str, numerator: float | None, denominator: float | None,
-               goal: float | None = None, lower_is_better: bool = True) -> bool | None:
-    """Print `ratio <what> = 1.23x  goal <= 0.95x  [met]`; return whether the goal is met."""
+               goal: float | None = None, lower_is_better: bool = True,
+               record: dict | None = None) -> bool | None:
+    """Print `ratio <what> = 1.23x  goal <= 0.95x  [met]`; return whether the goal is met.
+    With `record` (workload, row, reference, ... for bench/run_all.py) and $TAPEJIT_BENCH_RESULTS
+    set, also append one JSON line with the numbers to that file."""
+    met = None
     if numerator is None or denominator is None or denominator == 0:
         print(f"ratio {what} = n/a")
-        return None
-    r = numerator / denominator
-    if goal is None:
-        print(f"ratio {what} = {r:.2f}x")
-        return None
-    met = r <= goal if lower_is_better else r >= goal
-    print(f"ratio {what} = {r:.2f}x   goal {'<=' if lower_is_better else '>='} {goal:.2f}x   "
-          f"[{'met' if met else 'NOT met'}]")
+        r = None
+    else:
+        r = numerator / denominator
+        if goal is None:
+            print(f"ratio {what} = {r:.2f}x")
+        else:
+            met = r <= goal if lower_is_better else r >= goal
+            print(f"ratio {what} = {r:.2f}x   goal {'<=' if lower_is_better else '>='} "
+                  f"{goal:.2f}x   [{'met' if met else 'NOT met'}]")
+    path = os.environ.get(RESULTS_ENV)
+    if record is not None and path:
+        import json
+        entry = {"what": what, "seconds": numerator, "ref_seconds": denominator, "ratio": r,
+                 "goal": goal, "lower_is_better": lower_is_better, "met": met, **record}
+        with open(path, "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
     return met
 
 

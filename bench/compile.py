@@ -2,16 +2,17 @@
 
 Each measurement is a fresh `python bench/compile.py --child` subprocess that imports numpy and
 tapejit, builds the 64-256-256-10 tanh MLP of bench/mlp.py on 1,797 random samples, and times
-the first `tj.value_and_grad(loss)(params, x, y)` call (trace + differentiate + compile or cache
-load + run), then a second call (steady state), then checks the gradient against bench/mlp.py's
-hand-written backward. The parent also times the whole process (interpreter start and imports
-included). Per repeat:
+the first `tj.value_and_grad(loss, backend="numba")(params, x, y)` call (trace + differentiate +
+numba compile or disk-cache load + run), then a second call (steady state), then checks the
+gradient against bench/mlp.py's hand-written backward. Each child prints its `cache_info()`
+(compiles vs disk_loads), so the table shows what happened, not just how long it took. The
+parent also times the whole process (interpreter start and imports included). Per repeat:
   - cold: a new empty temp dir as TAPEJIT_CACHE_DIR (and NUMBA_CACHE_DIR=<dir>/numba, so no
-    compiled code from anywhere else is reused);
-  - warm: the same dir again, straight after.
+    compiled code from anywhere else is reused): expect compiles=1;
+  - warm: the same dir again, straight after: expect compiles=0, disk_loads=1.
 Medians over --repeats (default 3) pairs. Goal: warm first call <= 0.35x the cold first call.
-Before the compiler lands there is nothing to cache, so warm ~= cold (ratio ~1). JAX's first
-`jit(grad)` call in a fresh process is a row where JAX is installed.
+A `backend="interpret"` child (nothing to compile) is a row too, and JAX's first
+`jit(value_and_grad)` call in a fresh process where JAX is installed.
 
     .venv/bin/python bench/compile.py [--repeats 3] [--quick]
 """
@@ -38,7 +39,7 @@ MARK = "RESULT "
 def child(quick: bool, framework: str) -> None:
     """Runs in the fresh subprocess: print one RESULT json line."""
     import numpy as np
-    if framework == "tapejit":
+    if framework in ("numba", "interpret"):
         import tapejit as tj
     else:
         import jax
@@ -48,13 +49,15 @@ def child(quick: bool, framework: str) -> None:
     sizes, n = (mlp.QUICK_SIZES, mlp.QUICK_SAMPLES) if quick else (mlp.SIZES, mlp.N_SAMPLES)
     x, y, _ = mlp.make_data(n, sizes, digits=False)
     params = mlp.init_params(sizes)
-    if framework == "tapejit":
-        vg = tj.value_and_grad(mlp.loss)
+    info = {}
+    if framework in ("numba", "interpret"):
+        vg = tj.value_and_grad(mlp.loss, backend=framework)
         t0 = time.perf_counter()
         v, g = vg(params, x, y)
         t1 = time.perf_counter()
         vg(params, x, y)
         t2 = time.perf_counter()
+        info = {k: v for k, v in vg.cache_info().items() if k != "last_miss"}
     else:
         import jax.numpy as jnp
         jp, jx, jy = ({k: jnp.asarray(a) for k, a in params.items()}, jnp.asarray(x),
@@ -72,7 +75,8 @@ def child(quick: bool, framework: str) -> None:
     assert np.allclose(v, ref_v, rtol=1e-10), (v, ref_v)
     for k in ref_g:
         assert np.allclose(g[k], ref_g[k], rtol=1e-7, atol=1e-12), k
-    print(MARK + json.dumps({"import": t_import, "first": t1 - t0, "second": t2 - t1}), flush=True)
+    print(MARK + json.dumps({"import": t_import, "first": t1 - t0, "second": t2 - t1,
+                             "cache_info": info}), flush=True)
 
 
 def spawn(quick: bool, framework: str, cache_dir: str | None) -> dict:
@@ -117,33 +121,50 @@ def main() -> None:
     sizes, n = (mlp.QUICK_SIZES, mlp.QUICK_SAMPLES) if args.quick else (mlp.SIZES, mlp.N_SAMPLES)
     H.print_header("bench/compile.py: first-call latency in a fresh process", args,
                    extra=f"{'-'.join(map(str, sizes))} tanh MLP, {n} samples; each run a new "
-                         f"process")
+                         f"process",
+                   rows="tapejit [numba] cold/warm, tapejit [interpret], in child processes")
 
-    cold, warm = [], []
-    for _ in range(args.repeats):
+    cold, warm, interp = [], [], []
+    for i in range(args.repeats):
         d = tempfile.mkdtemp(prefix="tapejit-bench-cache-")
         try:
-            cold.append(spawn(args.quick, "tapejit", d))
-            warm.append(spawn(args.quick, "tapejit", d))
+            cold.append(spawn(args.quick, "numba", d))
+            warm.append(spawn(args.quick, "numba", d))
+            interp.append(spawn(args.quick, "interpret", d))
         finally:
             shutil.rmtree(d, ignore_errors=True)
+        for what, r in (("cold", cold[-1]), ("warm", warm[-1]), ("interpret", interp[-1])):
+            print(f"   pair {i + 1} {what:9s}: first call {H.fmt_time(r['first'])}, whole process "
+                  f"{H.fmt_time(r['process'])}; cache_info {r['cache_info']}")
     print("   check: every child's value and gradient matched the hand-written numpy backward")
+    bad = [r["cache_info"] for r in cold if r["cache_info"].get("compiles") != 1]
+    bad += [r["cache_info"] for r in warm if r["cache_info"].get("disk_loads") != 1
+            or r["cache_info"].get("compiles") != 0]
+    if bad:
+        print(f"   WARNING: expected compiles=1 cold and disk_loads=1, compiles=0 warm; got {bad}")
+    else:
+        print("   check: every cold child compiled once (compiles=1), every warm child loaded "
+              "from disk (compiles=0, disk_loads=1)")
     floors = [floor_process() for _ in range(args.repeats)]
 
     def med(runs: list[dict], key: str) -> H.Timing:
         return H.Timing.of(r[key] for r in runs)
 
-    ref_label = "tapejit first call, cold cache"
+    ref_label = "tapejit [numba] first call, cold cache"
     table = H.Table("first call of tj.value_and_grad(loss) in a fresh process "
                     f"(median of {args.repeats})", ref=ref_label, ratio_name="x cold first call")
-    table.add(ref_label, med(cold, "first"))
-    table.add("tapejit first call, warm cache", med(warm, "first"),
-              goal=f"<= {GOAL:.2f}x cold", note="same cache dir again")
-    table.add("tapejit second call (steady)", med(warm, "second"))
+    table.add(ref_label, med(cold, "first"), note="compiles=1")
+    table.add("tapejit [numba] first call, warm cache", med(warm, "first"),
+              goal=f"<= {GOAL:.2f}x cold", note="same cache dir again; disk_loads=1")
+    table.add("tapejit [numba] second call (steady)", med(warm, "second"))
+    table.add("tapejit [interpret] first call", med(interp, "first"), note="nothing to compile")
+    table.add("tapejit [interpret] second call", med(interp, "second"))
     table.add("import numpy + tapejit + bench/mlp.py", med(cold, "import"),
               note="inside the child")
-    table.add("whole process, cold cache", med(cold, "process"), note="interpreter start included")
-    table.add("whole process, warm cache", med(warm, "process"))
+    table.add("whole process, numba, cold cache", med(cold, "process"),
+              note="interpreter start included")
+    table.add("whole process, numba, warm cache", med(warm, "process"))
+    table.add("whole process, interpret", med(interp, "process"))
     table.add("process: python -c 'import numpy, tapejit'", H.Timing.of(floors),
               note="floor")
     if H.have("jax"):
@@ -153,8 +174,14 @@ def main() -> None:
     else:
         table.add_missing("jax jit(value_and_grad) first call", "not installed")
     table.print()
-    H.ratio_line("tapejit first call warm / cold", med(warm, "first").median,
-                 med(cold, "first").median, GOAL)
+    cold_s, warm_s = med(cold, "first").median, med(warm, "first").median
+    H.ratio_line("tapejit [numba] first call warm / cold", warm_s, cold_s, GOAL,
+                 record={"workload": f"compile: first call, {'-'.join(map(str, sizes))} MLP, "
+                                     f"fresh process", "row": "tapejit [numba] warm first call",
+                         "reference": "cold first call (empty cache)",
+                         "interpret_seconds": med(interp, "first").median,
+                         "first_call": f"cold {H.fmt_time(cold_s)} (compiles=1), warm "
+                                       f"{H.fmt_time(warm_s)} (disk_loads=1)"})
     H.ratio_line("whole process warm / cold", med(warm, "process").median,
                  med(cold, "process").median)
 

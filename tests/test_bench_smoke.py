@@ -1,6 +1,9 @@
 """Smoke tests of the compiler-issue benchmarks: each bench/ script runs with --quick (small
 sizes, 1-2 repeats) in a subprocess, exits 0, passes its startup correctness checks and prints
-at least one "ratio ... = 1.23x" line. Nothing here looks at a time."""
+at least one "ratio ... = 1.23x" line. Nothing here looks at a time. --quick leaves the
+tapejit [numba] rows out (each compiles for seconds) except where --with-numba is passed:
+dispatch.py (the smallest program) runs both ways, and compile.py always compiles (one cold +
+warm pair of the small MLP)."""
 from __future__ import annotations
 
 import os
@@ -23,11 +26,14 @@ def run_bench(name: str, *args: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("name", ["elementwise.py", "dispatch.py", "mlp.py",
-                                  "lennard_jones.py", "compile.py"])
-def test_bench_quick(name: str) -> None:
-    out = run_bench(name)
+@pytest.mark.parametrize("name,flags", [("elementwise.py", ()), ("dispatch.py", ()),
+                                        ("dispatch.py", ("--with-numba",)), ("mlp.py", ()),
+                                        ("lennard_jones.py", ()), ("compile.py", ())])
+def test_bench_quick(name: str, flags: tuple[str, ...]) -> None:
+    out = run_bench(name, *flags)
     assert RATIO.search(out), f"{name} printed no ratio line:\n{out}"
+    if "--with-numba" in flags or name == "compile.py":
+        assert "tapejit [numba]" in out and "compile" in out, out
     assert "not met" in out.lower() or "[met]" in out, out
     if name != "compile.py":
         assert re.search(r"check .+: ok", out), f"{name} ran no correctness check:\n{out}"

@@ -1,0 +1,194 @@
+"""Run every compiler-issue benchmark in sequence and write one combined table, bench/RESULTS.md.
+
+Runs elementwise.py, dispatch.py, mlp.py, lennard_jones.py and compile.py (full sizes,
+`--repeats 5` by default), one after the other, each in its own process, with a fresh empty
+TAPEJIT_CACHE_DIR (so every "tapejit [numba]" first call in the notes is a real compile; pass
+--keep-cache to use the environment's cache instead). It benchmarks the *committed* src/ at git
+HEAD (exported with `git archive` into a temp dir, first on PYTHONPATH), so edits in progress in
+the working tree do not leak into the numbers; --working-tree benchmarks src/ as it is. Each script appends the numbers behind its
+`ratio ...` lines to a JSON-lines file ($TAPEJIT_BENCH_RESULTS); this script turns them into
+the table: for each workload the tapejit [numba] time, the tapejit [interpret] time, the
+reference and its time, the ratio, the goal and whether it is met. The date, the machine
+(nproc, CPU model, load average), the versions, and every script's full output (in collapsed
+sections) go into the file too.
+
+    .venv/bin/python bench/run_all.py                      # full sizes, several minutes
+    .venv/bin/python bench/run_all.py --quick --out /tmp/RESULTS.md    # a fast dry run
+"""
+from __future__ import annotations
+
+import _harness as H  # first: pins BLAS threads before numpy is imported
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = ["elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py", "compile.py"]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def nproc() -> str:
+    try:
+        return subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return str(os.cpu_count())
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def versions(commit: str | None) -> str:
+    import llvmlite
+    import numba
+    import numpy as np
+
+    import tapejit as tj
+    if commit is not None:
+        where = f"src/ of git commit {commit[:10]} (committed code only)"
+    else:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "../src"], cwd=HERE,
+                               capture_output=True, text=True).stdout.strip()
+        where = f"the working tree at git {head}" + (" with uncommitted src/ changes" if dirty
+                                                     else "")
+    return (f"tapejit {tj.__version__} from {where}; python {platform.python_version()}, "
+            f"numpy {np.__version__}, numba {numba.__version__}, llvmlite {llvmlite.__version__}")
+
+
+def fmt(seconds: float | None) -> str:
+    return H.fmt_time(seconds) if seconds is not None else "-"
+
+
+def table(entries: list[dict]) -> list[str]:
+    lines = ["| workload | tapejit [numba] | tapejit [interpret] | reference | reference time "
+             "| ratio (numba / reference) | goal | met? | numba first call |",
+             "|---|---:|---:|---|---:|---:|---|---|---|"]
+    for e in entries:
+        ratio = f"{e['ratio']:.2f}x" if e.get("ratio") is not None else "n/a"
+        goal = (f"{'<=' if e.get('lower_is_better', True) else '>='} {e['goal']:.2f}x"
+                if e.get("goal") is not None else "-")
+        met = {True: "met", False: "**not met**", None: "-"}[e.get("met")]
+        lines.append(f"| {e['workload']} | {fmt(e.get('seconds'))} | "
+                     f"{fmt(e.get('interpret_seconds'))} | {e.get('reference', '')} | "
+                     f"{fmt(e.get('ref_seconds'))} | {ratio} | {goal} | {met} | "
+                     f"{e.get('first_call', '')} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="passed to every script (5)")
+    parser.add_argument("--quick", action="store_true", help="pass --quick to every script")
+    parser.add_argument("--keep-cache", action="store_true",
+                        help="use the environment's TAPEJIT_CACHE_DIR, not a fresh empty one")
+    parser.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"),
+                        help="where to write the table (default bench/RESULTS.md)")
+    parser.add_argument("--working-tree", action="store_true",
+                        help="benchmark src/ as it is in the working tree, not git HEAD's")
+    parser.add_argument("--scripts", default=",".join(SCRIPTS),
+                        help="comma-separated subset of " + ",".join(SCRIPTS))
+    args = parser.parse_args()
+
+    started = datetime.datetime.now().astimezone()
+    load_before = loadavg()
+    work = tempfile.mkdtemp(prefix="tapejit-run-all-")
+    results = os.path.join(work, "results.jsonl")
+    env = dict(os.environ, **{H.RESULTS_ENV: results, "OPENBLAS_NUM_THREADS": "1"})
+    commit = None
+    if not args.working_tree:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        archive = subprocess.run(["git", "archive", commit, "src"], cwd=os.path.dirname(HERE),
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", work], input=archive, check=True)
+        src = os.path.join(work, "src")
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+        sys.path.insert(0, src)          # versions() imports tapejit from there too
+        print(f"benchmarking src/ at git HEAD {commit[:10]} (exported to {src})", flush=True)
+    if not args.keep_cache:
+        env["TAPEJIT_CACHE_DIR"] = os.path.join(work, "cache")
+        env.pop("NUMBA_CACHE_DIR", None)
+    outputs: list[tuple[str, str, float, int]] = []
+    try:
+        for script in [s.strip() for s in args.scripts.split(",") if s.strip()]:
+            cmd = [sys.executable, os.path.join(HERE, script), "--repeats", str(args.repeats)]
+            if args.quick:
+                cmd.append("--quick")
+            print(f"### {' '.join(cmd[1:])}", flush=True)
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, env=env, cwd=HERE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            wall = time.perf_counter() - t0
+            print(proc.stdout, flush=True)
+            print(f"### {script}: exit {proc.returncode}, {wall:.1f} s wall", flush=True)
+            outputs.append((script, proc.stdout, wall, proc.returncode))
+        version_line = versions(commit)
+        entries = []
+        if os.path.exists(results):
+            with open(results) as fh:
+                entries = [json.loads(line) for line in fh if line.strip()]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    finished = datetime.datetime.now().astimezone()
+    md = [
+        "# Benchmark results",
+        "",
+        "Written by `bench/run_all.py` (do not edit by hand; rerun it). "
+        "Times are medians of repeated runs after warm-up calls; the tapejit [numba] row's first "
+        "(compiling) call is made before timing and shown in the last column. Ratios are "
+        "tapejit [numba] / the reference; the goals are those of the compiler issue "
+        "(see [README.md](README.md)).",
+        "",
+        f"- date: {started:%Y-%m-%d %H:%M %Z} (took {(finished - started).total_seconds():.0f} s)",
+        f"- machine: {nproc()} cpus (nproc), {cpu_model()}; load average {load_before} before, "
+        f"{loadavg()} after (a shared machine: other jobs run too)",
+        f"- versions: {version_line}",
+        f"- run: {'--quick, ' if args.quick else 'full sizes, '}--repeats {args.repeats}, "
+        f"OPENBLAS_NUM_THREADS=1, "
+        + ("the environment's TAPEJIT_CACHE_DIR" if args.keep_cache
+           else "a fresh empty TAPEJIT_CACHE_DIR (first calls compile)"),
+        "",
+        *table(entries),
+        "",
+    ]
+    failed = [s for s, _, _, rc in outputs if rc != 0]
+    if failed:
+        md += [f"**Failed scripts (non-zero exit): {', '.join(failed)}**", ""]
+    md += ["## Full output of each script", ""]
+    for script, out, wall, rc in outputs:
+        md += [f"<details><summary>{script} (exit {rc}, {wall:.0f} s)</summary>", "", "```",
+               out.rstrip(), "```", "", "</details>", ""]
+    with open(args.out, "w") as fh:
+        fh.write("\n".join(md))
+    print("\n".join(table(entries)))
+    print(f"\nwrote {args.out}")
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
