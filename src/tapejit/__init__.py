@@ -7,10 +7,11 @@
         return np.mean((np.tanh(x @ w) - y) ** 2)
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
-from .api import grad, make_tape, value_and_grad, vjp
+from .api import grad, jit, make_tape, value_and_grad, vjp
+from .dispatch import clear_cache
 from .explain import Explanation, explain
 from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, ShapeError,
-                     TapejitError, UnsupportedOperationError)
+                     TapejitError, TapejitWarning, UnsupportedOperationError)
 from .ir import Tape, typecheck
 from .printer import parse_tape, print_tape
 from .pytree import tree_map
@@ -18,8 +19,9 @@ from .pytree import tree_map
 __version__ = "0.1.0"
 
 __all__ = [
-    "grad", "value_and_grad", "vjp", "make_tape", "Tape", "typecheck", "parse_tape",
-    "print_tape", "tree_map", "TapejitError", "UnsupportedOperationError",
+    "grad", "value_and_grad", "jit", "vjp", "make_tape", "clear_cache", "Tape", "typecheck",
+    "parse_tape", "print_tape", "tree_map", "TapejitError", "TapejitWarning",
+    "UnsupportedOperationError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "explain", "Explanation",
 ]

@@ -1,4 +1,4 @@
-"""The public transforms: grad, value_and_grad, vjp, make_tape.
+"""The public transforms: grad, value_and_grad, jit, vjp, make_tape.
 
 A transformed function flattens its arguments into leaves, looks up the tape for their
 signature (pytree structure, leaf shapes/dtypes, static argument values), tracing and
@@ -19,11 +19,13 @@ import numpy as np
 from . import autodiff
 from .avals import Aval, aval_of
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
-from .dispatch import CachedTransform, Program, run
+from .compile import executable
+from .dispatch import (CachedTransform, Program, check_backend, default_backend, getter, run,
+                       unbox, unbox_traced)
 from .ir import Tape
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
-from .trace import Tracer, trace_to_tape, user_source
+from .trace import Tracer, current_trace, trace_to_tape, user_source
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
@@ -221,32 +223,58 @@ def _normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, .
 
 
 class _ValueAndGrad(CachedTransform):
-    """`value_and_grad(f)`: a callable with a per-signature cache of joint programs."""
+    """`value_and_grad(f)` (and, with `grad_only`, `grad(f)`): a callable with a per-signature
+    cache of joint programs."""
 
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
-                 static_argnums: int | Sequence[int], backend: str | None = None) -> None:
+                 static_argnums: int | Sequence[int], backend: str | None = None,
+                 grad_only: bool = False) -> None:
         super().__init__(fn, static_argnums, backend)
-        self.argnums, self.has_aux = argnums, has_aux
+        self.argnums, self.has_aux, self.grad_only = argnums, has_aux, grad_only
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(args, kwargs)
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[_Args, tuple, Callable]:
         call, static = split_args(self.fn, args, kwargs, self.static_argnums)
         argnums = _normalize_argnums(self.argnums, call.n_pos)
         if any(i not in call.dynamic for i in argnums):
             raise ArgumentError(at_source(f"argnums {self.argnums} and static_argnums "
                                           f"{self.static_argnums} overlap", user_source(1)))
-        key = (argnums, *call.key(static))
-        program = self._program(key, lambda: self._build(call, argnums))
-        outs = run(program.tape, call.leaves, program.run)
-        value, rest = outs[0], outs[1:]
-        n_aux = len(rest) - sum(len(call.leaf_range(i)) for i in argnums)
-        grads, it = [], iter(rest[n_aux:])
-        for i in argnums:
-            leaves = [_like(next(it), call.leaves[j]) for j in call.leaf_range(i)]
-            grads.append(unflatten(call.treedefs[call.dynamic.index(i)], leaves))
-        grad = grads[0] if isinstance(self.argnums, (int, np.integer)) else tuple(grads)
-        if self.has_aux:
-            return (value, unflatten(program.aux, rest[:n_aux])), grad
-        return value, grad
+        return call, (argnums, *call.key(static)), lambda: self._build(call, argnums)
+
+    def _finisher(self, program: Program, call: _Args, traced: bool) -> Callable:
+        argnums = _normalize_argnums(self.argnums, call.n_pos)
+        n_aux = program.aux.num_leaves if self.has_aux else 0
+        ranges = [call.leaf_range(i) for i in argnums]
+        treedefs = [call.treedefs[call.dynamic.index(i)] for i in argnums]
+        # the gradient of an ndarray argument is an ndarray, also when it is 0-d
+        keep = [False] * (1 + n_aux) + [isinstance(call.leaves[j], np.ndarray)
+                                         for r in ranges for j in r]
+        single = isinstance(self.argnums, (int, np.integer))
+        aux_td, grad_only, has_aux = program.aux, self.grad_only, self.has_aux
+        if single and not has_aux and not traced and treedefs[0].kind == "leaf":
+            grad = getter(program.tape, 1, keep[1])       # the common case, precomputed
+            if grad_only:
+                return grad
+            value = getter(program.tape, 0)
+            return lambda outs: (value(outs), grad(outs))
+        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
+
+        def finish(outs: Sequence[Any]) -> Any:
+            outs = outs_of(outs)
+            grads, start = [], 1 + n_aux
+            for r, td in zip(ranges, treedefs):
+                grads.append(outs[start] if td.kind == "leaf" else
+                             unflatten(td, outs[start:start + len(r)]))
+                start += len(r)
+            grad = grads[0] if single else tuple(grads)
+            if has_aux:
+                aux = unflatten(aux_td, outs[1:1 + n_aux])
+                return (grad, aux) if grad_only else ((outs[0], aux), grad)
+            return grad if grad_only else (outs[0], grad)
+
+        return finish
 
     def _build(self, call: _Args, argnums: tuple[int, ...]) -> Program:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
@@ -300,22 +328,62 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
 def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
          static_argnums: int | Sequence[int] = (), backend: str | None = None
          ) -> Callable[..., Any]:
-    """The gradient of a scalar-valued `fn` with respect to its arguments `argnums`."""
-    vg = _ValueAndGrad(fn, argnums, has_aux, static_argnums, backend)
+    """The gradient of a scalar-valued `fn` with respect to its arguments `argnums`
+    (`(grad, aux)` with has_aux)."""
+    vg = _ValueAndGrad(fn, argnums, has_aux, static_argnums, backend, grad_only=True)
+    call = vg._call
 
     @functools.wraps(fn)
     def gradient(*args: Any, **kwargs: Any) -> Any:
-        (_, aux), g = vg(*args, **kwargs) if has_aux else ((None, None), vg(*args, **kwargs)[1])
-        return (g, aux) if has_aux else g
+        return call(args, kwargs)
 
     gradient.__wrapped_transform__ = vg  # type: ignore[attr-defined]
     gradient.cache_info = vg.cache_info  # type: ignore[attr-defined]
     return gradient
 
 
-def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+class _Jit(CachedTransform):
+    """`jit(f)`: a callable with a per-signature cache of forward programs."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(args, kwargs)
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[_Args, tuple, Callable]:
+        call, static = split_args(self.fn, args, kwargs, self.static_argnums)
+        return call, ((), *call.key(static)), lambda: self._build(call)
+
+    def _build(self, call: _Args) -> Program:
+        tape, out_td, _ = trace_flat(self.fn, call)
+        return Program(optimize(tape), None, out=out_td)
+
+    def _finisher(self, program: Program, call: _Args, traced: bool) -> Callable:
+        keep = [False] * len(program.tape.outvars)
+        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
+        out_td = program.out
+        assert out_td is not None
+        if out_td.kind == "leaf":
+            return getter(program.tape, 0) if not traced else lambda outs: outs_of(outs)[0]
+        return lambda outs: unflatten(out_td, outs_of(outs))
+
+
+def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
+        backend: str | None = None) -> Callable[..., Any]:
+    """`fn` compiled: traced once per signature (pytree structure, leaf shapes and dtypes,
+    static argument values), optimized and run on `backend` ("interpret" or "numba"; default
+    TAPEJIT_BACKEND). Returns what `fn` returns (0-d results as numpy scalars). Python scalar
+    arguments are run-time values; `static_argnums` makes arguments part of the cache key
+    (Python control flow may depend on them). Called inside another transform (`grad(jit(f))`)
+    it inlines its tape; `jit(grad(f))` compiles the gradient program."""
+    return _Jit(fn, static_argnums, backend)
+
+
+def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
+        backend: str | None = None) -> Any:
     """`(fn(*primals), vjp_fn)`, where `vjp_fn(ct)` returns one cotangent per primal for an
-    output cotangent `ct` of the output's structure. With has_aux: `(out, vjp_fn, aux)`."""
+    output cotangent `ct` of the output's structure. With has_aux: `(out, vjp_fn, aux)`.
+    The forward tape and the joint (reverse) tape run on `backend` ("interpret" or "numba";
+    default TAPEJIT_BACKEND)."""
+    check_backend(backend)
     call, _ = split_args(fn, primals, {}, ())
     _check_float_inputs("vjp", call, range(len(call.leaves)))
     tape, out_td, aux_td = trace_flat(fn, call, has_aux)
@@ -323,8 +391,10 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
     joint = optimize(autodiff.vjp_tape(tape, range(len(call.leaves)),
                                        seeds + [None] * (len(tape.outvars) - n_out)))
-    outs = run(tape, call.leaves)
+    chosen = default_backend(backend)
+    outs = run(tape, call.leaves, _executable(tape, chosen))
     out = unflatten(out_td, outs[:n_out])
+    joint_program: list[Any] = []    # made on the first call of vjp_fn
 
     def vjp_fn(ct: Any) -> tuple:
         ct_leaves, ct_td = flatten(ct)
@@ -340,13 +410,22 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
                     f"vjp_fn: cotangent of shape {np.shape(leaf)} for an output of shape "
                     f"{var.aval.shape}", user_source(1)))
             cts.append(leaf if isinstance(leaf, Tracer) else np.asarray(leaf, var.aval.dtype))
-        grads = run(joint, list(call.leaves) + cts)[len(tape.outvars):]
+        if not joint_program:
+            joint_program.append(_executable(joint, chosen))
+        grads = run(joint, list(call.leaves) + cts, joint_program[0])[len(tape.outvars):]
         grads = [_like(g, leaf) for g, leaf in zip(grads, call.leaves)]
         return tuple(call.rebuild(grads)[i] for i in call.dynamic)
 
     if has_aux:
         return out, vjp_fn, unflatten(aux_td, outs[n_out:])
     return out, vjp_fn
+
+
+def _executable(tape: Tape, backend: str) -> Any:
+    """How `run` runs `tape` on `backend` (the interpreter: None); nothing inside a trace."""
+    if backend == "interpret" or current_trace() is not None:
+        return None
+    return executable(optimize(tape), backend)
 
 
 def make_tape(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Callable:

@@ -1,24 +1,55 @@
 """The per-signature program cache behind every transform, and how a program runs.
 
-A transform (`value_and_grad`, ...) looks its call's signature up in a `CachedTransform`; on a
-miss it traces and builds a `Program` (the optimized tape and its output structures), then gets
-it an executable for the chosen backend (compile.py). Inside another transform's trace nothing
-is cached: the tape is inlined. `cache_info()` reports what happened.
+A transform (`value_and_grad`, `jit`, ...) is a `CachedTransform`. A call is looked up twice:
+
+- the **fast path**: when every argument is an ndarray or a scalar (or static) and there are no
+  keyword arguments, a cheap key (each argument's type, shape, dtype and strides; static values)
+  finds the entry an earlier call of that key made: it calls the compiled function directly
+  (numba's dispatcher, without the disk-cache recovery wrapper, which matters only on a first
+  call), converting only scalars and non-contiguous arrays, and builds the result with
+  everything about the signature precomputed. (Strides are in the key so that whether an
+  array needs a copy is known per entry, not checked per call.)
+- otherwise `split_args` flattens the call (api.py), and its full key (pytree structure, leaf
+  avals, weak types, static values) finds the `Program`; on a miss it traces and builds one, and
+  gets it an executable for the chosen backend (compile.py). The first call of a new program
+  runs under the transform's lock, so concurrent first calls trace and compile once.
+
+Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
+most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
+it has been re-traced more than `RETRACE_WARNING` times. `cache_info()` reports what happened,
+`clear_cache()` empties every transform's cache and the disk cache.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import threading
+import warnings
+import weakref
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+from . import cache
+from .codegen.cpu import entry_args
 from .compile import BACKENDS, Compiled, executable
 from .config import config
-from .errors import ArgumentError, at_source
+from .errors import ArgumentError, TapejitWarning, at_source
 from .interpret import inline, interpret
 from .ir import Tape
 from .pytree import TreeDef
-from .trace import current_trace, user_source
+from .trace import Tracer, _stack, current_trace, user_source
+
+MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
+RETRACE_WARNING = 8    # re-traces of one transform before it warns
+
+_transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
+_STATIC = object()     # marks a static argument's part of a fast key
+# argument types the fast path takes (anything else goes through split_args)
+_FAST_SCALARS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32,
+                           np.bool_])
 
 
 def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
@@ -39,87 +70,302 @@ def default_backend(backend: str | None) -> str:
     return backend or settings.backend
 
 
+def check_backend(backend: str | None) -> None:
+    """An unknown backend is an error where the transform is made (at the user's line)."""
+    if backend is not None and backend not in BACKENDS:
+        raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
+                                      f"{', '.join(BACKENDS)}", user_source(2)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
-    """What a transform caches per signature: the optimized tape, how to run it, and the
-    output structures."""
+    """What a transform caches per signature: the optimized tape, how to run it, the output
+    structures and the names of the input leaves (for cache-miss reasons)."""
 
     tape: Tape
     aux: TreeDef | None
     run: Any = None           # Interpreted | Compiled, None when built inside a trace
     out: TreeDef | None = None
+    names: tuple[str, ...] = ()
+
+
+def getter(tape: Tape, k: int, keep: bool = False) -> Callable[[Sequence[Any]], Any]:
+    """`outs -> result` for output `k` alone: `unbox` of one output."""
+    if tape.outvars[k].aval.ndim == 0 and not keep:
+        return lambda outs: outs[k][()]
+    return operator.itemgetter(k)
+
+
+def unbox(tape: Tape, keep: Sequence[bool]) -> Callable[[Sequence[Any]], list[Any]]:
+    """How a program's outputs become results: 0-d arrays become numpy scalars, except those
+    marked `keep` (e.g. the gradient of a 0-d array argument)."""
+    scalar = [o.aval.ndim == 0 and not k for o, k in zip(tape.outvars, keep)]
+    if not any(scalar):
+        return list
+    return lambda outs: [o[()] if s else o for o, s in zip(outs, scalar)]
+
+
+def unbox_traced(keep: Sequence[bool]) -> Callable[[Sequence[Any]], list[Any]]:
+    """`unbox` for a tape inlined into a trace: tracers stay; a concrete output marked `keep`
+    becomes an array."""
+    return lambda outs: [o if isinstance(o, Tracer) or not k else np.asarray(o)
+                         for o, k in zip(outs, keep)]
+
+
+# A transform's finisher: the call's outputs (tape outputs) -> the transform's result.
+Finish = Callable[[Sequence[Any]], Any]
 
 
 class CachedTransform:
-    """A per-signature cache of programs, with counts of what happened (`cache_info()`)."""
+    """A per-signature cache of programs, with counts of what happened (`cache_info()`).
+
+    Subclasses provide `_signature(args, kwargs) -> (call, key, build)` (call: api._Args; key:
+    a tuple `(options, treedefs, avals, weak, static, n_pos)`; build: () -> Program) and
+    `_finisher(program, call, traced) -> Finish`, and call `self._call(args, kwargs)`."""
+
+    max_programs = MAX_PROGRAMS
 
     def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
                  backend: str | None) -> None:
-        functools.update_wrapper(self, fn)
-        if backend is not None and backend not in BACKENDS:
-            raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
-                                          f"{', '.join(BACKENDS)}", user_source(2)))
+        functools.update_wrapper(self, fn, updated=())
+        # copy the function's attributes, but not those of a transform it may be
+        self.__dict__.update((k, v) for k, v in getattr(fn, "__dict__", {}).items()
+                             if k not in ("cache_info", "__wrapped_transform__"))
+        check_backend(backend)
         self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
-        self._cache: dict[tuple, Program] = {}
+        self._cache: OrderedDict[tuple, Program] = OrderedDict()
+        self._fast: dict[tuple, tuple] = {}     # fast key -> (key, fn, tail, finish)
         self._lock = threading.Lock()
         self._info = {"traces": 0, "compiles": 0, "disk_loads": 0, "hits": 0}
         self._last_miss: str | None = None
+        self._retraces = 0           # traces since the first (since the last clear)
+        self._warned = False
+        self._cleared = False
+        self._static_at: dict[int, tuple[int, ...] | None] = {}
+        _transforms.add(self)
 
     def cache_info(self) -> dict[str, Any]:
-        """Counts of traces, compiles, disk loads and cache hits, and why the last call
-        missed the cache."""
-        return {**self._info, "last_miss": self._last_miss}
+        """Counts of traces, compiles, disk loads and cache hits, how many programs are kept,
+        and why the last call missed the cache."""
+        return {**self._info, "programs": len(self._cache), "last_miss": self._last_miss}
 
-    def _program(self, key: tuple, build: Callable[[], Program]) -> Program:
-        if current_trace() is not None:
-            return build()        # inside another trace: inline, never cache
+    def clear(self) -> None:
+        """Forget every program (the counts stay)."""
+        with self._lock:
+            self._cache.clear()
+            self._fast.clear()
+            self._retraces, self._warned, self._cleared = 0, False, True
+
+    # -- subclass hooks ------------------------------------------------------------------------
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable[[], Program]]:
+        raise NotImplementedError
+
+    def _finisher(self, program: Program, call: Any, traced: bool) -> Finish:
+        raise NotImplementedError
+
+    # -- calls ---------------------------------------------------------------------------------
+    def _call(self, args: tuple, kwargs: dict) -> Any:
+        fast_key: tuple | None = None
+        if not kwargs and not _stack.traces:
+            if self.static_argnums:
+                fast_key = self._fast_key_static(args)
+            else:       # the common case, inline: every argument an array or a scalar
+                parts = []
+                for a in args:
+                    t = type(a)
+                    if t is np.ndarray:
+                        parts.append((a.shape, a.dtype, a.strides))
+                    elif t in _FAST_SCALARS:
+                        parts.append(t)
+                    else:
+                        break
+                else:
+                    fast_key = tuple(parts)
+            entry = self._fast.get(fast_key)
+            if entry is not None:
+                try:
+                    self._cache.move_to_end(entry[0])       # least recently used goes first
+                except KeyError:
+                    pass                                    # evicted meanwhile: the slow path
+                else:
+                    self._info["hits"] += 1
+                    key, fn, tail, finish = entry
+                    return finish(fn(*args, *tail))
+        return self._call_slow(args, kwargs, fast_key)
+
+    def _fast_key_static(self, args: tuple) -> tuple | None:
+        """`_call`'s fast key when some arguments are static: their values are part of it."""
+        static = self._static_positions(len(args))
+        if static is None:
+            return None
+        parts: list[Any] = []
+        for i, a in enumerate(args):
+            t = type(a)
+            if i in static:
+                try:
+                    hash(a)
+                except TypeError:
+                    return None
+                parts.append((_STATIC, t, a))
+            elif t is np.ndarray:
+                parts.append((a.shape, a.dtype, a.strides))
+            elif t in _FAST_SCALARS:
+                parts.append(t)
+            else:
+                return None
+        return tuple(parts)
+
+    def _static_positions(self, nargs: int) -> tuple[int, ...] | None:
+        """The static argument positions for `nargs` positional arguments (None: one is out
+        of range, which `split_args` reports)."""
+        if nargs not in self._static_at:
+            ok = all(-nargs <= i < nargs for i in self.static_argnums)
+            self._static_at[nargs] = (tuple(sorted({i % nargs for i in self.static_argnums}))
+                                      if ok else None)
+        return self._static_at[nargs]
+
+    def _call_slow(self, args: tuple, kwargs: dict, fast_key: tuple | None) -> Any:
+        call, key, build = self._signature(args, kwargs)
+        if current_trace() is not None:   # inside another trace: inline, never cache
+            program = build()
+            return self._finisher(program, call, True)(inline(program.tape, call.leaves))
+        program, outs = self._lookup(key, call, build)
+        if outs is None:
+            outs = program.run(call.leaves)
+        finish = self._finisher(program, call, False)
+        result = finish(outs)
+        if fast_key is not None:
+            self._fast[fast_key] = (key, *_fast_call(program.run, call), finish)
+        return result
+
+    def _lookup(self, key: tuple, call: Any, build: Callable[[], Program],
+                ) -> tuple[Program, list[Any] | None]:
+        """The program for `key`, and its outputs on `call` when this call made it."""
         program = self._cache.get(key)
         if program is not None:
+            try:
+                self._cache.move_to_end(key)
+            except KeyError:
+                pass
             self._info["hits"] += 1
-            return program
-        with self._lock:          # concurrent first calls build once
+            return program, None
+        with self._lock:          # concurrent first calls trace and compile once
             program = self._cache.get(key)
-            if program is None:
-                self._last_miss = _miss_reason(key, self._cache)
-                self._info["traces"] += 1
-                program = build()
-                program = dataclasses.replace(program, run=self._executable(program.tape))
-                self._cache[key] = program
-            else:
+            if program is not None:
                 self._info["hits"] += 1
-        return program
+                return program, None
+            self._last_miss = self._miss_reason(key, call.names)
+            self._info["traces"] += 1
+            if self._cache:
+                self._retraces += 1
+            program = build()
+            runner = executable(program.tape, default_backend(self.backend))
+            program = dataclasses.replace(program, run=runner, names=tuple(call.names))
+            self._cache[key] = program
+            self._evict()
+            outs = self._first_call(runner, call.leaves)
+            warn = self._retraces > RETRACE_WARNING and not self._warned
+            self._warned |= warn
+        if warn:
+            self._warn_retrace()
+        return program, outs
 
-    def _executable(self, tape: Tape) -> Any:
-        runner = executable(tape, default_backend(self.backend))
-        return _Counted(runner, self._info) if isinstance(runner, Compiled) else runner
+    def _first_call(self, runner: Any, leaves: Sequence[Any]) -> list[Any]:
+        """Run a new program, counting the compile or disk load it caused (a program whose
+        source was compiled before, e.g. for another batch size, causes neither)."""
+        if not isinstance(runner, Compiled):
+            return runner(leaves)
+        before = runner.program.compiles, runner.program.disk_loads
+        try:
+            return runner(leaves)
+        finally:
+            self._info["compiles"] += runner.program.compiles - before[0]
+            self._info["disk_loads"] += runner.program.disk_loads - before[1]
+
+    def _evict(self) -> None:
+        while len(self._cache) > self.max_programs:
+            old, _ = self._cache.popitem(last=False)
+            for fast_key, entry in list(self._fast.items()):
+                if entry[0] == old:
+                    self._fast.pop(fast_key, None)
+
+    def _miss_reason(self, key: tuple, names: Sequence[str]) -> str:
+        if not self._cache:
+            return "cache cleared" if self._cleared else "first call"
+        last_key, last = next(reversed(self._cache.items()))   # the most recently used
+        return miss_reason(last_key, last.names, key, names)
+
+    def _warn_retrace(self) -> None:
+        src = user_source() or ("<unknown>", 0)
+        name = getattr(self.fn, "__name__", type(self.fn).__name__)
+        warnings.warn_explicit(
+            f"{name} was traced {self._info['traces']} times ({self._retraces} re-traces "
+            f"since its first call); the last because {self._last_miss}. Every new pytree "
+            f"structure, leaf shape or dtype, or static argument value traces again: pass "
+            f"changing numbers as arguments rather than static_argnums, and keep shapes to a "
+            f"few sizes (pad batches).", TapejitWarning, src[0], src[1])
 
 
-class _Counted:
-    """Runs a compiled program, adding its first call's compile or disk load to the counts
-    (a program whose source was compiled before, e.g. for another batch size, adds neither)."""
+def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
+                new_names: Sequence[str]) -> str:
+    """Why `new` missed: what differs from `old` (keys `(options, treedefs, avals, weak,
+    static, n_pos)`), naming the leaves whose shape or dtype changed."""
+    o_opts, o_tds, o_avals, o_weak, o_static, o_npos = old
+    n_opts, n_tds, n_avals, n_weak, n_static, n_npos = new
+    reasons = []
+    if o_opts != n_opts:
+        reasons.append(f"argnums changed: {o_opts} -> {n_opts}")
+    if o_npos != n_npos:
+        reasons.append(f"positional count changed: {o_npos} -> {n_npos}")
+    if o_tds != n_tds:
+        shown = lambda tds: ", ".join(map(str, tds))  # noqa: E731
+        reasons.append(f"structure changed: ({shown(o_tds)}) -> ({shown(n_tds)})")
+    elif o_avals != n_avals or o_weak != n_weak:
+        def typed(aval: Any, weak: bool) -> str:
+            return f"{aval}{' (Python scalar)' if weak else ''}"
+        leaves = [f"{name}: {typed(a, w)} -> {typed(b, v)}" for name, a, w, b, v
+                  in zip(new_names, o_avals, o_weak, n_avals, n_weak) if (a, w) != (b, v)]
+        what = "shapes/dtypes" if o_avals != n_avals else "weak types"
+        reasons.append(f"{what} changed: {', '.join(leaves[:4])}"
+                       + (f" (and {len(leaves) - 4} more)" if len(leaves) > 4 else ""))
+    if o_static != n_static:
+        old_values = {i: (t, v) for i, t, v in o_static}
+        changed = [f"argument {i}: {old_values[i][1]!r:.40} -> {v!r:.40}"
+                   for i, t, v in n_static if old_values.get(i, (t, v)) != (t, v)]
+        reasons.append("static arguments changed: " + (", ".join(changed) or
+                                                        f"{o_static!r:.60} -> {n_static!r:.60}"))
+    return "; ".join(reasons) or "signature changed"
 
-    def __init__(self, runner: Compiled, info: dict[str, int]) -> None:
-        self.runner, self.info = runner, info
-        program = runner.program
-        self.before: tuple[int, int] | None = (program.compiles, program.disk_loads)
 
-    def __call__(self, leaves: Sequence[Any]) -> Any:
-        outs = self.runner(leaves)
-        if self.before is not None:
-            program = self.runner.program
-            self.info["compiles"] += program.compiles - self.before[0]
-            self.info["disk_loads"] += program.disk_loads - self.before[1]
-            self.before = None
-        return outs
+def _fast_call(runner: Any, call: Any) -> tuple[Callable[..., Sequence[Any]], tuple]:
+    """`(fn, tail)`: `fn(*args, *tail)` are the outputs for calls whose arguments have the
+    types, shapes, dtypes and strides of `call`'s (each positional, its own leaf). The compiled
+    function is called directly; only what needs it is converted (scalars; arrays that are not
+    C-contiguous)."""
+    positions = call.dynamic
+    if not isinstance(runner, Compiled):
+        return (lambda *args: runner([args[i] for i in positions])), ()
+    fn, tape = runner.program.fn, runner.tape
+    tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes)
+    ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in call.leaves]
+    if all(ready) and positions == tuple(range(len(positions))):
+        return fn, tail
+    convert = [None if ok else _c_array if isinstance(leaf, np.ndarray) else
+               functools.partial(np.asarray, dtype=var.aval.dtype)
+               for ok, leaf, var in zip(ready, call.leaves, tape.invars)]
+    return (lambda *args: fn(*[args[i] if c is None else c(args[i])
+                               for c, i in zip(convert, positions)], *tail)), ()
 
 
-def _miss_reason(key: tuple, cache: dict[tuple, Any]) -> str:
-    if not cache:
-        return "first call"
-    last = next(reversed(cache))
-    names = ("argnums", "structure", "shapes/dtypes", "weak types", "static arguments",
-             "positional count")
-    changed = [n for n, a, b in zip(names, key, last) if a != b] or ["signature"]
-    return f"{', '.join(changed)} changed"
+def _c_array(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, order="C")
+
+
+def clear_cache() -> int:
+    """Empty the program cache of every transform in this process and the disk cache of
+    compiled programs; return how many programs were on disk."""
+    for transform in list(_transforms):
+        transform.clear()
+    return cache.clear_cache()

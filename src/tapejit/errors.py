@@ -41,3 +41,8 @@ def at_source(message: str, src: tuple[str, int] | None) -> str:
     if src is None:
         return message
     return f"{message}\n  at {src[0]}:{src[1]}"
+
+
+class TapejitWarning(UserWarning):
+    """Something works but is probably not what was meant (e.g. a function re-traced on
+    every call)."""
