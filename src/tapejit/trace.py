@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -228,7 +229,7 @@ def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
 class Tracer:
     """A traced array: an aval and the var that holds it in its trace."""
 
-    __slots__ = ("_trace", "_var", "weak", "_base", "_view", "_views", "_stale")
+    __slots__ = ("_trace", "_var", "weak", "_base", "_view", "_views", "_stale", "__weakref__")
     __array_priority__ = 1000
     __hash__ = None  # type: ignore[assignment]  (like ndarray: unhashable)
 
@@ -238,7 +239,7 @@ class Tracer:
         self.weak = weak  # a Python scalar argument: promotes like one (numpy's NEP 50)
         self._base: Tracer | None = None  # set when numpy would return a view of _base
         self._view: View | None = None  # how to read it from _base and write it back
-        self._views: list[Tracer] | None = None
+        self._views: list[weakref.ref[Tracer]] | None = None  # (weak: dead views drop out)
         self._stale = False  # a view whose base was assigned into since
 
     # --- static properties ------------------------------------------------------------------
@@ -383,13 +384,20 @@ def as_view(base: Any, result: Any, view: View) -> Any:
     into since is read again from the base before its next use."""
     if isinstance(base, Tracer) and isinstance(result, Tracer) and result is not base:
         result._base, result._view = base, view
-        base._views = (base._views or []) + [result]
+        if base._views is None:
+            base._views = []
+        base._views.append(weakref.ref(result))
     return result
 
 
-def _mark_stale(views: list[Tracer] | None) -> None:
-    """Views (and their views) must be read again from their bases before their next use."""
-    for view in views or ():
+def _mark_stale(views: "list[weakref.ref[Tracer]] | None") -> None:
+    """Views (and their views) must be read again from their bases before their next use;
+    views nobody holds any more are forgotten."""
+    if not views:
+        return
+    alive = [view for view in (ref() for ref in views) if view is not None]
+    views[:] = [weakref.ref(view) for view in alive]
+    for view in alive:
         view._stale = True
         _mark_stale(view._views)
 
