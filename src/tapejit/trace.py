@@ -36,11 +36,17 @@ def user_source(depth: int = 2) -> Src | None:
     anyway, and starting deeper than the number of tapejit frames skipped the user's line."""
     frame = sys._getframe(1)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_SKIP):
-            return filename, frame.f_lineno
+        code = frame.f_code
+        internal = _INTERNAL.get(code)
+        if internal is None:
+            internal = _INTERNAL[code] = code.co_filename.startswith(_SKIP)
+        if not internal:
+            return code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+_INTERNAL: dict[Any, bool] = {}   # code object -> whether it is tapejit's or numpy's
 
 
 class _TraceStack(threading.local):

@@ -6,15 +6,18 @@ from ..ir import Tape, Var
 
 def dce(tape: Tape) -> Tape:
     live = {o.name for o in tape.outvars if isinstance(o, Var)}
-    kept = []
-    for i, eqn in reversed(list(enumerate(tape.eqns))):
-        if any(o.name in live for o in eqn.outs):
-            kept.append((i, eqn))
-            live.update(a.name for a in eqn.ins if isinstance(a, Var))
-    kept.reverse()
+    keep = [False] * len(tape.eqns)
+    for i in range(len(tape.eqns) - 1, -1, -1):
+        eqn = tape.eqns[i]
+        if eqn.outs[0].name in live or any(o.name in live for o in eqn.outs[1:]):
+            keep[i] = True
+            for a in eqn.ins:
+                if type(a) is Var:
+                    live.add(a.name)
+    eqns = tuple(e for e, k in zip(tape.eqns, keep) if k)
     consts = [(v, c) for v, c in zip(tape.constvars, tape.consts) if v.name in live]
     reverse_start = None
     if tape.reverse_start is not None:
-        reverse_start = sum(1 for i, _ in kept if i < tape.reverse_start)
-    return Tape(tape.invars, tuple(e for _, e in kept), tape.outvars,
+        reverse_start = sum(keep[:tape.reverse_start])
+    return Tape(tape.invars, eqns, tape.outvars,
                 tuple(v for v, _ in consts), tuple(c for _, c in consts), reverse_start)
