@@ -136,3 +136,27 @@ def test_unknown_backend_is_a_clear_error():
     with pytest.raises(tj.ArgumentError, match="unknown backend") as err:
         tj.grad(_loss, backend="gpu")
     assert "test_numba_backend.py" in str(err.value)
+
+
+def test_a_program_numba_cannot_compile_runs_on_the_interpreter(monkeypatch):
+    from tapejit.codegen import calls
+    monkeypatch.delitem(calls.EMITTERS, "cumsum")
+    g = tj.grad(lambda x: np.sum(np.cumsum(x) ** 2), backend="numba")
+    x = np.arange(1.0, 5.0)
+    with pytest.warns(tj.TapejitWarning, match="could not compile") as record:
+        grad = g(x)
+    assert "test_numba_backend.py" in record[0].filename
+    np.testing.assert_allclose(grad, tj.grad(lambda x: np.sum(np.cumsum(x) ** 2))(x))
+    assert g.cache_info()["compiles"] == 0
+
+
+def test_numba_is_the_default_backend(monkeypatch):
+    from tapejit import config
+    from tapejit.dispatch import default_backend
+    monkeypatch.delenv("TAPEJIT_BACKEND", raising=False)
+    monkeypatch.delenv("TAPEJIT_DISABLE_JIT", raising=False)
+    config.reload()
+    assert default_backend(None) == "numba"
+    monkeypatch.setenv("TAPEJIT_DISABLE_JIT", "1")
+    config.reload()
+    assert default_backend("numba") == "interpret"

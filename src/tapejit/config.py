@@ -2,8 +2,8 @@
 
 - `TAPEJIT_CACHE_DIR`: where compiled programs live (default `$XDG_CACHE_HOME/tapejit`,
   else `~/.cache/tapejit`).
-- `TAPEJIT_BACKEND`: the backend of transforms not given one: "interpret" (default for now)
-  or "numba".
+- `TAPEJIT_BACKEND`: the backend of transforms not given one: "numba" (the default) or
+  "interpret".
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
@@ -21,7 +21,7 @@ _TRUE = ("1", "true", "yes", "on")
 class Config:
     cache_dir: Path
     disable_jit: bool = False
-    backend: str = "interpret"
+    backend: str = "numba"
     dump_dir: Path | None = None
 
 
@@ -40,7 +40,7 @@ def _read() -> Config:
     return Config(
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
-        backend=os.environ.get("TAPEJIT_BACKEND", "interpret").strip() or "interpret",
+        backend=os.environ.get("TAPEJIT_BACKEND", "numba").strip() or "numba",
         dump_dir=Path(dump).expanduser() if dump else None,
     )
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import cache
 from .codegen.cpu import entry_args
-from .compile import BACKENDS, Compiled, executable
+from .compile import BACKENDS, Compiled, Interpreted, executable
 from .config import config
 from .errors import ArgumentError, TapejitWarning, at_source
 from .interpret import inline, interpret
@@ -61,9 +61,8 @@ def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
 
 
 def default_backend(backend: str | None) -> str:
-    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "interpret" (the
-    numba backend is opt-in until the compiler is complete); TAPEJIT_DISABLE_JIT=1 forces the
-    interpreter."""
+    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "numba";
+    TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
     settings = config()
     if settings.disable_jit:
         return "interpret"
@@ -261,16 +260,35 @@ class CachedTransform:
             if self._cache:
                 self._retraces += 1
             program = build()
-            runner = executable(program.tape, default_backend(self.backend))
+            runner, outs = self._start(program.tape, call.leaves)
             program = dataclasses.replace(program, run=runner, names=tuple(call.names))
             self._cache[key] = program
             self._evict()
-            outs = self._first_call(runner, call.leaves)
             warn = self._retraces > RETRACE_WARNING and not self._warned
             self._warned |= warn
         if warn:
             self._warn_retrace()
         return program, outs
+
+    def _start(self, tape: Tape, leaves: Sequence[Any]) -> tuple[Any, list[Any]]:
+        """The runner for a new program and its first outputs. A program the numba backend
+        cannot compile runs on the interpreter, with a warning, rather than failing."""
+        backend = default_backend(self.backend)
+        try:
+            runner = executable(tape, backend)
+            return runner, self._first_call(runner, leaves)
+        except Exception as err:
+            if backend != "numba" or not _compile_failure(err):
+                raise
+            name = getattr(self.fn, "__name__", type(self.fn).__name__)
+            src = user_source() or ("<unknown>", 0)
+            warnings.warn_explicit(
+                f"tapejit could not compile {name} with numba ({type(err).__name__}: "
+                f"{str(err).strip().splitlines()[0][:200]}); it runs on the numpy interpreter "
+                f"instead. Please report this with the output of tj.explain.",
+                TapejitWarning, src[0], src[1])
+            runner = Interpreted(tape)
+            return runner, runner(leaves)
 
     def _first_call(self, runner: Any, leaves: Sequence[Any]) -> list[Any]:
         """Run a new program, counting the compile or disk load it caused (a program whose
@@ -306,6 +324,12 @@ class CachedTransform:
             f"structure, leaf shape or dtype, or static argument value traces again: pass "
             f"changing numbers as arguments rather than static_argnums, and keep shapes to a "
             f"few sizes (pad batches).", TapejitWarning, src[0], src[1])
+
+
+def _compile_failure(err: Exception) -> bool:
+    """Whether `err` says code generation or numba compilation failed (not the program)."""
+    from numba.core.errors import NumbaError
+    return isinstance(err, (NotImplementedError, NumbaError))
 
 
 def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
