@@ -12,7 +12,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run_example(name: str, *args: str) -> str:
+    """Run an example as a user would: on the default (numba) backend."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    env.pop("TAPEJIT_BACKEND", None)
     proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
                           text=True, timeout=300, env=env)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
