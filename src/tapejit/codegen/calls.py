@@ -104,8 +104,12 @@ def _dot_general(w, eqn, ins, out, sizes):
     c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
     shape = sizes.shape(eqn.outs[0].aval.shape)
     if not lb and dtype.kind == "f":   # one BLAS call
-        w.line(f"{out} = np.dot({a}.reshape(({m}, {k})), {c}.reshape(({k}, {n})))"
-               f".reshape({shape})")
+        # (each reshape call site costs numba ~50 ms of compile time: only where needed)
+        lhs2 = a if (len(lf), len(lc)) == (1, 1) else f"{a}.reshape(({m}, {k}))"
+        rhs2 = c if (len(rc), len(rf)) == (1, 1) else f"{c}.reshape(({k}, {n}))"
+        result = f"np.dot({lhs2}, {rhs2})"
+        w.line(f"{out} = {result}" if len(lf) == len(rf) == 1 else
+               f"{out} = {result}.reshape({shape})")
         return
     w.line(f"{out}_a = {a}.reshape(({b}, {m}, {k}))")
     w.line(f"{out}_b = {c}.reshape(({b}, {k}, {n}))")
