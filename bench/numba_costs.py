@@ -47,7 +47,7 @@ def compile_time(src: str, name: str, *args) -> float:
 
 
 def nests_src(k: int) -> str:
-    body = "".join(f"    for i in range(a.shape[0]):\n        s += a[i]\n" for _ in range(k))
+    body = "".join("    for i in range(a.shape[0]):\n        s += a[i]\n" for _ in range(k))
     return f"def f(a):\n    s = 0.0\n{body}    return s\n"
 
 

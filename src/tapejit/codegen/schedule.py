@@ -39,12 +39,13 @@ class Loop:
     def op_count(self) -> int:
         return len(self.eqns)
 
-    def complete(self, name: str) -> bool:
-        """Whether reduction `name` is complete inside one iteration of the nest (it reduces
-        exactly the inner axes of its stage), so later stages may read it."""
-        axes = self.reductions[name]
+    def complete(self, name: str, outer: tuple[int, ...] | None = None) -> bool:
+        """Whether reduction `name` is complete inside one iteration of the nest (over
+        `outer`, by default its domain): it reduces exactly the inner axes of its stage, so
+        later stages may read it."""
+        outer = self.domain if outer is None else outer
         stage = self.stages[self.stage_of[name]]
-        return set(axes) == set(range(len(self.domain), len(stage)))
+        return set(self.reductions[name]) == set(range(len(outer), len(stage)))
 
 
 @dataclasses.dataclass
@@ -107,9 +108,7 @@ def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[int, ...], outer: tupl
         stage = loop.stage_of[atom.name]
         stage_domain = loop.stages[stage]
         if atom.name in loop.reductions:
-            axes = loop.reductions[atom.name]
-            if set(axes) != set(range(len(outer), len(stage_domain))) or \
-                    (same_stage and stage == last):
+            if not loop.complete(atom.name, outer) or (same_stage and stage == last):
                 return False      # not complete before the nest ends, or still running
         elif is_view(eqn) and not (stage_domain == outer and _broadcasts_outer(eqn, outer)):
             return False          # other views read their operand from memory

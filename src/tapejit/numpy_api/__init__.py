@@ -27,10 +27,6 @@ def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]
     return register
 
 
-def is_traced(x: Any) -> bool:
-    return isinstance(x, Tracer)
-
-
 def dtype_of(x: Any) -> np.dtype:
     if isinstance(x, Tracer):
         return x.dtype
