@@ -15,6 +15,7 @@ from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, Sh
 from .ir import Tape, typecheck
 from .printer import parse_tape, print_tape
 from .pytree import tree_map
+from . import optimizers
 
 __version__ = "0.1.0"
 
@@ -23,5 +24,5 @@ __all__ = [
     "parse_tape", "print_tape", "tree_map", "TapejitError", "TapejitWarning",
     "UnsupportedOperationError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
-    "explain", "Explanation",
+    "explain", "Explanation", "optimizers",
 ]
