@@ -8,6 +8,8 @@
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
 from .api import grad, jit, make_tape, value_and_grad, vjp
+from .custom import custom_vjp, njit_primitive, stop_gradient
+from .transforms import hessian, jacobian, jvp
 from .dispatch import clear_cache
 from .explain import Explanation, explain
 from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, ShapeError,

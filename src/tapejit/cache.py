@@ -39,6 +39,8 @@ _FORMAT = 1  # bump when the file layout below changes
 _HEADER = "# tapejit generated program, body sha256="
 _load_lock = threading.RLock()
 _programs: dict[tuple[Path, str], "Program"] = {}
+# names every generated module can read besides math/numba/np (user kernels, from custom.py)
+GLOBALS: dict[str, Any] = {}
 
 
 class CacheEntry(NamedTuple):
@@ -128,6 +130,7 @@ def _import(path: Path, modname: str, data: bytes) -> ModuleType:
     text = data.decode("utf-8")
     linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
     sys.modules[modname] = module
+    module.__dict__.update(GLOBALS)
     try:
         exec(code, module.__dict__)
     except BaseException:
