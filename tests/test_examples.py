@@ -1,4 +1,8 @@
-"""Smoke tests of the examples: each runs end to end in a subprocess with --quick."""
+"""Smoke tests of the examples and the demo: each runs end to end in a subprocess, small sizes.
+
+They run as a user would, on the default (numba) backend, sharing one temporary
+TAPEJIT_CACHE_DIR (the demo's program compiles once: `tapejit demo` in test_cli.py loads it).
+"""
 from __future__ import annotations
 
 import os
@@ -11,19 +15,42 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_example(name: str, *args: str) -> str:
-    """Run an example as a user would: on the default (numba) backend."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp() / "examples-cache"
+
+
+def run(args: list[str], cache_dir: Path, cwd: Path | None = None) -> str:
+    """Run `python *args` on the default backend; return its output (it must succeed)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TAPEJIT_CACHE_DIR=str(cache_dir))
     env.pop("TAPEJIT_BACKEND", None)
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
-                          text=True, timeout=300, env=env)
-    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=cwd)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
-def test_mlp_digits_quick() -> None:
+def test_mlp_digits_quick(cache_dir: Path) -> None:
     pytest.importorskip("sklearn", reason="examples need scikit-learn: pip install -e '.[test]'")
-    out = run_example("mlp_digits.py", "--quick")
-    assert "epoch   1" in out
+    out = run([str(EXAMPLES / "mlp_digits.py"), "--quick"], cache_dir)
+    assert "epoch   1/1 [####################] loss" in out
     assert "test accuracy:" in out
-    assert "first call (trace + differentiate + compile or cache load):" in out
+    assert "first call (trace + differentiate + " in out
+    assert "steady-state step (forward + reverse + Adam update in one call" in out
+    assert "traces 1, compiles " in out and "hits 5" in out
+
+
+def test_lennard_jones_quick(cache_dir: Path, tmp_path: Path) -> None:
+    out = run([str(EXAMPLES / "lennard_jones.py"), "--quick", "--plot",
+               str(tmp_path / "lj.png")], cache_dir)
+    assert "8 atoms" in out and "relaxed in" in out
+    assert "MD: 50 velocity-Verlet steps" in out and "1 trace" in out
+    assert "max relative drift" in out
+
+
+def test_scipy_minimize_quick(cache_dir: Path) -> None:
+    pytest.importorskip("scipy")
+    pytest.importorskip("sklearn")
+    out = run([str(EXAMPLES / "scipy_minimize.py"), "--quick"], cache_dir)
+    assert "Rosenbrock, n = 5" in out and "tapejit value_and_grad" in out
+    assert "max |w - sklearn LogisticRegression's w|" in out

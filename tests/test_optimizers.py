@@ -164,6 +164,9 @@ def test_hyperparameters_are_state() -> None:
     opt = optim.Adam(0.01)
     state = opt.init({"w": np.zeros(2)})
     assert sorted(state["hyper"]) == ["b1", "b2", "eps", "learning_rate"]
+    scheduled = optim.SGD(optim.warmup(optim.cosine_decay(0.5, 100), 10)).init({"w": np.ones(1)})
+    assert scheduled["hyper"]["learning_rate"] == {
+        "schedule": {"value": 0.5, "steps": 100.0, "final": 0.0}, "steps": 10.0}
     assert sorted(state) == ["hyper", "m", "step", "v"]
     assert "momentum" not in optim.SGD(0.1).init({"w": np.zeros(2)})["hyper"]
     assert "Adam(learning_rate=0.01" in repr(opt)
@@ -174,6 +177,10 @@ def test_errors() -> None:
         optim.SGD(0.1, nesterov=True)
     with pytest.raises(tj.ArgumentError, match="learning_rate must be a number"):
         optim.SGD(-1.0)
+    with pytest.raises(tj.ArgumentError, match="schedule.steps must be a number >= 0"):
+        optim.SGD(optim.warmup(optim.cosine_decay(0.5, -1), 10))
+    with pytest.raises(tj.ArgumentError, match="not a tj.optimizers schedule"):
+        optim.SGD(lambda step: 0.1)
     with pytest.raises(tj.ArgumentError, match="float arrays"):
         optim.SGD(0.1).init({"w": np.zeros(2, int)})
     opt = optim.SGD(0.1)
@@ -233,6 +240,15 @@ def test_jit_training_step_matches_eager_and_never_retraces() -> None:
     assert loss == pytest.approx(eager_loss)
     info = step.cache_info()
     assert (info["traces"], info["hits"]) == (1, 5)
+
+
+def test_schedule_numbers_are_run_time_values() -> None:
+    """Schedules of other lengths and peaks give the same tape: the program is reused."""
+    tapes = set()
+    for opt in (optim.Adam(optim.cosine_decay(0.1, 20)), optim.Adam(optim.cosine_decay(0.3, 7))):
+        params = start()
+        tapes.add(str(tj.make_tape(opt.update)(quad_grad(params), opt.init(params), params)))
+    assert len(tapes) == 1
 
 
 def test_jit_training_step_on_numba_is_one_native_call(tmp_path, monkeypatch) -> None:

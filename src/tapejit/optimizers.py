@@ -11,12 +11,13 @@
         return params, state, loss
 
 Everything that changes at run time is a leaf of the state: the step count (which a schedule
-reads), the hyperparameters (`state["hyper"]`, float64 0-d arrays: assign new values freely) and
-the per-parameter slots (momentum, moments). So under `tj.jit` a schedule or a new
-hyperparameter value never recompiles. What is fixed when the optimizer is made is its structure:
-a schedule's own constants, and which terms exist (momentum, weight decay or clipping given as
-0/None leave their slots and arithmetic out of the program). The update keeps each parameter's
-dtype: float32 parameters get float32 arithmetic.
+reads), the hyperparameters (`state["hyper"]`, float64 0-d arrays: assign new values freely; a
+schedule's numbers are there too, e.g. `state["hyper"]["learning_rate"]["steps"]`) and the
+per-parameter slots (momentum, moments). So under `tj.jit` a schedule, a schedule of another
+length or a new hyperparameter value never recompiles. What is fixed when the optimizer is made
+is its structure: the kind of schedule, and which terms exist (momentum, weight decay or
+clipping given as 0/None leave their slots and arithmetic out of the program). The update keeps
+each parameter's dtype: float32 parameters get float32 arithmetic.
 
 `opt.apply(grads, variables)` is the stateful form for `tj.Variable` (anything with `.numpy()`
 and `.assign()`): the optimizer keeps the state for that list of variables.
@@ -30,7 +31,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import ArgumentError
-from .pytree import flatten, tree_map, unflatten
+from .pytree import flatten, leaf_paths, tree_map, unflatten
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "clip_by_global_norm",
            "global_norm", "constant", "step_decay", "cosine_decay", "warmup"]
@@ -92,6 +93,30 @@ class warmup:
         return ramp * inner
 
 
+def _numbers(schedule: float | Schedule) -> Any:
+    """A schedule's numbers as a dict pytree (a number as itself): they go into the state."""
+    if not dataclasses.is_dataclass(schedule):
+        if callable(schedule):
+            raise ArgumentError(f"learning_rate: {schedule!r} is not a tj.optimizers schedule; "
+                                f"use constant, step_decay, cosine_decay or warmup")
+        return schedule
+    return {f.name: _numbers(getattr(schedule, f.name)) for f in dataclasses.fields(schedule)}
+
+
+def _evaluate(schedule: float | Schedule, numbers: Any, step: Any) -> Any:
+    """The learning rate at `step` of `schedule` with its numbers taken from the state."""
+    if not callable(schedule):
+        return numbers
+    return _rebuild(schedule, numbers)(step)
+
+
+def _rebuild(schedule: Any, numbers: Any) -> Any:
+    if not dataclasses.is_dataclass(schedule):
+        return numbers
+    return dataclasses.replace(schedule, **{k: _rebuild(getattr(schedule, k), v)
+                                            for k, v in numbers.items()})
+
+
 # ---------------------------------------------------------------------------------------------
 # gradient clipping
 
@@ -132,24 +157,21 @@ class Optimizer:
     def __init__(self, learning_rate: float | Schedule, *, weight_decay: float = 0.0,
                  clip_norm: float | None = None, **hyper: float) -> None:
         self.learning_rate = learning_rate
-        self.hyper: dict[str, float] = {}
-        if not callable(learning_rate):
-            self.hyper["learning_rate"] = learning_rate
+        self.hyper: dict[str, Any] = {"learning_rate": _numbers(learning_rate)}
         if weight_decay:
             self.hyper["weight_decay"] = weight_decay
         if clip_norm is not None:
             self.hyper["clip_norm"] = clip_norm
         self.hyper.update(hyper)
-        for name, value in self.hyper.items():
+        for name, value in zip(leaf_paths(self.hyper, ""), flatten(self.hyper)[0]):
             if not isinstance(value, (int, float, np.floating, np.integer)) or value < 0:
-                raise ArgumentError(f"{type(self).__name__}: {name} must be a number >= 0, "
-                                    f"got {value!r}")
+                raise ArgumentError(f"{type(self).__name__}: {name.lstrip('_')} must be a "
+                                    f"number >= 0, got {value!r}")
         self._variables: dict[tuple[int, ...], tuple[list[Any], dict]] = {}
 
     def __repr__(self) -> str:
-        lr = "" if "learning_rate" in self.hyper else f"learning_rate={self.learning_rate!r}, "
-        hyper = ", ".join(f"{k}={v!r}" for k, v in self.hyper.items())
-        return f"{type(self).__name__}({lr}{hyper})"
+        hyper = ", ".join(f"{k}={v!r}" for k, v in self.hyper.items() if k != "learning_rate")
+        return f"{type(self).__name__}(learning_rate={self.learning_rate!r}, {hyper})"
 
     def init(self, params: Any) -> dict[str, Any]:
         """The state for `params`: step count, hyperparameters, and zeroed slots."""
@@ -159,7 +181,7 @@ class Optimizer:
                                     f"arrays, got dtype {np.asarray(leaf).dtype}")
         state: dict[str, Any] = {
             "step": np.zeros(()),
-            "hyper": {k: np.asarray(v, np.float64) for k, v in self.hyper.items()}}
+            "hyper": tree_map(lambda v: np.asarray(v, np.float64), self.hyper)}
         for slot in self.slots:
             state[slot] = tree_map(lambda p: np.zeros_like(np.asarray(p)), params)
         return state
@@ -169,7 +191,9 @@ class Optimizer:
         hyper, step = state["hyper"], state["step"]
         if "clip_norm" in hyper:
             grads = clip_by_global_norm(grads, hyper["clip_norm"])
-        h = dict(hyper, **self._scalars(step, hyper))
+        h = {k: v for k, v in hyper.items() if k != "learning_rate"}
+        h["learning_rate"] = _evaluate(self.learning_rate, hyper["learning_rate"], step)
+        h.update(self._scalars(step, hyper))
         p_leaves, td = flatten(params)
         g_leaves, g_td = flatten(grads)
         if g_td != td:
@@ -193,11 +217,8 @@ class Optimizer:
         return unflatten(td, new_p), new_state
 
     def _scalars(self, step: Any, hyper: dict[str, Any]) -> dict[str, Any]:
-        """Per-step scalars shared by every leaf: the learning rate (and, in Adam, the bias
-        corrections)."""
-        if "learning_rate" in hyper:
-            return {}
-        return {"learning_rate": self.learning_rate(step)}   # type: ignore[operator]
+        """Per-step scalars shared by every leaf (Adam: the bias corrections)."""
+        return {}
 
     def _leaf(self, p: Any, g: Any, slots: tuple, h: dict[str, Any]) -> tuple[Any, tuple]:
         raise NotImplementedError
@@ -251,8 +272,7 @@ class Adam(Optimizer):
 
     def _scalars(self, step: Any, hyper: dict[str, Any]) -> dict[str, Any]:
         t = step + 1.0
-        return {**super()._scalars(step, hyper),
-                "c1": 1.0 / (1.0 - hyper["b1"] ** t), "c2": 1.0 / (1.0 - hyper["b2"] ** t)}
+        return {"c1": 1.0 / (1.0 - hyper["b1"] ** t), "c2": 1.0 / (1.0 - hyper["b2"] ** t)}
 
     def _leaf(self, p: Any, g: Any, slots: tuple, h: dict[str, Any]) -> tuple[Any, tuple]:
         m = h["b1"] * slots[0] + (1.0 - h["b1"]) * g

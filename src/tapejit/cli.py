@@ -1,0 +1,129 @@
+"""The command line: `python -m tapejit` or `tapejit`.
+
+    tapejit demo [--quick] [--epochs N]     train an MLP on scikit-learn's digits (demo.py)
+    tapejit info                            versions, backends, CUDA, the cache directory
+    tapejit cache list | clear              the compiled programs on disk
+    tapejit bench [peers|compiler] [...]    run a benchmark suite of a source checkout
+
+Each subcommand is a function `(args) -> exit status`; `main(argv)` dispatches.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+SUITES = {"peers": "peers.py", "compiler": "run_all.py"}
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    raise AssertionError
+
+
+def _cuda() -> str:
+    """Whether numba sees a CUDA GPU (numba.cuda imported in a child: it can be slow)."""
+    code = "from numba import cuda; print(cuda.is_available())"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err})"
+    if proc.returncode:
+        return f"no (numba.cuda: {proc.stderr.strip().splitlines()[-1][:80]})"
+    return "yes" if proc.stdout.strip() == "True" else "no GPU or driver found"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+    demo.main(args.rest)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import tapejit as tj
+    from . import cache
+    from .compile import BACKENDS
+    from .config import config
+    settings = config()
+    print(f"tapejit {tj.__version__} ({Path(tj.__file__).parent})")
+    print(f"python {platform.python_version()} ({sys.executable}), {platform.platform()}")
+    for dist in ("numpy", "numba", "llvmlite", "scipy", "scikit-learn"):
+        print(f"{dist} {_version(dist)}")
+    print(f"backends: {', '.join(BACKENDS)}; default {settings.backend}"
+          + (" (TAPEJIT_DISABLE_JIT=1: interpret)" if settings.disable_jit else ""))
+    print(f"CUDA: {_cuda()}")
+    entries = cache.cache_entries()
+    total = sum(f.stat().st_size for f in settings.cache_dir.rglob("*") if f.is_file())
+    print(f"cache directory: {settings.cache_dir} (TAPEJIT_CACHE_DIR), {_size(total)} in all")
+    print(f"  this version: {cache.cache_root()}: {len(entries)} programs, "
+          f"{_size(sum(e.size for e in entries))}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from . import cache
+    if args.action == "clear":
+        root = cache.cache_root()
+        print(f"removed {cache.clear_cache()} programs from {root}")
+        return 0
+    entries = cache.cache_entries()
+    print(f"{cache.cache_root()}: {len(entries)} programs")
+    for e in entries:
+        when = datetime.datetime.fromtimestamp(e.mtime).strftime("%Y-%m-%d %H:%M")
+        print(f"  {e.hash}  {_size(e.size):>9}  {when}" + ("" if e.valid else "  (damaged)"))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    script = BENCH_DIR / SUITES[args.suite]
+    if not script.exists():
+        print(f"tapejit bench needs a source checkout: {script} not found "
+              f"(git clone the repository and pip install -e . there)", file=sys.stderr)
+        return 2
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    return subprocess.run([sys.executable, str(script), *args.rest], env=env).returncode
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tapejit", description="tapejit's command line")
+    sub = p.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="train an MLP on scikit-learn's digits",
+                          add_help=False)
+    demo.set_defaults(run=cmd_demo)
+    sub.add_parser("info", help="versions, backends, CUDA, cache").set_defaults(run=cmd_info)
+    cache = sub.add_parser("cache", help="list or clear the compiled programs on disk")
+    cache.add_argument("action", choices=("list", "clear"))
+    cache.set_defaults(run=cmd_cache)
+    bench = sub.add_parser("bench", help="run a benchmark suite and print its table "
+                                         "(peers: bench/peers.py; compiler: bench/run_all.py)")
+    bench.add_argument("suite", nargs="?", choices=tuple(SUITES), default="peers")
+    bench.set_defaults(run=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; its arguments after the subcommand's own go to the script."""
+    args, rest = parser().parse_known_args(argv)
+    if rest and args.command not in ("demo", "bench"):
+        parser().error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
+    return args.run(args)

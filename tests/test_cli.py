@@ -1,0 +1,56 @@
+"""The command line (`python -m tapejit ...`), each command in a subprocess on a temporary
+cache directory."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_examples import cache_dir, run  # noqa: F401  (cache_dir: the shared fixture)
+
+
+def tapejit_python(code: str, cache: Path) -> str:
+    env = dict(os.environ, TAPEJIT_CACHE_DIR=str(cache))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True).stdout
+
+
+def tapejit(*args: str, cache: Path, ok: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TAPEJIT_CACHE_DIR=str(cache))
+    proc = subprocess.run([sys.executable, "-m", "tapejit", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert (proc.returncode == 0) == ok, f"{args}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    return proc
+
+
+def test_info(tmp_path: Path) -> None:
+    out = tapejit("info", cache=tmp_path).stdout
+    assert out.startswith("tapejit ")
+    assert "numba " in out and "backends: interpret, numba" in out
+    assert "CUDA: " in out
+    assert f"cache directory: {tmp_path}" in out and "0 programs" in out
+
+
+def test_cache_list_and_clear(tmp_path: Path) -> None:
+    publish = ("from tapejit import cache; "
+               "print(cache.load_program('def entry(x): return x', 'entry').digest)")
+    digest = tapejit_python(publish, tmp_path).strip()
+    out = tapejit("cache", "list", cache=tmp_path).stdout
+    assert "1 programs" in out and digest in out
+    assert "removed 1 programs" in tapejit("cache", "clear", cache=tmp_path).stdout
+    assert "0 programs" in tapejit("cache", "list", cache=tmp_path).stdout
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    assert "unrecognized arguments" in tapejit("info", "--x", cache=tmp_path, ok=False).stderr
+    assert "invalid choice" in tapejit("cache", "drop", cache=tmp_path, ok=False).stderr
+
+
+def test_demo_quick(cache_dir: Path) -> None:  # noqa: F811
+    pytest.importorskip("sklearn")
+    out = run(["-m", "tapejit", "demo", "--quick"], cache_dir)
+    assert "digits: 1437 train / 360 test images" in out
+    assert "test accuracy:" in out and "steady-state step" in out
