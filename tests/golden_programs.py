@@ -11,6 +11,7 @@ import numpy as np
 import tapejit as tj
 from tapejit import autodiff
 from tapejit.ir import Tape
+from tapejit.passes import optimize
 
 
 def mlp_loss(x, w, b, y):
@@ -44,7 +45,7 @@ PROGRAMS = {
     "index_assign": (index_assign_loss, (np.ones((3, 4)), np.ones(4)), (0, 1)),
     "lennard_jones": (lennard_jones, (np.arange(12.0).reshape(4, 3),), (0,)),
 }
-STAGES = ("primal", "joint", "grad")
+STAGES = ("primal", "joint", "grad", "fused")
 
 
 def stage(name: str, which: str) -> Tape:
@@ -54,4 +55,6 @@ def stage(name: str, which: str) -> Tape:
         return primal
     if which == "joint":
         return autodiff.vjp_tape(primal, argnums, [autodiff.ONE])
+    if which == "fused":    # the joint tape after every pass: what the compiler lowers
+        return optimize(autodiff.vjp_tape(primal, argnums, [autodiff.ONE]))
     return tj.make_tape(tj.grad(fn, argnums=argnums))(*args)

@@ -68,15 +68,20 @@ def vjp_tape(tape: Tape, wrt: Sequence[int], seeds: Sequence[str | None]) -> Tap
             if ct is not None and isinstance(out, Var) and out.name in active:
                 _accumulate(cts, out.name, ct)
         for eqn in reversed(tape.eqns):
-            out = eqn.outs[0]
-            ct = cts.pop(out.name, None)
-            if ct is None:
+            out_cts = [cts.pop(o.name, None) for o in eqn.outs]
+            if all(ct is None for ct in out_cts):
                 continue
-            _name_cotangent(ct, out.name, renames, primal_names)
+            for out, ct in zip(eqn.outs, out_cts):
+                _name_cotangent(ct, out.name, renames, primal_names)
             ins = [Tracer(trace, a) if isinstance(a, Var) else a.aval.dtype.type(a.value)
                    for a in eqn.ins]
+            outs = [Tracer(trace, o) for o in eqn.outs]
             with recording_source(eqn.src):
-                in_cts = OPS[eqn.op].vjp(ct, Tracer(trace, out), *ins, **eqn.kw)
+                op = OPS[eqn.op]
+                if op.multiple_results:      # tuples of cotangents (None: none) and outputs
+                    in_cts = op.vjp(tuple(out_cts), tuple(outs), *ins, **eqn.kw)
+                else:
+                    in_cts = op.vjp(out_cts[0], outs[0], *ins, **eqn.kw)
                 for atom, ct_in in zip(eqn.ins, in_cts):
                     if ct_in is not None and isinstance(atom, Var) and atom.name in active:
                         _accumulate(cts, atom.name, unbroadcast(ct_in, atom.aval))

@@ -12,7 +12,7 @@ named by the pass; then the fusion groups and the generated source of the last t
 
 This module is a consumer, not a second pipeline: it calls the functions the transforms call
 (api.split_args/trace_flat, autodiff.vjp_tape, passes.optimize with `after_each`,
-codegen schedule/generate). It never compiles: the source is shown, not loaded.
+codegen steps/generate). It never compiles: the source is shown, not loaded.
 
 `TAPEJIT_DUMP=dir` (config.py): compile.py calls `dump(compiled)` for every program the numba
 backend builds, which writes the same text for the compiled (optimized) tape to
@@ -32,7 +32,7 @@ from . import autodiff
 from .api import _check_float_inputs, _fn_name, _normalize_argnums, split_args, trace_flat
 from .cache import program_hash
 from .codegen.cpu import generate
-from .codegen.schedule import Call, Loop, Step, schedule
+from .codegen.schedule import Call, Loop, Step, steps
 from .compile import BACKENDS
 from .config import config
 from .dispatch import CachedTransform
@@ -52,7 +52,7 @@ class Explanation:
 
     title: str
     tapes: dict[str, Tape]      # stage name -> tape, in pipeline order; the last is compiled
-    groups: list[Step]          # fusion of the last tape (empty for the interpret backend)
+    groups: list[Step]          # the fusion groups of the last tape
     source: str                 # generated numba module ("" for the interpret backend)
     sizes: np.ndarray           # the size table `S` the entry function is called with
     notes: tuple[str, ...] = ()  # extra lines under the title (cache counts, ...)
@@ -151,9 +151,9 @@ def build(title: str, tapes: dict[str, Tape], backend: str = "numba",
     """An Explanation of the last of `tapes`; `source` (and sizes) when already generated."""
     final = list(tapes.values())[-1]
     if backend != "numba":
-        return Explanation(title, tapes, [], "", np.zeros(0, np.int64), tuple(notes))
+        return Explanation(title, tapes, steps(final), "", np.zeros(0, np.int64), tuple(notes))
     text, sizes = source if source is not None else generate(final)
-    return Explanation(title, tapes, schedule(final), text, sizes, tuple(notes))
+    return Explanation(title, tapes, steps(final), text, sizes, tuple(notes))
 
 
 _STAGE_NOTES = {"traced": "traced: the primal tape",
@@ -172,12 +172,12 @@ def render(ex: Explanation) -> str:
         else:
             out += [head + " ==", print_tape(tape), ""]
         previous = tape
-    if not ex.source:
-        out.append("(the interpret backend runs the last tape on numpy: no fusion, no code)")
-        return "\n".join(out)
     loops = sum(isinstance(s, Loop) for s in ex.groups)
     out.append(f"== fusion groups: {loops} loops, {len(ex.groups) - loops} calls ==")
     out += [*render_groups(ex.groups), ""]
+    if not ex.source:
+        out.append("(the interpret backend runs the last tape on numpy: no generated code)")
+        return "\n".join(out)
     sizes = ", ".join(f"S[{k}]={int(n)}" for k, n in enumerate(ex.sizes))
     out += [f"== generated source: module {ex.module}; sizes {sizes or '(none)'} ==",
             ex.source.rstrip("\n")]

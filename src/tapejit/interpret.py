@@ -2,7 +2,7 @@
 path is tested against, and the `"interpret"` backend.
 
 `evaluate` walks a tape with a given way of applying each eqn; `interpret` applies the ops'
-numpy implementations, `inline` binds them (so on tracers it copies the tape into the current
+numpy implementations, `inline` binds them (a fused group's eqns one by one) (so on tracers it copies the tape into the current
 trace, keeping each eqn's source line: how a transform called inside a trace composes).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .ir import Atom, Eqn, Lit, Tape
-from .ops import OPS
+from .ops import OPS, Kind
 from .trace import bind_recorded, current_trace, recording_source
 
 
@@ -30,11 +30,15 @@ def evaluate(tape: Tape, args: Sequence[Any], apply: Callable[[Eqn, list[Any]], 
         return _lit_value(atom) if isinstance(atom, Lit) else env[atom.name]
 
     for eqn in tape.eqns:
-        env[eqn.outs[0].name] = apply(eqn, [read(a) for a in eqn.ins])
+        result = apply(eqn, [read(a) for a in eqn.ins])
+        if OPS[eqn.op].multiple_results:
+            env.update((o.name, r) for o, r in zip(eqn.outs, result))
+        else:
+            env[eqn.outs[0].name] = result
     return [read(o) for o in tape.outvars]
 
 
-def _apply_impl(eqn: Eqn, ins: list[Any]) -> Any:
+def apply_impl(eqn: Eqn, ins: list[Any]) -> Any:
     return OPS[eqn.op].impl(*ins, **eqn.kw)
 
 
@@ -47,7 +51,7 @@ def interpret(tape: Tape, args: Sequence[Any]) -> list[Any]:
     """Run the tape on numpy values. Floating-point warnings are silenced: a joint tape may
     compute both sides of a select, as compiled code does."""
     with np.errstate(all="ignore"):
-        outs = evaluate(tape, [np.asarray(a) for a in args], _apply_impl)
+        outs = evaluate(tape, [np.asarray(a) for a in args], apply_impl)
     return [np.asarray(o, dtype=v.aval.dtype) for o, v in zip(outs, tape.outvars)]
 
 
@@ -63,6 +67,8 @@ def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:
 
     def apply(eqn: Eqn, ins: list[Any]) -> Any:
         mark()
+        if OPS[eqn.op].kind is Kind.FUSED:      # its eqns, not the group: fuse again later
+            return tuple(inline(eqn.kw["body"], ins))
         return _apply_bind(eqn, ins)
 
     outs = evaluate(tape, args, apply)

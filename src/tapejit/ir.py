@@ -12,7 +12,10 @@ Glossary (one vocabulary across tapejit):
   residual  a forward value that the reverse sweep reads
 
 Invariants (checked by `typecheck`): every var is defined exactly once before it is read; each
-eqn's output avals are what its op's shape rule gives for its inputs; names are unique.
+eqn's output avals are what its op's shape rule gives for its inputs; names are unique. An eqn
+has one output, except ops with `multiple_results`. A param may be a tape (a
+"sub-tape": a loop body, a branch, a fused group); a sub-tape is closed (it reads only its own
+inputs), has no constants, and is typechecked with its eqn.
 Inputs keep the user's parameter names, intermediates are `v1, v2, ...`, constants `c1, ...`
 and cotangents `ct_<name>`. The text form is in printer.py.
 """
@@ -88,6 +91,11 @@ def make_params(params: dict[str, Any]) -> Params:
     return tuple(sorted(params.items()))
 
 
+def sub_tapes(eqn: Eqn) -> list[tuple[str, "Tape"]]:
+    """The eqn's params that are tapes (the bodies of control flow and of fused groups)."""
+    return [(k, v) for k, v in eqn.params if isinstance(v, Tape)]
+
+
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class Tape:
     invars: tuple[Var, ...]
@@ -154,14 +162,24 @@ def typecheck(tape: Tape) -> None:
             raise IRError(f"{where}: unknown op {eqn.op}")
         for atom in eqn.ins:
             read(atom, where)
+        for key, body in sub_tapes(eqn):
+            try:
+                typecheck(body)
+            except IRError as err:
+                raise IRError(f"{where}: sub-tape {key}: {err}") from None
         try:
             expected = OPS[eqn.op].shape(*(a.aval for a in eqn.ins), **eqn.kw)
         except Exception as err:
             raise IRError(f"{where}: {err}") from None
-        if len(eqn.outs) != 1:
-            raise IRError(f"{where}: an eqn has exactly one output, not {len(eqn.outs)}")
-        if eqn.outs[0].aval != expected:
-            raise IRError(f"{where}: output should be {expected}, not {eqn.outs[0].aval}")
+        got = tuple(o.aval for o in eqn.outs)
+        if OPS[eqn.op].multiple_results:
+            if got != tuple(expected):
+                raise IRError(f"{where}: outputs should be {' '.join(map(str, expected))}, "
+                              f"not {' '.join(map(str, got))}")
+        elif len(got) != 1:
+            raise IRError(f"{where}: an eqn has exactly one output, not {len(got)}")
+        elif got[0] != expected:
+            raise IRError(f"{where}: output should be {expected}, not {got[0]}")
         for var in eqn.outs:
             define(var, where)
     for atom in tape.outvars:

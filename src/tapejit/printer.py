@@ -8,6 +8,9 @@ Grammar (one equation per line; `#` comments carry the user's source line):
     binder := name ":" type          type := dtype "[" dims "]"  (e.g. f64[3,4], i64[])
     atom   := name | pyliteral ":" type                             (e.g. 2.0:f64[])
 
+A param holding a tape (a sub-tape: loop body, branch, fused group) reads `name=...` in the
+brackets, and the sub-tape follows the eqn's line, indented, as `name = { lambda ... }`.
+
 Constant values are not part of the text: `parse_tape` takes them as an argument.
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 
 from .avals import DTYPES_BY_NAME, Aval
 from .errors import IRError
-from .ir import Atom, Eqn, Lit, Tape, Var, make_params
+from .ir import Atom, Eqn, Lit, Tape, Var, make_params, sub_tapes
 
 _INDENT = "      "
 
@@ -33,7 +36,8 @@ def _binder(v: Var) -> str:
 def _params(eqn: Eqn) -> str:
     if not eqn.params:
         return ""
-    return "[" + ", ".join(f"{k}={v!r}" for k, v in eqn.params) + "]"
+    return "[" + ", ".join(f"{k}={'...' if isinstance(v, Tape) else repr(v)}"
+                           for k, v in eqn.params) + "]"
 
 
 def print_eqn(eqn: Eqn, show_src: bool = False) -> str:
@@ -53,6 +57,10 @@ def print_tape(tape: Tape, show_src: bool = True) -> str:
             lines.append(("  let " if i == 0 else _INDENT) + "# reverse")
         prefix = "  let " if len(lines) == 1 else _INDENT
         lines.append(prefix + print_eqn(eqn, show_src))
+        for key, body in sub_tapes(eqn):
+            nested = print_tape(body, show_src).splitlines()
+            lines.append(f"{_INDENT}  {key} = {nested[0]}")
+            lines.extend(f"{_INDENT}  {' ' * len(key)}   {line}" for line in nested[1:])
     if tape.reverse_start is not None and tape.reverse_start == len(tape.eqns):
         lines.append(("  let " if len(lines) == 1 else _INDENT) + "# reverse")  # empty sweep
     if len(lines) == 1:
@@ -144,6 +152,32 @@ def _parse_eqn(line: str, env: dict[str, Var]) -> Eqn:
     return Eqn(op, ins, outs, make_params(params), src)
 
 
+_SUB_TAPE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) = (\{ lambda)")
+
+
+def _sub_tape(first: str, lines: Any) -> Tape:
+    """Parse the sub-tape starting with line `first`, taking the rest of it from `lines`."""
+    text, depth = [first], 1
+    while depth:
+        try:
+            _, line = next(lines)
+        except StopIteration:
+            raise IRError(f"a sub-tape starting `{first}` is not closed") from None
+        text.append(line)
+        depth += bool(_SUB_TAPE.match(line)) - line.endswith(") }")
+    return parse_tape("\n".join(text))
+
+
+def _attach(eqns: list[Eqn], key: str, body: Tape, number: int) -> None:
+    """Fill the `key=...` param of the last eqn with its sub-tape."""
+    params = dict(eqns[-1].params) if eqns else {}
+    if params.get(key, None) is not Ellipsis:
+        raise IRError(f"line {number}: sub-tape {key} follows no eqn with a param {key}=...")
+    params[key] = body
+    last = eqns[-1]
+    eqns[-1] = Eqn(last.op, last.ins, last.outs, make_params(params), last.src)
+
+
 def parse_tape(text: str, consts: Sequence[np.ndarray] | None = None) -> Tape:
     """Parse the text form. `consts` supplies the constant arrays (zeros if omitted).
 
@@ -157,10 +191,14 @@ def parse_tape(text: str, consts: Sequence[np.ndarray] | None = None) -> Tape:
     env = {v.name: v for v in invars + constvars}
     eqns: list[Eqn] = []
     reverse_start = None
-    for number, line in enumerate(lines[1:-1], 2):
+    body = iter(enumerate(lines[1:-1], 2))
+    for number, line in body:
         if line == "let" or line.startswith("let "):
             line = line[3:].strip()
-        if line == "# reverse":
+        block = _SUB_TAPE.match(line)
+        if block:
+            _attach(eqns, block.group(1), _sub_tape(line[block.start(2):], body), number)
+        elif line == "# reverse":
             if reverse_start is not None:
                 raise IRError(f"line {number}: a second '# reverse'")
             reverse_start = len(eqns)

@@ -126,7 +126,8 @@ class Trace:
             self.consts.append(x)
         return var
 
-    def record(self, op: Op, args: Sequence[Any], params: dict[str, Any]) -> "Tracer":
+    def record(self, op: Op, args: Sequence[Any], params: dict[str, Any]) -> Any:
+        """Record `op` on `args`: its output tracer (a tuple of them for several outputs)."""
         ins = []
         for a in args:   # fast path: every argument is a current tracer of this trace
             if type(a) is not Tracer or a._trace is not self or a._stale:
@@ -145,6 +146,10 @@ class Trace:
                 aval = _SHAPES[key] = op.shape(*avals, **params)
             except TapejitError as err:
                 raise type(err)(at_source(str(err), src)) from None
+        if op.multiple_results:
+            outs = tuple(self.new_var(a) for a in aval)
+            self.eqns.append(Eqn(op.name, tuple(ins), outs, packed, src))
+            return tuple(Tracer(self, o) for o in outs)
         out = self.new_var(aval)
         self.eqns.append(Eqn(op.name, tuple(ins), (out,), packed, src))
         return Tracer(self, out)

@@ -1,7 +1,7 @@
 """Numba CPU code generation: one module per program, one `@njit(cache=True)` entry point that
 runs the whole tape (forward and reverse sweep) as a single native call.
 
-Each fused `Loop` becomes an explicit scalar loop nest over its domain (values living only in
+The tape is fused (passes/fuse.py). Each fused `Loop` becomes an explicit scalar loop nest over its domain (values living only in
 the loop stay in registers; values of a scalar domain stay Python locals for the rest of the
 program); reductions whose axes are the innermost loops accumulate in a scalar. Each `Call` gets
 its own code (calls.py). The IR line is a comment above each statement.
@@ -17,7 +17,7 @@ from ..ir import Atom, Eqn, Lit, Tape, Var
 from . import calls
 from .scalar import scalar_expr
 from .plan import plan
-from .schedule import Call, Loop, schedule
+from .schedule import Call, Loop, steps
 from .views import is_view, view_expr
 from .writer import Sizes, Writer, dtype_code, literal, scalar
 
@@ -47,7 +47,7 @@ class _Program:
 
     def __init__(self, tape: Tape) -> None:
         self.w, self.sizes = Writer(), Sizes()
-        self.steps = schedule(tape)
+        self.steps = steps(tape)
         self.plan = plan(tape, self.steps)
         self.after_nest: list[str] = []   # statements to run once the current nest is done
 

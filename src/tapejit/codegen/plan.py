@@ -1,4 +1,4 @@
-"""Which values of a scheduled tape live in arrays, and which are recomputed where read.
+"""Which values of a fused tape live in arrays, and which are recomputed where read.
 
 - A value computed in a loop and read only there stays a scalar in registers.
 - A value of a scalar domain stays a Python local for the rest of the program.
@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir import Eqn, Tape, Var
-from .schedule import FUSIBLE_REDUCTIONS, Call, Loop, Step
+from ..passes.fuse import FUSIBLE_REDUCTIONS
+from .schedule import Call, Loop, Step
 from .views import is_view
 
 @dataclasses.dataclass

@@ -1,51 +1,12 @@
-"""Fusion: split an optimized tape into the steps of a compiled program.
-
-A `Loop` is one loop nest over a `domain` shape (axes of size 1 dropped: a loop over a scalar
-domain is straight-line code). It holds elementwise eqns whose output has the
-domain's shape, layout ops producing that shape (views.py: read from memory through an index
-map), and the reductions (sum/max/min) that consume them (accumulated inside the nest). Values that live only
-inside a loop never touch memory. A `Call` is a single eqn with its own code (matrix products,
-gathers, scatters, layout changes): fusion barriers.
-
-An eqn joins the latest loop of its domain when everything it reads is ready there: values of
-that loop computed before it (not the loop's own reductions, which finish only after the nest),
-or values of earlier steps. Loops are capped at `MAX_LOOP_OPS` ops, about where LLVM stops
-vectorising a loop body (bodies calling libm's sin/exp are not vectorised anyway, and every
-split costs an array written and read back).
-"""
+"""The steps of a fused tape, in order: each `fused` eqn is a `Loop` nest (passes/fuse.py), any
+other eqn a `Call` with its own code (calls.py)."""
 from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Eqn, Tape, Var
+from ..ir import Eqn, Tape
 from ..ops import OPS, Kind
-from .views import is_view
-
-MAX_LOOP_OPS = 40
-FUSIBLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
-
-
-@dataclasses.dataclass
-class Loop:
-    """A loop nest over `domain`; eqns whose domain extends it (`domain` + inner axes) run in
-    inner loops ("stages") inside each iteration of the nest, in order."""
-
-    domain: tuple[int, ...]
-    eqns: list[Eqn] = dataclasses.field(default_factory=list)
-    stage_of: dict[str, int] = dataclasses.field(default_factory=dict)   # var -> stage
-    stages: list[tuple[int, ...]] = dataclasses.field(default_factory=list)  # their domains
-    reductions: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
-
-    def op_count(self) -> int:
-        return len(self.eqns)
-
-    def complete(self, name: str, outer: tuple[int, ...] | None = None) -> bool:
-        """Whether reduction `name` is complete inside one iteration of the nest (over
-        `outer`, by default its domain): it reduces exactly the inner axes of its stage, so
-        later stages may read it."""
-        outer = self.domain if outer is None else outer
-        stage = self.stages[self.stage_of[name]]
-        return set(self.reductions[name]) == set(range(len(outer), len(stage)))
+from ..passes.fuse import Loop, loop_of
 
 
 @dataclasses.dataclass
@@ -56,117 +17,6 @@ class Call:
 Step = Loop | Call
 
 
-def squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The loop domain of a shape: its axes of size 1 need no loop."""
-    return tuple(n for n in shape if n != 1)
-
-
-def _loop_domain(eqn: Eqn) -> tuple[int, ...] | None:
-    kind = OPS[eqn.op].kind
-    if kind is Kind.ELEMENTWISE or is_view(eqn):
-        return squeezed(eqn.outs[0].aval.shape)
-    if eqn.op in FUSIBLE_REDUCTIONS:
-        return squeezed(eqn.ins[0].aval.shape)
-    return None
-
-
-def reduced_axes(eqn: Eqn) -> tuple[int, ...]:
-    """A reduction's reduced axes, as positions in its (squeezed) loop domain."""
-    shape = eqn.ins[0].aval.shape
-    position = {a: k for k, a in enumerate(d for d, n in enumerate(shape) if n != 1)}
-    return tuple(sorted(position[a] for a in eqn.kw["axes"] if shape[a] != 1))
-
-
-def _placement(loop: Loop, domain: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The loop's outer domain if an eqn of `domain` joins it, or None if it cannot.
-    An eqn may extend the domain (an inner stage), or be a prefix of the domain of a loop with
-    a single stage (which then becomes that outer domain's first inner stage)."""
-    if not loop.domain and domain:
-        return None               # nothing to share with a scalar loop
-    if domain[:len(loop.domain)] == loop.domain:
-        return loop.domain
-    if loop.domain[:len(domain)] == domain and len(set(loop.stages)) == 1 and domain:
-        return domain
-    return None
-
-
-def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[int, ...], outer: tuple[int, ...],
-          producer: dict[str, int]) -> bool:
-    """Whether `eqn` can run in `loop` (with outer domain `outer`): all it reads is ready."""
-    if loop.op_count() >= MAX_LOOP_OPS:
-        return False
-    last = len(loop.stages) - 1
-    same_stage = bool(loop.stages) and loop.stages[last] == domain
-    for atom in eqn.ins:
-        if not isinstance(atom, Var) or atom.name not in producer:
-            continue
-        where = producer[atom.name]
-        if where > index:
-            return False
-        if where < index:
-            continue
-        stage = loop.stage_of[atom.name]
-        stage_domain = loop.stages[stage]
-        if atom.name in loop.reductions:
-            if not loop.complete(atom.name, outer) or (same_stage and stage == last):
-                return False      # not complete before the nest ends, or still running
-        elif is_view(eqn) and not (stage_domain == outer and _broadcasts_outer(eqn, outer)):
-            return False          # other views read their operand from memory
-    return True
-
-
-def _broadcasts_outer(eqn: Eqn, outer: tuple[int, ...]) -> bool:
-    """A broadcast of a value of the outer domain along inner axes only (so inside the loop it
-    is that value's local)."""
-    if eqn.op != "broadcast_in_dim":
-        return False
-    operand, out = eqn.ins[0].aval.shape, eqn.outs[0].aval.shape
-    placed = [d for n, d in zip(operand, eqn.kw["dims"]) if n != 1]
-    loop_axes = [d for d, n in enumerate(out) if n != 1]
-    return len(placed) == len(outer) and placed == loop_axes[:len(placed)]
-
-
-def schedule(tape: Tape) -> list[Step]:
-    steps: list[Step] = []
-    producer: dict[str, int] = {}  # var name -> index of the step computing it
-    for eqn in tape.eqns:
-        domain = _loop_domain(eqn)
-        if domain is None:
-            steps.append(Call(eqn))
-            target = len(steps) - 1
-        else:
-            target = _join(steps, eqn, domain, producer)
-        for out in eqn.outs:
-            producer[out.name] = target
-    return steps
-
-
-def _join(steps: list[Step], eqn: Eqn, domain: tuple[int, ...],
-          producer: dict[str, int]) -> int:
-    """Put `eqn` in a loop it fits (or a new one): the one computing most of its inputs, else
-    the latest. Return that step's index."""
-    best, best_outer, best_affinity = None, None, -1
-    for index in range(len(steps) - 1, -1, -1):
-        loop = steps[index]
-        if not isinstance(loop, Loop):
-            continue
-        outer = _placement(loop, domain)
-        if outer is None or not _fits(loop, index, eqn, domain, outer, producer):
-            continue
-        affinity = sum(1 for a in eqn.ins if isinstance(a, Var) and producer.get(a.name) == index)
-        if affinity > best_affinity:
-            best, best_outer, best_affinity = index, outer, affinity
-    if best is None:
-        steps.append(Loop(domain))
-        index, loop = len(steps) - 1, steps[-1]
-    else:
-        index, loop = best, steps[best]
-        loop.domain = best_outer
-    assert isinstance(loop, Loop)
-    if not loop.stages or loop.stages[-1] != domain:
-        loop.stages.append(domain)
-    loop.eqns.append(eqn)
-    loop.stage_of[eqn.outs[0].name] = len(loop.stages) - 1
-    if eqn.op in FUSIBLE_REDUCTIONS and not is_view(eqn):
-        loop.reductions[eqn.outs[0].name] = reduced_axes(eqn)
-    return index
+def steps(tape: Tape) -> list[Step]:
+    return [loop_of(e.kw["body"]) if OPS[e.op].kind is Kind.FUSED else Call(e)
+            for e in tape.eqns]

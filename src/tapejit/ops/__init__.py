@@ -3,6 +3,9 @@
 An `Op` holds, side by side, everything the pipeline needs to know about a primitive:
 
 - `shape(*avals, **params) -> Aval`: its shape and dtype rule (used by tracing and typecheck);
+  an op defined with `multiple_results=True` (control flow, fused groups) has a tuple of
+  outputs: its shape rule returns a tuple of avals, `impl` a tuple of arrays, and `vjp`
+  receives tuples of cotangents (None where an output has none) and of outputs;
 - `impl(*arrays, **params) -> ndarray`: its numpy reference implementation (the interpreter);
 - `vjp(ct, out, *ins, **params) -> tuple`: its reverse-mode rule, written with traced ops so the
   reverse sweep is ordinary IR that can be differentiated again. It returns one cotangent per
@@ -30,6 +33,7 @@ class Kind(enum.Enum):
     SCAN = "scan"                 # cumulative ops along one axis
     LINALG = "linalg"             # dot_general
     INDEX = "index"               # gather / scatter with integer index arrays
+    FUSED = "fused"               # a group of ops run as one loop nest; its body is a sub-tape
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -39,6 +43,7 @@ class Op:
     impl: Callable[..., Any]
     shape: Callable[..., Aval]
     vjp: Callable[..., tuple]
+    multiple_results: bool = False
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         return _binder(self, args, params)
@@ -51,10 +56,11 @@ OPS: dict[str, Op] = {}
 
 
 def defop(name: str, kind: Kind, impl: Callable[..., Any], *,
-          shape: Callable[..., Aval], vjp: Callable[..., tuple]) -> Op:
+          shape: Callable[..., Any], vjp: Callable[..., tuple],
+          multiple_results: bool = False) -> Op:
     """Register a primitive. Its name must be new."""
     assert name not in OPS, f"op {name} defined twice"
-    op = Op(name, kind, impl, shape, vjp)
+    op = Op(name, kind, impl, shape, vjp, multiple_results)
     OPS[name] = op
     return op
 
@@ -77,4 +83,4 @@ def set_binder(binder: Callable[[Op, tuple, dict], Any]) -> None:
     _binder = binder
 
 
-from . import elementwise, reduce, layout, linalg, index  # noqa: E402,F401  (register the ops)
+from . import elementwise, reduce, layout, linalg, index, fused  # noqa: E402,F401  (register the ops)

@@ -10,6 +10,7 @@ from typing import Callable
 from ..ir import Tape
 from .cse import cse
 from .dce import dce
+from .fuse import fuse
 from .simplify import simplify
 
 Pass = Callable[[Tape], Tape]
@@ -18,6 +19,7 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
     ("simplify", simplify, "algebraic rewrites (x*1, x+0, -(-x), no-op layout) and folding"),
     ("cse", cse, "reuse identical eqns"),
     ("dce", dce, "drop eqns and constants nothing reads"),
+    ("fuse", fuse, "group elementwise ops, views and their reductions into loop nests"),
 )
 
 
@@ -30,4 +32,4 @@ def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) 
     return tape
 
 
-__all__ = ["PIPELINE", "optimize", "cse", "dce", "simplify"]
+__all__ = ["PIPELINE", "optimize", "cse", "dce", "fuse", "simplify"]

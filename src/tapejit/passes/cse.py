@@ -10,6 +10,8 @@ def cse(tape: Tape) -> Tape:
     seen: dict[tuple, Var] = {}
 
     def decide(eqn: Eqn) -> Atom | None:
+        if len(eqn.outs) > 1:
+            return None
         key = (eqn.op, eqn.ins, eqn.params)
         earlier = seen.get(key)
         if earlier is None:

@@ -1,0 +1,224 @@
+"""Fusion: group a tape's eqns into loop nests, each one `fused` eqn whose body sub-tape holds
+the group (ops/fused.py). The compiler runs each fused eqn as one explicit loop nest; everything
+else (matrix products, gathers, scatters, scans, layout copies) is a barrier with its own code.
+
+A `Loop` is one loop nest over a `domain` shape (axes of size 1 dropped: a loop over a scalar
+domain is straight-line code). It holds elementwise eqns whose output has the domain's shape,
+layout ops producing that shape (codegen/views.py: read from memory through an index map), and
+the reductions (sum/max/min) that consume them (accumulated inside the nest). Values that live
+only inside a loop never touch memory.
+
+An eqn joins the loop it fits that computes most of its inputs (else a new one) when everything
+it reads is ready there: values of that loop computed before it (not the loop's own reductions,
+which finish only after the nest), or values of earlier groups. Loops are capped at
+`MAX_LOOP_OPS` ops, about where LLVM stops vectorising a loop body (bodies calling libm's
+sin/exp are not vectorised anyway, and every split costs an array written and read back).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..codegen.views import is_view
+from ..ir import Eqn, Tape, Var, make_params
+from ..ops import OPS, Kind
+from ..ops.fused import fused
+
+MAX_LOOP_OPS = 40
+FUSIBLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
+
+
+@dataclasses.dataclass
+class Loop:
+    """A loop nest over `domain`; eqns whose domain extends it (`domain` + inner axes) run in
+    inner loops ("stages") inside each iteration of the nest, in order."""
+
+    domain: tuple[int, ...]
+    eqns: list[Eqn] = dataclasses.field(default_factory=list)
+    stage_of: dict[str, int] = dataclasses.field(default_factory=dict)   # var -> stage
+    stages: list[tuple[int, ...]] = dataclasses.field(default_factory=list)  # their domains
+    reductions: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+
+    def op_count(self) -> int:
+        return len(self.eqns)
+
+    def add(self, eqn: Eqn, domain: tuple[int, ...]) -> None:
+        """Append `eqn`, of loop domain `domain`, as the last eqn of the nest."""
+        if not self.stages or self.stages[-1] != domain:
+            self.stages.append(domain)
+        self.eqns.append(eqn)
+        self.stage_of[eqn.outs[0].name] = len(self.stages) - 1
+        if eqn.op in FUSIBLE_REDUCTIONS and not is_view(eqn):
+            self.reductions[eqn.outs[0].name] = reduced_axes(eqn)
+
+    def complete(self, name: str, outer: tuple[int, ...] | None = None) -> bool:
+        """Whether reduction `name` is complete inside one iteration of the nest (over
+        `outer`, by default its domain): it reduces exactly the inner axes of its stage, so
+        later stages may read it."""
+        outer = self.domain if outer is None else outer
+        stage = self.stages[self.stage_of[name]]
+        return set(self.reductions[name]) == set(range(len(outer), len(stage)))
+
+
+def squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The loop domain of a shape: its axes of size 1 need no loop."""
+    return tuple(n for n in shape if n != 1)
+
+
+def loop_domain(eqn: Eqn) -> tuple[int, ...] | None:
+    kind = OPS[eqn.op].kind
+    if kind is Kind.ELEMENTWISE or is_view(eqn):
+        return squeezed(eqn.outs[0].aval.shape)
+    if eqn.op in FUSIBLE_REDUCTIONS:
+        return squeezed(eqn.ins[0].aval.shape)
+    return None
+
+
+def reduced_axes(eqn: Eqn) -> tuple[int, ...]:
+    """A reduction's reduced axes, as positions in its (squeezed) loop domain."""
+    shape = eqn.ins[0].aval.shape
+    position = {a: k for k, a in enumerate(d for d, n in enumerate(shape) if n != 1)}
+    return tuple(sorted(position[a] for a in eqn.kw["axes"] if shape[a] != 1))
+
+
+def _placement(loop: Loop, domain: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The loop's outer domain if an eqn of `domain` joins it, or None if it cannot.
+    An eqn may extend the domain (an inner stage), or be a prefix of the domain of a loop with
+    a single stage (which then becomes that outer domain's first inner stage)."""
+    if not loop.domain and domain:
+        return None               # nothing to share with a scalar loop
+    if domain[:len(loop.domain)] == loop.domain:
+        return loop.domain
+    if loop.domain[:len(domain)] == domain and len(set(loop.stages)) == 1 and domain:
+        return domain
+    return None
+
+
+def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[int, ...], outer: tuple[int, ...],
+          producer: dict[str, int]) -> bool:
+    """Whether `eqn` can run in `loop` (with outer domain `outer`): all it reads is ready."""
+    if loop.op_count() >= MAX_LOOP_OPS:
+        return False
+    last = len(loop.stages) - 1
+    same_stage = bool(loop.stages) and loop.stages[last] == domain
+    for atom in eqn.ins:
+        if not isinstance(atom, Var) or atom.name not in producer:
+            continue
+        where = producer[atom.name]
+        if where > index:
+            return False
+        if where < index:
+            continue
+        stage = loop.stage_of[atom.name]
+        stage_domain = loop.stages[stage]
+        if atom.name in loop.reductions:
+            if not loop.complete(atom.name, outer) or (same_stage and stage == last):
+                return False      # not complete before the nest ends, or still running
+        elif is_view(eqn) and not (stage_domain == outer and _broadcasts_outer(eqn, outer)):
+            return False          # other views read their operand from memory
+    return True
+
+
+def _broadcasts_outer(eqn: Eqn, outer: tuple[int, ...]) -> bool:
+    """A broadcast of a value of the outer domain along inner axes only (so inside the loop it
+    is that value's local)."""
+    if eqn.op != "broadcast_in_dim":
+        return False
+    operand, out = eqn.ins[0].aval.shape, eqn.outs[0].aval.shape
+    placed = [d for n, d in zip(operand, eqn.kw["dims"]) if n != 1]
+    loop_axes = [d for d, n in enumerate(out) if n != 1]
+    return len(placed) == len(outer) and placed == loop_axes[:len(placed)]
+
+
+def fuse(tape: Tape) -> Tape:
+    """Each loop nest of `tape` as one `fused` eqn (in the order the nests run)."""
+    groups: list[Loop | Eqn] = []
+    producer: dict[str, int] = {}  # var name -> index of the group computing it
+    for eqn in tape.eqns:
+        domain = loop_domain(eqn)
+        if domain is None:
+            groups.append(eqn)
+            target = len(groups) - 1
+        else:
+            target = _join(groups, eqn, domain, producer)
+        for out in eqn.outs:
+            producer[out.name] = target
+    read_after = _read_after(groups, tape)
+    reverse = set(tape.eqns[tape.reverse_start:]) if tape.reverse_start is not None else set()
+    eqns = tuple(g if isinstance(g, Eqn) else _fused_eqn(g, read_after[k], reverse)
+                 for k, g in enumerate(groups))
+    # a group may mix both sweeps: the reverse sweep starts at the first group of reverse eqns
+    # only, and a mixed group's body marks where its own reverse eqns start
+    first_reverse = next((k for k, g in enumerate(groups)
+                          if all(e in reverse for e in _eqns(g))), len(groups))
+    return Tape(tape.invars, eqns, tape.outvars, tape.constvars, tape.consts,
+                None if tape.reverse_start is None else first_reverse)
+
+
+def _eqns(group: Loop | Eqn) -> list[Eqn]:
+    return group.eqns if isinstance(group, Loop) else [group]
+
+
+def _read_after(groups: list[Loop | Eqn], tape: Tape) -> list[set[str]]:
+    """Per group: the names it defines that a later group or the tape's outputs read."""
+    outside = {o.name for o in tape.outvars if isinstance(o, Var)}
+    result: list[set[str]] = [set() for _ in groups]
+    for k in range(len(groups) - 1, -1, -1):
+        group = groups[k]
+        eqns = _eqns(group)
+        defined = {o.name for e in eqns for o in e.outs}
+        result[k] = defined & outside
+        outside |= {a.name for e in eqns for a in e.ins if isinstance(a, Var)} - defined
+    return result
+
+
+def _fused_eqn(loop: Loop, needed: set[str], reverse: set[Eqn]) -> Eqn:
+    """The `fused` eqn of a loop: its body reads the loop's inputs under their own names and
+    returns the values read after it, so names stay the same inside and out."""
+    defined = {o.name for e in loop.eqns for o in e.outs}
+    inputs: dict[str, Var] = {}
+    for eqn in loop.eqns:
+        for a in eqn.ins:
+            if isinstance(a, Var) and a.name not in defined:
+                inputs.setdefault(a.name, a)
+    outs = tuple(o for e in loop.eqns for o in e.outs if o.name in needed)
+    mixed = next((k for k, e in enumerate(loop.eqns) if e in reverse), None)
+    body = Tape(tuple(inputs.values()), tuple(loop.eqns), outs, reverse_start=mixed or None)
+    return Eqn(fused.name, body.invars, outs, make_params({"body": body}), loop.eqns[-1].src)
+
+
+def loop_of(body: Tape) -> Loop:
+    """The loop nest of a fused eqn's body, as `fuse` built it: its domain is the shortest of
+    its stages' domains (every stage extends it)."""
+    loop = Loop(())
+    for eqn in body.eqns:
+        domain = loop_domain(eqn)
+        assert domain is not None, f"{eqn.op} cannot run in a loop nest"
+        loop.add(eqn, domain)
+    loop.domain = min(loop.stages, key=len)
+    return loop
+
+
+def _join(groups: list[Loop | Eqn], eqn: Eqn, domain: tuple[int, ...],
+          producer: dict[str, int]) -> int:
+    """Put `eqn` in a loop it fits (or a new one): the one computing most of its inputs, else
+    the latest. Return that group's index."""
+    best, best_outer, best_affinity = None, None, -1
+    for index in range(len(groups) - 1, -1, -1):
+        loop = groups[index]
+        if not isinstance(loop, Loop):
+            continue
+        outer = _placement(loop, domain)
+        if outer is None or not _fits(loop, index, eqn, domain, outer, producer):
+            continue
+        affinity = sum(1 for a in eqn.ins if isinstance(a, Var) and producer.get(a.name) == index)
+        if affinity > best_affinity:
+            best, best_outer, best_affinity = index, outer, affinity
+    if best is None:
+        groups.append(Loop(domain))
+        index, loop = len(groups) - 1, groups[-1]
+    else:
+        index, loop = best, groups[best]
+        loop.domain = best_outer
+    assert isinstance(loop, Loop)
+    loop.add(eqn, domain)
+    return index
