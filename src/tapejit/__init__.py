@@ -10,6 +10,8 @@ from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy loweri
 from .api import grad, jit, make_tape, value_and_grad, vjp
 from .custom import custom_vjp, njit_primitive, stop_gradient
 from .transforms import hessian, jacobian, jvp
+from .gradient_tape import GradientTape, TapeError, tape_cache_info
+from .variables import Variable
 from .dispatch import clear_cache
 from .explain import Explanation, explain
 from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, ShapeError,
