@@ -17,8 +17,10 @@ import dataclasses
 import zlib
 from typing import Any, Callable, Sequence
 
+import numba
 import numpy as np
 
+import tapejit as tj
 from tapejit.ops import elementwise as E
 from tapejit.ops import index as I
 from tapejit.ops import layout as L
@@ -726,3 +728,28 @@ REQUIRED_METHODS = ("sum mean max min prod var std reshape transpose T astype do
                     "squeeze clip cumsum cumprod argmax argmin any all copy swapaxes repeat "
                     "round diagonal trace mT real").split()
 REQUIRED_UFUNC_METHODS = ("reduce", "accumulate", "at")
+
+
+# ---- user-defined rules (tapejit/custom.py): stop_gradient, custom_vjp, Numba kernels --------
+@tj.custom_vjp
+def _custom_sin(x):
+    return np.sin(x)
+
+
+_custom_sin.defvjp(lambda x: (_custom_sin(x), x), lambda x, ct: (ct * np.cos(x),))
+
+
+@numba.njit
+def _cube_kernel(x):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out.flat[i] = x.flat[i] ** 3
+    return out
+
+
+_cube = tj.njit_primitive(_cube_kernel, vjp=lambda ct, out, x: (ct * 3 * x * x,))
+
+row("prim_stop_gradient", lambda x: tj.stop_gradient(x) * 2, diff=False, prim="stop_gradient",
+    ref=lambda x: x * 2)
+row("prim_custom_vjp_call", _custom_sin, grad2=True, prim="custom_vjp_call", ref=np.sin)
+row("prim_njit_call", _cube, grad2=True, prim="njit_call", ref=lambda x: x ** 3)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -29,12 +28,13 @@ import numpy as np
 from . import autodiff
 from .avals import aval_of
 from .dispatch import CachedTransform, Program, check_backend
-from .errors import ArgumentError, DtypeError, TapejitError, TapejitWarning, at_source
+from .errors import ArgumentError, DtypeError, TapejitError, at_source
 from .interpret import inline
 from .ir import Lit, Tape, Var
 from .passes import dce, optimize
 from .pytree import flatten, unflatten
-from .trace import Trace, Tracer, current_trace, user_source
+from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, current_trace,
+                    user_source)
 from .transforms import jacobian_tape, split_joint
 
 
@@ -82,6 +82,18 @@ class EagerTracer(Tracer):
     def tolist(self) -> Any:
         return self.value.tolist()
 
+    # Variables among the operands are read first (their recorded values); what no rule
+    # records runs on the values (the result is a constant, as numpy code outside a tape)
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func in FUNCTION_RULES:
+            return super().__array_function__(func, types, _read(args), _read(kwargs))
+        return func(*_values(args), **_values(kwargs))
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if (ufunc in UFUNC_RULES if method == "__call__" else method in METHOD_RULES):
+            return super().__array_ufunc__(ufunc, method, *_read(inputs), **kwargs)
+        return getattr(ufunc, method)(*_values(inputs), **_values(kwargs))
+
     def __format__(self, spec: str) -> str:
         return format(self.value[()] if self.value.ndim == 0 else self.value, spec)
 
@@ -90,6 +102,16 @@ class EagerTracer(Tracer):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+def _operator(name: str) -> Callable[[Any, Any], Any]:
+    base = getattr(Tracer, name)
+    return lambda self, other: base(self, _read(other))
+
+
+for _name in _BINARY:
+    for _form in (f"__{_name}__", f"__r{_name}__"):
+        setattr(EagerTracer, _form, _operator(_form))
 
 
 class EagerTrace(Trace):
@@ -178,12 +200,8 @@ class _Programs(CachedTransform):
         return "first call" if not self._cache else "a recorded structure not seen before"
 
     def _warn_retrace(self) -> None:
-        src = user_source() or ("<unknown>", 0)
-        warnings.warn_explicit(
-            f"GradientTape derived {self._info['traces']} different reverse sweeps: each new "
-            f"recorded structure (ops, shapes, dtypes, Python numbers baked into the ops) "
-            f"derives and may compile again; pass changing numbers as arrays",
-            TapejitWarning, src[0], src[1])
+        """No warning: one cache serves every tape of the process, so many structures are
+        expected (each costs a derivation; numba programs are shared across sizes)."""
 
 
 class _Call:
@@ -494,13 +512,13 @@ class GradientTape:
         seeds = [np.ones(v.aval.shape, v.aval.dtype) if ct is None else ct
                  for v, ct in zip(targets, cts)]
         outs = self._run(("gradient", sub, n_src), build, seeds)
-        return dict(zip(wrt, outs))
+        return {name: g for name, g in zip(wrt, outs) if name in _read_by(sub)}
 
     def _jacobian(self, wrt: list[str], target: Var) -> dict[str, Any]:
         sub = self._cut(wrt, [target])
         outs = self._run(("jacobian", sub, len(wrt)),
                          lambda: (jacobian_tape(sub, range(len(wrt)), 1), len(sub.invars)), [])
-        return dict(zip(wrt, outs))
+        return {name: j for name, j in zip(wrt, outs) if name in _read_by(sub)}
 
     def _run(self, key: tuple, build: Callable[[], tuple[Tape, int]],
              extra: list[Any]) -> list[Any]:
@@ -527,9 +545,38 @@ class GradientTape:
         return np.zeros(t_shape + value.shape, value.dtype)
 
 
+def _read_by(tape: Tape) -> set[str]:
+    """The vars a tape's eqns or outputs read (a source outside it is unconnected)."""
+    return {a.name for e in tape.eqns for a in e.ins if isinstance(a, Var)} | {
+        o.name for o in tape.outvars if isinstance(o, Var)}
+
+
 def type_for(trace: Trace) -> type:
     """The tracer class of a trace's values."""
     return EagerTracer if isinstance(trace, EagerTrace) else Tracer
+
+
+def _values(x: Any) -> Any:
+    """`x` (nested in lists, tuples and dicts) with recorded values replaced by arrays."""
+    if isinstance(x, EagerTracer):
+        return x.value
+    if isinstance(x, (list, tuple)):
+        return type(x)(map(_values, x))
+    if isinstance(x, dict):
+        return {k: _values(v) for k, v in x.items()}
+    return x
+
+
+def _read(x: Any) -> Any:
+    """`x` (nested in lists, tuples and dicts) with Variables replaced by what they read."""
+    from .variables import Variable
+    if isinstance(x, Variable):
+        return x.read()
+    if isinstance(x, (list, tuple)):
+        return type(x)(map(_read, x))
+    if isinstance(x, dict):
+        return {k: _read(v) for k, v in x.items()}
+    return x
 
 
 def _unwrap(x: Any) -> Any:
