@@ -54,3 +54,17 @@ def test_scipy_minimize_quick(cache_dir: Path) -> None:
     out = run([str(EXAMPLES / "scipy_minimize.py"), "--quick"], cache_dir)
     assert "Rosenbrock, n = 5" in out and "tapejit value_and_grad" in out
     assert "max |w - sklearn LogisticRegression's w|" in out
+
+
+def test_gradient_tape_quick(cache_dir: Path) -> None:
+    pytest.importorskip("sklearn")
+    out = run([str(EXAMPLES / "gradient_tape.py"), "--quick"], cache_dir)
+    assert "epoch  1  last batch loss" in out
+    assert "tape cache: {'traces': 1, 'compiles': " in out and "'hits': 4" in out
+
+
+def test_custom_loss_quick(cache_dir: Path) -> None:
+    out = run([str(EXAMPLES / "custom_loss.py"), "--quick"], cache_dir)
+    assert "agrees with finite differences" in out
+    for name in ("squared error", "Huber", "log-cosh"):
+        assert f"  {name}" in out
