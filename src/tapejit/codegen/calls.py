@@ -100,9 +100,16 @@ def _dot_general(w, eqn, ins, out, sizes):
     lf, rf = free_axes(lhs.ndim, lc, lb), free_axes(rhs.ndim, rc, rb)
     b, m = sizes.product(lhs.shape[a] for a in lb), sizes.product(lhs.shape[a] for a in lf)
     k, n = sizes.product(lhs.shape[a] for a in lc), sizes.product(rhs.shape[a] for a in rf)
+    shape = sizes.shape(eqn.outs[0].aval.shape)
+    if not lb and dtype.kind == "f" and (lhs.ndim, rhs.ndim, len(lc), len(rc)) == (2, 2, 1, 1):
+        # BLAS reads a transposed matrix in place: no copy (a copy loop measured 3.5 ms of
+        # an MLP's 1797x256 gradient product, against 4 ms for the product itself)
+        a = ins[0] if lc == (1,) else f"{ins[0]}.T"
+        c = ins[1] if rc == (0,) else f"{ins[1]}.T"
+        w.line(f"{out} = np.dot({a}, {c})")
+        return
     a = permuted(w, ins[0], lhs, tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
     c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
-    shape = sizes.shape(eqn.outs[0].aval.shape)
     if not lb and dtype.kind == "f":   # one BLAS call
         # (each reshape call site costs numba ~50 ms of compile time: only where needed)
         lhs2 = a if (len(lf), len(lc)) == (1, 1) else f"{a}.reshape(({m}, {k}))"
