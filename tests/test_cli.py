@@ -54,3 +54,10 @@ def test_demo_quick(cache_dir: Path) -> None:  # noqa: F811
     out = run(["-m", "tapejit", "demo", "--quick"], cache_dir)
     assert "digits: 1437 train / 360 test images" in out
     assert "test accuracy:" in out and "steady-state step" in out
+
+
+def test_bench_peers_quick(tmp_path: Path) -> None:
+    out = tapejit("bench", "peers", "--quick", "--workloads", "dispatch", "--peers",
+                  "tapejit,hand-written", cache=tmp_path).stdout
+    assert "grad of sum(x*x), n=10" in out
+    assert "| dispatch | " in out and "(1.00x)" in out

@@ -214,6 +214,18 @@ def test_apply_updates_variables_in_place() -> None:
         opt.apply([grads["x"]], variables)
 
 
+def test_apply_with_tj_variables_and_gradient_tape() -> None:
+    w, b = tj.Variable(np.array([0.5, -1.0, 2.0]), name="w"), tj.Variable(np.zeros(2), name="b")
+    opt = optim.SGD(0.1, momentum=0.9)
+    for _ in range(5):
+        with tj.GradientTape() as tape:
+            loss = 0.5 * np.sum(A * w ** 2) - np.sum(B * w) + np.sum((b - 1.0) ** 2)
+        opt.apply(tape.gradient(loss, [w, b]), [w, b])
+    want = run_ref(sgd_ref(0.1, 0.9), 1)
+    np.testing.assert_allclose(w.numpy(), want["x"], rtol=1e-12)
+    assert isinstance(w, tj.Variable) and w.numpy().shape == (3,)
+
+
 def make_train_step(opt):
     loss_and_grad = tj.value_and_grad(quad)
 
