@@ -365,10 +365,11 @@ def main() -> None:
         fresh = tempfile.mkdtemp(prefix="tapejit-peers-")
         os.environ["TAPEJIT_CACHE_DIR"] = os.path.join(fresh, "tapejit")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(fresh, "inductor")
+    import run_all
     H.print_header("bench/peers.py: tapejit against JAX, PyTorch, HIPS autograd, by hand", args,
                    rows=", ".join(LABELS[p] for p in peers),
-                   extra=f"load average {' '.join(open('/proc/loadavg').read().split()[:3])}"
-                   if os.path.exists("/proc/loadavg") else "")
+                   extra=f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                         f"{run_all.cpu_model()}; load average {run_all.loadavg()}")
     all_results = {}
     for name in names:
         w = makers[name]()
@@ -380,6 +381,7 @@ def main() -> None:
             H.flush()
         print_workload(w, results)
         all_results[name] = (w, results)
+    print(f"\nload average after: {run_all.loadavg()}")
     print("\nMedians of the gradient (x tapejit [numba]), first calls, and for gmm the ratio "
           "gradient / objective:\n")
     print(markdown(all_results, peers))

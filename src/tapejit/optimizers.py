@@ -136,9 +136,11 @@ def clip_by_global_norm(grads: Any, max_norm: Any) -> Any:
 
 
 def _like(h: Any, x: Any) -> Any:
-    """A float64 scalar (array, numpy scalar, or tracer) in the dtype of `x`."""
+    """A float64 scalar (array, numpy scalar, or tracer) in the dtype of `x` (a Python float
+    parameter counts as float64)."""
     h = h if hasattr(h, "dtype") else np.float64(h)
-    return h if h.dtype == x.dtype else h.astype(x.dtype)
+    dtype = getattr(x, "dtype", h.dtype)
+    return h if h.dtype == dtype else h.astype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
