@@ -8,6 +8,7 @@
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
 from .api import grad, jit, make_tape, value_and_grad, vjp
+from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
 from .transforms import hessian, jacobian, jvp
 from .gradient_tape import GradientTape, TapeError, tape_cache_info
@@ -29,4 +30,5 @@ __all__ = [
     "UnsupportedOperationError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "explain", "Explanation", "optimizers",
+    "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
 ]

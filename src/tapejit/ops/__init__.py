@@ -34,6 +34,7 @@ class Kind(enum.Enum):
     LINALG = "linalg"             # dot_general
     INDEX = "index"               # gather / scatter with integer index arrays
     FUSED = "fused"               # a group of ops run as one loop nest; its body is a sub-tape
+    CONTROL = "control"           # loops, branches, checkpoints: sub-tapes run as functions
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -83,4 +84,4 @@ def set_binder(binder: Callable[[Op, tuple, dict], Any]) -> None:
     _binder = binder
 
 
-from . import elementwise, reduce, layout, linalg, index, fused  # noqa: E402,F401  (register the ops)
+from . import elementwise, reduce, layout, linalg, index, fused, control  # noqa: E402,F401  (register the ops)

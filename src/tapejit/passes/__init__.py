@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import Tape
+from .bodies import in_bodies
 from .cse import cse
 from .dce import dce
 from .fuse import fuse
@@ -24,9 +25,10 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
 
 
 def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) -> Tape:
-    """Run every pass of the PIPELINE; `after_each(name, tape)` observes (tests typecheck)."""
+    """Run every pass of the PIPELINE, in control-flow bodies too; `after_each(name, tape)`
+    observes (tests typecheck)."""
     for name, run, _ in PIPELINE:
-        tape = run(tape)
+        tape = in_bodies(run, tape)
         if after_each is not None:
             after_each(name, tape)
     return tape

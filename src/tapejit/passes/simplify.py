@@ -52,7 +52,8 @@ RULES: dict[str, Rule] = {
 
 def _fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
     """Evaluate a scalar eqn on literal inputs."""
-    if eqn.outs[0].aval.shape != () or not ins or not all(isinstance(a, Lit) for a in ins):
+    if eqn.outs[0].aval.shape != () or not ins or not all(isinstance(a, Lit) for a in ins) \
+            or OPS[eqn.op].multiple_results:
         return None   # (an op without inputs, like dim_size, must stay: it reads run-time sizes)
     with np.errstate(all="ignore"):
         value = OPS[eqn.op].impl(*(a.aval.dtype.type(a.value) for a in ins), **eqn.kw)

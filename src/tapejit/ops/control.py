@@ -1,0 +1,485 @@
+"""Control flow: primitives holding sub-tapes (tapejit/control.py is their public API).
+
+- `scan[body, n_carry, n_xs, length, reverse, checkpoints] n carry.. xs.. consts..`
+  -> `carry.. ys..`: `n` (an i64 scalar, a run-time value) steps of `body: (carry, x, consts) ->
+  (carry, y)`; step k reads `xs[k]` and writes `ys[k]` (k runs down from n-1 with `reverse`).
+  `length` is the static number of steps when xs or ys need one (their leading axis), else None.
+- `while[cond, body, n_cond] carry.. cond_consts.. body_consts..` -> `carry.. trips`: `body`
+  while `cond: (carry, cond_consts) -> bool[]`; `trips` (i64) counts the steps taken.
+- `cond[branch0, branch1, ..] index operands..` -> outs: the branch `index` (clamped) of
+  operands; every branch has the same outputs.
+- `checkpoint[body] ins..` -> outs: the body, whose VJP recomputes it (nothing stored).
+- `loop_grad[fwd, rev, n_carry, n_xs, n_consts, length, reverse, checkpoints]
+  n carry.. xs.. consts.. ct_carry.. ct_ys.. rev_consts..` -> `ct_carry0.. ct_xs.. ct_consts..`:
+  the reverse sweep of a scan (float leaves only): it runs the forward steps again, keeping
+  carries as the `checkpoints` policy says (None: every carry; k: k snapshots and a segment
+  buffer; "binomial": Revolve's schedule on O(log n) snapshots), then steps `rev` backwards:
+  `rev: (carry, x, consts, ct_carry', ct_y, acc, rev_consts) -> (acc', ct_carry, ct_x)`.
+
+Sub-tapes are closed: values a body captures are lifted into inputs (`close`). The VJPs are
+ordinary IR (a scan's is a loop_grad; a cond's a cond over the branches' VJPs; a checkpoint's a
+checkpoint of the body's VJP), so derivatives of derivatives work; a loop_grad of static length
+is differentiated by expanding it into two scans (a forward one stacking the carries, a
+reverse one over the stack).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..avals import Aval
+from ..errors import DtypeError, ShapeError, UnsupportedOperationError
+from . import Kind, defop
+
+I64 = np.dtype(np.int64)
+
+
+def split(seq: Sequence[Any], *counts: int) -> list[list[Any]]:
+    """`seq` cut into consecutive parts of `counts` (then the rest)."""
+    parts, start = [], 0
+    for c in counts:
+        parts.append(list(seq[start:start + c]))
+        start += c
+    return parts + [list(seq[start:])]
+
+
+def _floats(avals: Sequence[Aval]) -> list[Aval]:
+    return [a for a in avals if a.is_float]
+
+
+def _aval(x: Any) -> Aval:
+    if isinstance(x, Aval):
+        return x
+    return x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
+
+
+def _check_same(what: str, got: Sequence[Aval], expected: Sequence[Aval]) -> None:
+    if tuple(got) != tuple(expected):
+        raise ShapeError(f"{what}: {' '.join(map(str, got)) or 'nothing'} where "
+                         f"{' '.join(map(str, expected)) or 'nothing'} is expected")
+
+
+def _check_count(n: Aval) -> None:
+    if n.shape != () or n.dtype.kind not in "iu":
+        raise DtypeError(f"a loop's trip count must be an integer scalar, not {n}")
+
+
+# ---- scan ------------------------------------------------------------------------------------
+def _stacked(aval: Aval, length: int | None) -> Aval:
+    if length is None:
+        raise ShapeError("a scan with xs or ys needs a static length")
+    return Aval((length, *aval.shape), aval.dtype)
+
+
+def _scan_shape(n: Aval, *avals: Aval, body: Any, n_carry: int, n_xs: int, length: int | None,
+                reverse: bool, checkpoints: Any) -> tuple[Aval, ...]:
+    _check_count(n)
+    carry, xs, consts = split(avals, n_carry, n_xs)
+    if n_xs and any(x.shape[:1] != (length,) for x in xs):
+        raise ShapeError(f"scan: every xs needs the leading axis {length}, not "
+                         f"{' '.join(map(str, xs))}")
+    slices = [Aval(x.shape[1:], x.dtype) for x in xs]
+    _check_same("scan: the body's inputs", [v.aval for v in body.invars],
+                carry + slices + consts)
+    outs = [o.aval for o in body.outvars]
+    _check_same("scan: the body returns a carry", outs[:n_carry], carry)
+    return tuple(carry) + tuple(_stacked(y, length) for y in outs[n_carry:])
+
+
+def _steps(n: int, reverse: bool) -> range:
+    return range(n - 1, -1, -1) if reverse else range(n)
+
+
+def _run(tape: Any, args: Sequence[Any]) -> list[Any]:
+    from ..interpret import apply_impl, evaluate
+    return evaluate(tape, list(args), apply_impl)
+
+
+def _scan_impl(n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int, length: int | None,
+               reverse: bool, checkpoints: Any) -> tuple:
+    carry, xs, consts = split(ins, n_carry, n_xs)
+    ys = [np.empty(_stacked(o.aval, length).shape, o.aval.dtype)
+          for o in body.outvars[n_carry:]]
+    for k in _steps(int(n), reverse):
+        outs = _run(body, carry + [x[k] for x in xs] + consts)
+        carry = outs[:n_carry]
+        for y, value in zip(ys, outs[n_carry:]):
+            y[k] = value
+    return tuple(carry) + tuple(ys)
+
+
+def _zeros_for(ct: Any, like: Any) -> Any:
+    from ..autodiff import filled
+    from ..trace import current_trace
+    if ct is not None:
+        return ct
+    trace = current_trace()
+    aval = _aval(like)
+    return filled(trace, aval, 0) if trace is not None else np.zeros(aval.shape, aval.dtype)
+
+
+def _scan_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int,
+              length: int | None, reverse: bool, checkpoints: Any) -> tuple:
+    # the reverse sweep: loop_grad runs the steps again and replays the body's VJP backwards
+    carry, xs, consts = split(ins, n_carry, n_xs)
+    float_out = [(ct, o) for ct, o in zip(cts, outs) if _aval(o).is_float]
+    rev, rev_consts = reverse_body(body, n_carry, n_xs)
+    grads = iter(loop_grad(n, *ins, *(_zeros_for(ct, o) for ct, o in float_out), *rev_consts,
+                           fwd=body, rev=rev, n_carry=n_carry, n_xs=n_xs,
+                           n_consts=len(consts), length=length, reverse=reverse,
+                           checkpoints=checkpoints))
+    return (None,) + tuple(next(grads) if _aval(x).is_float else None
+                           for x in carry + xs + consts)
+
+
+scan = defop("scan", Kind.CONTROL, _scan_impl, shape=_scan_shape, vjp=_scan_vjp,
+             multiple_results=True)
+
+
+# ---- tracing helpers -------------------------------------------------------------------------
+def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
+          ) -> tuple[Any, list[Any]]:
+    """Trace `fn` on tracers of `avals` into a closed sub-tape: what it captures (arrays,
+    tracers of enclosing traces) becomes extra inputs after `avals`' ones. Returns the tape
+    and the captured values."""
+    from ..ir import Tape
+    from ..passes import dce
+    from ..trace import new_trace
+    with new_trace() as trace:
+        tracers = [trace.new_tracer(a) for a in avals]
+        invars = tuple(t._var for t in tracers)
+        outs = fn(tracers)
+        tape = dce(trace.to_tape(invars, outs))
+    return Tape(invars + tape.constvars, tape.eqns, tape.outvars), list(tape.consts)
+
+
+def _vjp_of(tape: Any, wrt: Sequence[int]) -> Any:
+    """The joint tape of `tape` w.r.t. inputs `wrt`, seeded at every float output."""
+    from ..autodiff import INPUT, vjp_tape
+    from ..passes.bodies import unfuse
+    tape = unfuse(tape)       # (optimized bodies hold fused groups)
+    return vjp_tape(tape, wrt, [INPUT if o.aval.is_float else None for o in tape.outvars])
+
+
+@functools.lru_cache(maxsize=256)
+def reverse_body(body: Any, n_carry: int, n_xs: int) -> tuple[Any, tuple]:
+    """loop_grad's `rev` for a scan body, and the values it captures (its rev_consts)."""
+    from ..interpret import inline
+    ins = [v.aval for v in body.invars]
+    wrt = [i for i, a in enumerate(ins) if a.is_float]
+    joint = _vjp_of(body, wrt)
+    ct_avals = _floats([o.aval for o in body.outvars])
+    n_in, n_ct = len(ins), len(ct_avals)
+    carry, xs, consts = split(ins, n_carry, n_xs)
+    n_fc, n_fx = len(_floats(carry)), len(_floats(xs))
+
+    def rev(t: list[Any]) -> list[Any]:
+        grads = inline(joint, t[:n_in + n_ct])[len(body.outvars):]
+        g_carry, g_x, g_consts = split(grads, n_fc, n_fx)
+        acc = [a + g for a, g in zip(t[n_in + n_ct:], g_consts)]
+        return acc + g_carry + g_x
+
+    tape, captured = close(rev, ins + ct_avals + _floats(consts))
+    return tape, tuple(captured)
+
+
+# ---- loop_grad: the reverse sweep of a scan --------------------------------------------------
+def _loop_grad_shape(n: Aval, *avals: Aval, fwd: Any, rev: Any, n_carry: int, n_xs: int,
+                     n_consts: int, length: int | None, reverse: bool, checkpoints: Any
+                     ) -> tuple[Aval, ...]:
+    _check_count(n)
+    carry, xs, consts, rest = split(avals, n_carry, n_xs, n_consts)
+    _scan_shape(n, *carry, *xs, *consts, body=fwd, n_carry=n_carry, n_xs=n_xs, length=length,
+                reverse=reverse, checkpoints=None)
+    ys = [_stacked(o.aval, length) for o in fwd.outvars[n_carry:]]
+    cts = _floats(carry) + _floats(ys)
+    _check_same("loop_grad: the cotangents", rest[:len(cts)], cts)
+    return tuple(_floats(carry) + _floats(xs) + _floats(consts))
+
+
+def policy_segment(n: int, checkpoints: Any) -> int:
+    """The segment length of the stored-carries policy: 1 (store all) or ceil(n / k)."""
+    return 1 if checkpoints is None else max(1, -(-n // int(checkpoints)))
+
+
+def binomial_snapshots(n: int) -> int:
+    """How many snapshots "binomial" keeps: ceil(log2(n)) + 1."""
+    return max(1, math.ceil(math.log2(max(n, 2)))) + 1
+
+
+def binomial_split(steps: int, snaps: int) -> int:
+    """Revolve's first snapshot position for reversing `steps` steps with `snaps` snapshots:
+    the smallest r with C(snaps + r, snaps) >= steps, then the offset C(snaps + r - 1, snaps)
+    (clamped to the range)."""
+    r = 0
+    while math.comb(snaps + r, snaps) < steps:
+        r += 1
+    return min(max(1, math.comb(snaps + r - 1, snaps)), steps - 1)
+
+
+def reversed_carries(n: int, carry: list[Any], advance: Callable[[list[Any], int], list[Any]],
+                     checkpoints: Any) -> Iterator[tuple[int, list[Any]]]:
+    """Yield `(k, carry before step k)` for k = n-1 down to 0, keeping carries by the policy
+    (the interpreter's schedule; codegen/control.py emits the same one)."""
+    if checkpoints == "binomial":
+        yield from _binomial(n, carry, advance)
+        return
+    seg = policy_segment(n, checkpoints)
+    snaps = []
+    for k in range(n):
+        if k % seg == 0:
+            snaps.append(carry)
+        carry = advance(carry, k)
+    for start in range(((n - 1) // seg) * seg if n else -1, -1, -seg):
+        states = [snaps[start // seg]]
+        for k in range(start, min(start + seg, n) - 1):
+            states.append(advance(states[-1], k))
+        for k in range(min(start + seg, n) - 1, start - 1, -1):
+            yield k, states[k - start]
+
+
+def _binomial(n: int, carry: list[Any], advance: Callable) -> Iterator[tuple[int, list[Any]]]:
+    snaps = [carry]                    # a stack of snapshots; task (a, b, slot, free) needs
+    tasks = [(0, n, 0, binomial_snapshots(n))]   # snaps[slot] = the carry before step a
+    while tasks:
+        a, b, slot, free = tasks.pop()
+        del snaps[slot + 1:]
+        if b - a == 1:
+            yield a, snaps[slot]
+            continue
+        if free == 0:                  # no snapshot left: recompute from a for each step
+            for j in range(b - 1, a - 1, -1):
+                c = snaps[slot]
+                for k in range(a, j):
+                    c = advance(c, k)
+                yield j, c
+            continue
+        m = a + binomial_split(b - a, free)
+        c = snaps[slot]
+        for k in range(a, m):
+            c = advance(c, k)
+        snaps.append(c)
+        tasks.append((a, m, slot, free))
+        tasks.append((m, b, slot + 1, free - 1))
+
+
+def _loop_grad_impl(n: Any, *ins: Any, fwd: Any, rev: Any, n_carry: int, n_xs: int,
+                    n_consts: int, length: int | None, reverse: bool, checkpoints: Any) -> tuple:
+    n = int(n)
+    carry, xs, consts, rest = split(ins, n_carry, n_xs, n_consts)
+    n_fc = sum(_aval(c).is_float for c in carry)
+    n_fy = sum(o.aval.is_float for o in fwd.outvars[n_carry:])
+    ct, ct_ys, rev_consts = split(rest, n_fc, n_fy)
+    ct_xs = [np.zeros_like(x) for x in xs if _aval(x).is_float]
+    acc = [np.zeros_like(c) for c in consts if _aval(c).is_float]
+    order = list(_steps(n, reverse))
+
+    def advance(c: list[Any], k: int) -> list[Any]:
+        return _run(fwd, c + [x[order[k]] for x in xs] + consts)[:n_carry]
+
+    for k, c in reversed_carries(n, list(carry), advance, checkpoints):
+        kk = order[k]
+        xk = [x[kk] for x in xs]
+        outs = _run(rev, c + xk + consts + ct + [y[kk] for y in ct_ys] + acc + rev_consts)
+        acc, ct, g_x = split(outs, len(acc), n_fc)
+        for buf, g in zip(ct_xs, g_x):
+            buf[kk] = g
+    return tuple(ct) + tuple(ct_xs) + tuple(acc)
+
+
+def _loop_grad_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, fwd: Any, rev: Any,
+                   n_carry: int, n_xs: int, n_consts: int, length: int | None, reverse: bool,
+                   checkpoints: Any) -> tuple:
+    # d loop_grad: the VJP of its expansion into two scans (so: static lengths only)
+    from ..interpret import inline
+    if length is None:
+        raise UnsupportedOperationError(
+            "a second derivative through a loop with a run-time trip count (tj.while_loop, or "
+            "tj.fori_loop with a traced bound) is not supported; give tj.fori_loop static "
+            "bounds or use tj.scan with a length")
+    expanded = _expansion(fwd, rev, n_carry, n_xs, n_consts, length, reverse,
+                          tuple(_aval(x) for x in ins))
+    float_in = [i for i, x in enumerate(ins) if _aval(x).is_float]
+    joint = _vjp_of(expanded, [i + 1 for i in float_in])    # (its input 0 is n)
+    results = inline(joint, [n, *ins, *(_zeros_for(ct, o) for ct, o in zip(cts, outs))])
+    grads = iter(results[len(outs):])
+    return (None,) + tuple(next(grads) if i in float_in else None for i in range(len(ins)))
+
+
+@functools.lru_cache(maxsize=64)
+def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, length: int,
+               reverse: bool, avals: tuple[Aval, ...]) -> Any:
+    """loop_grad as ordinary IR: a scan stacking the carries, then a reverse scan of `rev`
+    over the stack. Inputs: n then loop_grad's inputs (n first, then shifted by one)."""
+    from ..interpret import inline
+    carry_avals = list(avals[:n_carry])
+    n_fc, n_ct = len(_floats(carry_avals)), len(avals) - n_carry - n_xs - n_consts
+    fconsts = _floats(list(avals[n_carry + n_xs:n_carry + n_xs + n_consts]))
+    save, _ = close(lambda t: list(inline(fwd, t))[:n_carry] + t[:n_carry],
+                    [v.aval for v in fwd.invars])
+
+    def expanded(t: list[Any]) -> list[Any]:
+        n, rest = t[0], t[1:]
+        carry, xs, consts, ct_all = split(rest, n_carry, n_xs, n_consts)
+        ct_c, ct_ys, rev_consts = split(ct_all, n_fc, len(_floats(
+            [o.aval for o in fwd.outvars[n_carry:]])))
+        stack = scan(n, *carry, *xs, *consts, body=save, n_carry=n_carry, n_xs=n_xs,
+                     length=length, reverse=reverse, checkpoints=None)[n_carry:]
+        zero = [_zeros_for(None, Aval(a.shape, a.dtype)) for a in fconsts]
+        n_xs2 = n_carry + n_xs + len(ct_ys)
+
+        def step(u: list[Any]) -> list[Any]:
+            ct, acc, c, x, cy, cs, rc = split(u, n_fc, len(zero), n_carry, n_xs, len(ct_ys),
+                                               n_consts)
+            new_acc, ct_prev, g_x = split(inline(rev, c + x + cs + ct + cy + acc + rc),
+                                          len(zero), n_fc)
+            return ct_prev + new_acc + g_x
+
+        body_avals = ([_aval(a) for a in ct_c] + fconsts + [v.aval for v in fwd.invars[:n_carry]]
+                      + [v.aval for v in fwd.invars[n_carry:n_carry + n_xs]]
+                      + [Aval(_aval(y).shape[1:], _aval(y).dtype) for y in ct_ys]
+                      + [_aval(c) for c in consts] + [_aval(r) for r in rev_consts])
+        body, captured = close(step, body_avals)
+        outs = scan(n, *ct_c, *zero, *stack, *xs, *ct_ys, *consts, *rev_consts, *captured,
+                    body=body, n_carry=n_fc + len(zero), n_xs=n_xs2, length=length,
+                    reverse=not reverse, checkpoints=None)
+        ct0, acc, g_xs = split(outs, n_fc, len(zero))
+        return ct0 + g_xs + acc
+
+    tape, captured = close(expanded, [Aval((), I64), *avals])
+    assert not captured, "the expansion of loop_grad captures nothing"
+    return tape
+
+
+loop_grad = defop("loop_grad", Kind.CONTROL, _loop_grad_impl, shape=_loop_grad_shape,
+                  vjp=_loop_grad_vjp, multiple_results=True)
+
+
+# ---- while -----------------------------------------------------------------------------------
+def _while_shape(*avals: Aval, cond: Any, body: Any, n_cond: int) -> tuple[Aval, ...]:
+    n_carry = len(body.outvars)
+    carry, cond_consts, body_consts = split(avals, n_carry, n_cond)
+    _check_same("while_loop: cond_fun's inputs", [v.aval for v in cond.invars],
+                carry + cond_consts)
+    pred = [o.aval for o in cond.outvars]
+    if len(pred) != 1 or pred[0].shape != () or pred[0].dtype.kind != "b":
+        raise DtypeError(f"while_loop: cond_fun must return a bool scalar, not "
+                         f"{' '.join(map(str, pred))}")
+    _check_same("while_loop: the body's inputs", [v.aval for v in body.invars],
+                carry + body_consts)
+    _check_same("while_loop: the body returns a carry", [o.aval for o in body.outvars], carry)
+    return tuple(carry) + (Aval((), I64),)
+
+
+def _while_impl(*ins: Any, cond: Any, body: Any, n_cond: int) -> tuple:
+    carry, cond_consts, body_consts = split(ins, len(body.outvars), n_cond)
+    trips = 0
+    while bool(_run(cond, carry + cond_consts)[0]):
+        carry = _run(body, carry + body_consts)
+        trips += 1
+    return tuple(carry) + (np.int64(trips),)
+
+
+def _while_vjp(cts: tuple, outs: tuple, *ins: Any, cond: Any, body: Any, n_cond: int) -> tuple:
+    # the loop ran `trips` steps of body: reverse them as a scan's (the carries again)
+    n_carry = len(body.outvars)
+    carry, cond_consts, body_consts = split(ins, n_carry, n_cond)
+    grads = _scan_vjp(cts[:n_carry], outs[:n_carry], outs[n_carry], *carry, *body_consts,
+                      body=body, n_carry=n_carry, n_xs=0, length=None, reverse=False,
+                      checkpoints=None)[1:]
+    return grads[:n_carry] + (None,) * n_cond + grads[n_carry:]
+
+
+while_ = defop("while", Kind.CONTROL, _while_impl, shape=_while_shape, vjp=_while_vjp,
+               multiple_results=True)
+
+
+# ---- cond ------------------------------------------------------------------------------------
+def branches(params: dict[str, Any]) -> list[Any]:
+    return [params[f"branch{k}"] for k in range(len(params))]
+
+
+def _cond_shape(index: Aval, *avals: Aval, **params: Any) -> tuple[Aval, ...]:
+    _check_count(index)
+    outs = None
+    for k, branch in enumerate(branches(params)):
+        _check_same(f"cond: branch {k}'s inputs", [v.aval for v in branch.invars], avals)
+        got = [o.aval for o in branch.outvars]
+        if outs is None:
+            outs = got
+        _check_same(f"cond: branch {k} returns", got, outs)
+    return tuple(outs or ())
+
+
+def _cond_impl(index: Any, *ins: Any, **params: Any) -> tuple:
+    chosen = branches(params)
+    return tuple(_run(chosen[int(np.clip(index, 0, len(chosen) - 1))], ins))
+
+
+def _cond_vjp(cts: tuple, outs: tuple, index: Any, *ins: Any, **params: Any) -> tuple:
+    # d cond = the cond of the branches' VJPs (each recomputes its branch)
+    float_out = [(ct, o) for ct, o in zip(cts, outs) if _aval(o).is_float]
+    avals = [_aval(x) for x in ins] + [_aval(o) for _, o in float_out]
+    revs, captured = [], []
+    for branch in branches(params):
+        rev, got = _gradient_tape(branch, avals)
+        revs.append(rev)
+        captured.append(got)
+    n_base = len(avals)
+    revs = [_pad(rev, n_base, [_aval(c) for got in captured[:k] for c in got],
+                 [_aval(c) for got in captured[k + 1:] for c in got])
+            for k, rev in enumerate(revs)]
+    grads = iter(cond(index, *ins, *(_zeros_for(ct, o) for ct, o in float_out),
+                      *(c for got in captured for c in got),
+                      **{f"branch{k}": r for k, r in enumerate(revs)}))
+    return (None,) + tuple(next(grads) if _aval(x).is_float else None for x in ins)
+
+
+def _gradient_tape(tape: Any, avals: list[Aval]) -> tuple[Any, list[Any]]:
+    """A closed tape (inputs, float-output cotangents) -> cotangents of the float inputs."""
+    from ..interpret import inline
+    wrt = [i for i, v in enumerate(tape.invars) if v.aval.is_float]
+    joint = _vjp_of(tape, wrt)
+    return close(lambda t: list(inline(joint, t))[len(tape.outvars):], avals)
+
+
+def _pad(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:
+    """`tape` taking, around its own captured inputs, unused inputs for the other branches'."""
+    from ..ir import Tape, Var
+    taken = {v.name for v in tape.invars} | {o.name for e in tape.eqns for o in e.outs}
+    fresh = iter(f"unused{k}" for k in range(len(taken) + len(before) + len(after) + 1)
+                 if f"unused{k}" not in taken)
+    extra = [Var(next(fresh), a) for a in before], [Var(next(fresh), a) for a in after]
+    invars = (tape.invars[:n_base] + tuple(extra[0]) + tape.invars[n_base:] + tuple(extra[1]))
+    return Tape(invars, tape.eqns, tape.outvars)
+
+
+cond = defop("cond", Kind.CONTROL, _cond_impl, shape=_cond_shape, vjp=_cond_vjp,
+             multiple_results=True)
+
+
+# ---- checkpoint ------------------------------------------------------------------------------
+def _checkpoint_shape(*avals: Aval, body: Any) -> tuple[Aval, ...]:
+    _check_same("checkpoint: the body's inputs", [v.aval for v in body.invars], avals)
+    return tuple(o.aval for o in body.outvars)
+
+
+def _checkpoint_impl(*ins: Any, body: Any) -> tuple:
+    return tuple(_run(body, ins))
+
+
+def _checkpoint_vjp(cts: tuple, outs: tuple, *ins: Any, body: Any) -> tuple:
+    # d checkpoint(f) = checkpoint(f's VJP): the reverse sweep recomputes f's intermediates
+    float_out = [(ct, o) for ct, o in zip(cts, outs) if _aval(o).is_float]
+    rev, captured = _gradient_tape(body, [_aval(x) for x in ins]
+                                   + [_aval(o) for _, o in float_out])
+    grads = iter(checkpoint(*ins, *(_zeros_for(ct, o) for ct, o in float_out), *captured,
+                            body=rev))
+    return tuple(next(grads) if _aval(x).is_float else None for x in ins)
+
+
+checkpoint = defop("checkpoint", Kind.CONTROL, _checkpoint_impl, shape=_checkpoint_shape,
+                   vjp=_checkpoint_vjp, multiple_results=True)
