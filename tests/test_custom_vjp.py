@@ -128,6 +128,12 @@ def test_not_an_njit_function_is_an_error():
         tj.njit_primitive(np.sin, vjp=lambda ct, out, x: (ct,))
 
 
+def _one_program(transform) -> bool:
+    """Traced once, compiled once (or loaded from the disk cache)."""
+    info = transform.cache_info()
+    return info["traces"] == 1 and info["compiles"] + info["disk_loads"] == 1
+
+
 @pytest.fixture(scope="module")
 def compiled():
     return {"softplus": tj.grad(lambda x: np.sum(softplus(x) ** 2), backend="numba"),
@@ -139,11 +145,11 @@ def test_compiled_program_calls_the_kernel(compiled):
     x = np.array([-2.0, 0.1, 1.5])
     np.testing.assert_allclose(compiled["softplus"](x),
                                tj.grad(lambda x: np.sum(softplus(x) ** 2))(x))
-    assert compiled["softplus"].cache_info()["compiles"] == 1
+    assert _one_program(compiled["softplus"])
     source = tj.explain(lambda x: np.sum(softplus(x) ** 2), backend="numba")(x).source
     assert f"= {softplus.name}(" in source
 
 
 def test_compiled_custom_vjp_grad_of_grad(compiled):
     assert np.isclose(compiled["log1pexp"](0.3), sigmoid(0.3) * (1 - sigmoid(0.3)))
-    assert compiled["log1pexp"].cache_info()["compiles"] == 1
+    assert _one_program(compiled["log1pexp"])

@@ -3,8 +3,8 @@
 All three are built from `autodiff.vjp_tape` alone:
 - `split_joint` cuts a joint tape into its reverse sweep as a tape of its own (inputs: the
   residuals it reads, then the output cotangents). `jacobian_tape` runs the forward once and the
-  reverse sweep once per output element, seeded with the rows of an identity matrix, all inlined
-  into one tape (reverse mode: best when outputs are fewer than inputs).
+  reverse sweep once, batched (batching.py) over the rows of an identity matrix as cotangents:
+  every row in one pass (reverse mode: best when outputs are fewer than inputs).
 - `jvp_tape` transposes the VJP: the joint tape is linear in its cotangent inputs, so a second
   reverse pass with respect to them, seeded with the tangents, gives J @ tangent (forward mode
   without forward rules; it works through custom_vjp, whose bwd is ordinary IR).
@@ -19,6 +19,7 @@ import numpy as np
 
 from . import autodiff
 from .api import _check_float_inputs, _normalize_argnums, split_args, trace_flat
+from .batching import batched_inline
 from .dispatch import CachedTransform, Program, unbox, unbox_traced
 from .errors import ArgumentError, at_source
 from .interpret import inline
@@ -59,20 +60,26 @@ def jacobian_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
     reverse = split_joint(joint, n_in, len(tape.outvars))
     n_res = len(reverse.invars) - n_out
     forward = _forward(joint, n_in, reverse.invars[:n_res])
+    sizes = [o.aval.size for o in outs]
+    offsets, rows = np.cumsum([0] + sizes[:-1]), sum(sizes)
     with new_trace() as trace:
         inputs = [trace.new_tracer(v.aval, v.name) for v in tape.invars]
+        if rows == 0:                      # no outputs: empty blocks
+            blocks = [autodiff.filled(trace, v.aval.update(o.aval.shape + v.aval.shape), 0)
+                      for o in outs for v in (tape.invars[i] for i in wrt)]
+            return trace.to_tape([t._var for t in inputs], blocks)
         residuals = inline(forward, inputs)
-        zeros = [autodiff.filled(trace, o.aval, 0) for o in outs]
+        # the cotangents of all rows at once: output k's block of the identity's columns
+        seeds = [Tracer(trace, trace.atom(np.eye(rows, dtype=o.aval.dtype)[:, at:at + m]))
+                 .reshape((rows,) + o.aval.shape) for o, at, m in zip(outs, offsets, sizes)]
+        grads = batched_inline(reverse, residuals + seeds, [False] * n_res + [True] * n_out)
         blocks = []
-        for k, out in enumerate(outs):
-            m = out.aval.size
-            eye = Tracer(trace, trace.atom(np.eye(m, dtype=out.aval.dtype)))
-            rows = [inline(reverse, residuals + zeros[:k] + [eye[i].reshape(out.aval.shape)]
-                           + zeros[k + 1:]) for i in range(m)]
-            for j, i in enumerate(wrt):
-                shape = out.aval.shape + tape.invars[i].aval.shape
-                blocks.append(np.stack([r[j] for r in rows]).reshape(shape) if m else
-                              autodiff.filled(trace, tape.invars[i].aval.update(shape), 0))
+        for o, at, m in zip(outs, offsets, sizes):
+            for (g, batched), i in zip(grads, wrt):
+                shape = tape.invars[i].aval.shape
+                if not batched:            # the same for every row (zeros)
+                    g = np.broadcast_to(g, (rows,) + shape)
+                blocks.append(g[at:at + m].reshape(o.aval.shape + shape))
         return dce(trace.to_tape([t._var for t in inputs], blocks))
 
 
