@@ -753,3 +753,40 @@ row("prim_stop_gradient", lambda x: tj.stop_gradient(x) * 2, diff=False, prim="s
     ref=lambda x: x * 2)
 row("prim_custom_vjp_call", _custom_sin, grad2=True, prim="custom_vjp_call", ref=np.sin)
 row("prim_njit_call", _cube, grad2=True, prim="njit_call", ref=lambda x: x ** 3)
+
+
+# ---- control flow (tapejit/control.py): scan, while, cond, checkpoint and loop_grad ------------
+def _scan_row(c, xs):
+    carry, ys = tj.scan(lambda c, x: (np.sin(c * x) + c, c * x), c, xs)
+    return carry + np.sum(ys, axis=0)
+
+
+def _scan_ref(c, xs):
+    ys = []
+    for x in xs:
+        ys.append(c * x)
+        c = np.sin(c * x) + c
+    return c + np.sum(np.stack(ys), axis=0)
+
+
+def _while_row(x):
+    return tj.while_loop(lambda c: c[1] < 3, lambda c: (np.cos(c[0]) * x, c[1] + 1), (x, 0))[0]
+
+
+def _while_ref(x):
+    c = x
+    for _ in range(3):
+        c = np.cos(c) * x
+    return c
+
+
+row("prim_scan", _scan_row, shapes=(((3,), (4, 3)), ((), (5,))), grad2=True, prim="scan",
+    ref=_scan_ref)
+row("prim_while", _while_row, prim="while", ref=_while_ref)  # (no 2nd order: run-time trips)
+row("prim_cond", lambda x: tj.cond(np.sum(x) > 0, np.sin, lambda x: x * x, x), grad2=True,
+    prim="cond", ref=lambda x: np.sin(x) if np.sum(x) > 0 else x * x)
+row("prim_checkpoint", tj.checkpoint(lambda x: np.sin(np.exp(x)) * x), grad2=True,
+    prim="checkpoint", ref=lambda x: np.sin(np.exp(x)) * x)
+row("prim_loop_grad", lambda c, xs: tj.grad(lambda c: np.sum(_scan_row(c, xs)))(c),
+    shapes=(((3,), (4, 3)),), prim="loop_grad", rtol=1e-4,
+    ref=lambda c, xs: tj.grad(lambda c: np.sum(_scan_ref(c, xs)))(c))

@@ -8,14 +8,15 @@ axis view their operand as a (before, axis, after) array.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ..avals import Aval
 from ..ir import Eqn
 from ..ops.linalg import free_axes
 from .writer import Sizes, Writer, dtype_code, scalar
 
-Emitter = Callable[[Writer, Eqn, list[str], str, Sizes], None]
+# (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
+Emitter = Callable[[Writer, Eqn, list[str], Any, Sizes], None]
 EMITTERS: dict[str, Emitter] = {}
 
 
@@ -26,7 +27,7 @@ def emitter(name: str) -> Callable[[Emitter], Emitter]:
     return register
 
 
-def emit(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes) -> None:
+def emit(w: Writer, eqn: Eqn, ins: list[str], out: Any, sizes: Sizes) -> None:
     if eqn.op not in EMITTERS:
         raise NotImplementedError(f"the numba backend has no code for op {eqn.op}")
     EMITTERS[eqn.op](w, eqn, ins, out, sizes)

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
-from . import calls
+from ..ops import OPS
+from . import calls, control  # noqa: F401  (control registers its emitters)
 from .scalar import scalar_expr
 from .plan import plan
 from .schedule import Call, Loop, steps
@@ -29,10 +30,8 @@ import math
 
 import numba
 import numpy as np
-
-
-@numba.njit(cache=True, error_model="numpy")
 '''
+DECORATOR = '@numba.njit(cache=True, error_model="numpy"{})'
 
 
 def name_of(var: Var) -> str:
@@ -45,8 +44,9 @@ def name_of(var: Var) -> str:
 class _Program:
     """State shared by the steps of one generated function."""
 
-    def __init__(self, tape: Tape) -> None:
-        self.w, self.sizes = Writer(), Sizes()
+    def __init__(self, tape: Tape, module: "Module") -> None:
+        self.w, self.sizes = Writer(), module.sizes
+        self.w.module = module  # type: ignore[attr-defined]  (control.py adds functions)
         self.steps = steps(tape)
         self.plan = plan(tape, self.steps)
         self.after_nest: list[str] = []   # statements to run once the current nest is done
@@ -71,14 +71,54 @@ class _Program:
                                  for a in eqn.ins])
 
 
+class Module:
+    """One generated module: the entry point, one function per sub-tape of a control-flow
+    eqn (codegen/control.py calls them in its loops) and fixed helpers; one size table."""
+
+    def __init__(self) -> None:
+        self.sizes = Sizes()
+        self.functions: list[str] = []
+        self.names: dict[Any, str] = {}
+
+    def function(self, tape: Tape) -> str:
+        """The name of the module's function computing `tape` (one per distinct tape); its
+        0-d inputs and outputs are scalars, so a loop step allocates no 0-d arrays."""
+        name = self.names.get(tape)
+        if name is None:
+            name = self.names[tape] = f"body{len(self.names)}"
+            self.functions.append(_function(self, tape, name, scalars=True))
+        return name
+
+    def helper(self, name: str, source: str) -> str:
+        """A fixed function (its source without the decorator), added once."""
+        if name not in self.names:
+            self.names[name] = name
+            self.functions.append(f"{DECORATOR.format('')}\n{source}")
+        return name
+
+
 def generate(tape: Tape) -> tuple[str, np.ndarray]:
     """The module source for `tape` and the size table to call it with."""
-    p = _Program(tape)
+    module = Module()
+    entry = _function(module, tape, ENTRY, scalars=False)
+    parts = [HEADER] + module.functions + [entry]
+    return "\n\n".join(part.strip("\n") + "\n" for part in parts), module.sizes.values()
+
+
+def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
+    """The source of `fname(inputs..., constants..., S)` computing `tape`; with `scalars` its
+    0-d inputs and outputs are scalars, else (the entry point) arrays."""
+    p = _Program(tape, module)
     w = p.w
-    for line in HEADER.rstrip("\n").splitlines():
-        w.line(line)
-    params = [name_of(v) for v in tape.invars + tape.constvars] + ["S"]
-    w.line(f"def {ENTRY}({', '.join(params)}):")
+    params = []
+    for v in tape.invars + tape.constvars:
+        if scalars and v.aval.shape == ():
+            p.plan.scalar.add(v.name)
+            params.append(f"t_{name_of(v)}")
+        else:
+            params.append(name_of(v))
+    w.line(DECORATOR.format(""))
+    w.line(f"def {fname}({', '.join(params + ['S'])}):")
     w.indent()
     for number, step in enumerate(p.steps):
         if isinstance(step, Loop):
@@ -89,13 +129,15 @@ def generate(tape: Tape) -> tuple[str, np.ndarray]:
             _emit_call(p, step)
     outs = []
     for k, atom in enumerate(tape.outvars):
-        if isinstance(atom, Lit) or atom.name in p.plan.scalar:   # outputs are arrays
+        if scalars and atom.aval.shape == ():
+            outs.append(p.read(atom, []))
+        elif isinstance(atom, Lit) or atom.name in p.plan.scalar:   # outputs are arrays
             outs.append(f"out{k}")
             calls.filled(w, outs[-1], atom.aval, p.read(atom, []), p.sizes)
         else:
             outs.append(name_of(atom))
     w.line(f"return ({''.join(o + ', ' for o in outs)})")
-    return w.source(), p.sizes.values()
+    return w.source()
 
 
 def comment(eqn: Eqn, sizes: Sizes) -> str:
@@ -109,6 +151,15 @@ def comment(eqn: Eqn, sizes: Sizes) -> str:
 def _emit_call(p: _Program, step: Call) -> None:
     eqn = step.eqn
     p.w.line(comment(eqn, p.sizes))
+    if OPS[eqn.op].multiple_results:     # control flow: 0-d values as scalars, both ways
+        for out in eqn.outs:
+            if out.aval.shape == ():
+                p.plan.scalar.add(out.name)
+        calls.emit(p.w, eqn, [p.read(a, []) if a.aval.shape == () else name_of(a)
+                              for a in eqn.ins],
+                   [f"t_{name_of(o)}" if o.aval.shape == () else name_of(o) for o in eqn.outs],
+                   p.sizes)
+        return
     ins = []
     for k, atom in enumerate(eqn.ins):   # calls take arrays: literals become 0-d arrays
         if isinstance(atom, Lit):
