@@ -1,9 +1,8 @@
 """`GradientTape`: TensorFlow-style eager recording, with the reverse sweep compiled and replayed.
 
-Outside any trace, entering a tape opens an `EagerTrace`: a trace whose `record` also runs each
-op's numpy implementation, so values are concrete while they are recorded (an `EagerTracer`
-converts to its value: `float(loss)`, `if loss > 0:`, `print(y)` work). Tapes entered inside an
-open trace (nested tapes; a tape inside `tj.jit`) record into that trace instead.
+Outside any trace, entering a tape opens an `EagerTrace` (eager.py): a trace that also computes
+each value as it records it, so user code sees concrete values. Tapes entered inside an open
+trace (nested tapes; a tape inside `tj.jit`) record into that trace instead.
 
 A tape remembers the spans of eqns recorded while it was active and the vars it watches
 (`watch(x)`, and every trainable `tj.Variable` read while it records). `gradient` cuts those
@@ -19,8 +18,6 @@ differentiate it again and `tj.jit` compiles the whole step.
 from __future__ import annotations
 
 import contextlib
-import re
-import threading
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -30,11 +27,11 @@ from .avals import aval_of
 from .dispatch import CachedTransform, Program, check_backend
 from .errors import ArgumentError, DtypeError, TapejitError, at_source
 from .interpret import inline
-from .ir import Lit, Tape, Var
+from .eager import EagerTrace, EagerTracer, type_for, unwrap
+from .ir import Tape, Var
 from .passes import dce, optimize
 from .pytree import flatten, unflatten
-from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, current_trace,
-                    user_source)
+from .trace import Trace, Tracer, current_trace, user_source
 from .transforms import jacobian_tape, split_joint
 
 
@@ -43,134 +40,7 @@ class TapeError(TapejitError, RuntimeError):
     non-persistent tape)."""
 
 
-class EagerTracer(Tracer):
-    """A recorded value whose concrete value is known: it converts like an array."""
-
-    __slots__ = ()
-
-    @property
-    def value(self) -> np.ndarray:
-        if self._stale:
-            from .trace import refresh
-            refresh(self)
-        return self._trace.values[self._var.name]
-
-    def numpy(self) -> np.ndarray:
-        return self.value
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self.value, dtype)
-
-    def __bool__(self) -> bool:
-        return bool(self.value)
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def __int__(self) -> int:
-        return int(self.value)
-
-    def __index__(self) -> int:
-        return self.value.__index__()
-
-    def __complex__(self) -> complex:
-        return complex(self.value)
-
-    def item(self, *args: Any) -> Any:
-        return self.value.item(*args)
-
-    def tolist(self) -> Any:
-        return self.value.tolist()
-
-    # Variables among the operands are read first (their recorded values); what no rule
-    # records runs on the values (the result is a constant, as numpy code outside a tape)
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        if func in FUNCTION_RULES:
-            return super().__array_function__(func, types, _read(args), _read(kwargs))
-        return func(*_values(args), **_values(kwargs))
-
-    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if (ufunc in UFUNC_RULES if method == "__call__" else method in METHOD_RULES):
-            return super().__array_ufunc__(ufunc, method, *_read(inputs), **kwargs)
-        return getattr(ufunc, method)(*_values(inputs), **_values(kwargs))
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value[()] if self.value.ndim == 0 else self.value, spec)
-
-    def __repr__(self) -> str:
-        return f"recorded {self.value!r}"
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-def _operator(name: str) -> Callable[[Any, Any], Any]:
-    base = getattr(Tracer, name)
-    return lambda self, other: base(self, _read(other))
-
-
-for _name in _BINARY:
-    for _form in (f"__{_name}__", f"__r{_name}__"):
-        setattr(EagerTracer, _form, _operator(_form))
-
-
-class EagerTrace(Trace):
-    """A trace that also computes every recorded value (`values`: var name -> array)."""
-
-    def __init__(self, level: int) -> None:
-        super().__init__(level)
-        self.values: dict[str, Any] = {}
-        self.recording: list[GradientTape] = []       # the tapes recording now
-        self.variables: dict[int, tuple[Any, np.ndarray, EagerTracer]] = {}
-
-    def atom(self, x: Any, dtype: np.dtype | None = None) -> Any:
-        from .variables import Variable
-        if isinstance(x, Variable):
-            x = self.read_variable(x)
-        elif isinstance(x, EagerTracer) and x._trace is not self:
-            x = x.value                     # a value recorded by an earlier tape: a constant
-        return super().atom(x, dtype)
-
-    def _const(self, x: Any, aval: Any) -> Var:
-        var = super()._const(x, aval)
-        self.values.setdefault(var.name, np.asarray(x))
-        return var
-
-    def record(self, op: Any, args: Sequence[Any], params: dict[str, Any]) -> Any:
-        out = super().record(op, args, params)
-        eqn = self.eqns[-1]
-        result = op.impl(*(self.value_of(a) for a in eqn.ins), **params)
-        results = result if len(eqn.outs) > 1 else (result,)
-        for var, value in zip(eqn.outs, results):
-            self.values[var.name] = np.asarray(value, var.aval.dtype)
-        for tracer in (out if isinstance(out, tuple) else (out,)):
-            tracer.__class__ = EagerTracer
-        return out
-
-    def value_of(self, atom: Any) -> Any:
-        if isinstance(atom, Lit):
-            return atom.aval.dtype.type(atom.value)
-        return self.values[atom.name]
-
-    def read_variable(self, variable: Any) -> EagerTracer:
-        """The tracer of `variable`'s current value in this trace (a constant var named after
-        it), watched by the recording tapes that watch it."""
-        entry = self.variables.get(id(variable))
-        if entry is None or entry[1] is not variable._value:
-            value = variable._value
-            var = self.new_var(aval_of(value), re.sub(r"\W", "_", variable.name))
-            self.constvars.append(var)
-            self.consts.append(value)
-            self.values[var.name] = value
-            entry = self.variables[id(variable)] = (variable, value, EagerTracer(self, var))
-        for tape in self.recording:
-            if (tape.watch_accessed_variables and variable.trainable) or \
-                    id(variable) in tape._variables:
-                tape._watch_variable(variable, entry[2]._var)
-        return entry[2]
-
-
-_local = threading.local()
+_PROGRAMS: dict[str | None, "_Programs"] = {}     # per backend
 
 
 class _Programs(CachedTransform):
@@ -210,10 +80,9 @@ class _Call:
 
 
 def _programs(backend: str | None) -> _Programs:
-    table = _local.__dict__.setdefault("programs", {})
-    if backend not in table:
-        table[backend] = _Programs(backend)
-    return table[backend]
+    if backend not in _PROGRAMS:
+        _PROGRAMS.setdefault(backend, _Programs(backend))
+    return _PROGRAMS[backend]
 
 
 def tape_cache_info(backend: str | None = None) -> dict[str, Any]:
@@ -386,7 +255,7 @@ class GradientTape:
                        unconnected_gradients: str = "none") -> Any:
         """Per example b of the leading (batch) axis, d target[b] / d source[b]: shape
         (batch,) + target.shape[1:] + source.shape[1:] (examples must be independent)."""
-        t_shape, s_shape = np.shape(target), np.shape(_unwrap(source))
+        t_shape, s_shape = np.shape(target), np.shape(unwrap(source))
         if not t_shape or not s_shape or t_shape[0] != s_shape[0]:
             raise ArgumentError(at_source(
                 f"batch_jacobian: target {t_shape} and source {s_shape} need the same leading "
@@ -529,19 +398,19 @@ class GradientTape:
         if current_trace() is not None:
             tape, n_values = build()
             tracers = [Tracer(trace, v) for v in tape.invars[:n_values]]
-            return inline(tape, tracers + [_unwrap(e) if not isinstance(e, Tracer) else e
+            return inline(tape, tracers + [unwrap(e) if not isinstance(e, Tracer) else e
                                            for e in extra])
         assert isinstance(trace, EagerTrace)
-        extra = [np.asarray(_unwrap(e)) for e in extra]
+        extra = [np.asarray(unwrap(e)) for e in extra]
         return _programs(self.backend).run(key, build, trace.values.__getitem__, extra)
 
     def _unconnected(self, source: Any, policy: str) -> Any:
-        return None if policy == "none" else np.zeros_like(_unwrap(source))
+        return None if policy == "none" else np.zeros_like(unwrap(source))
 
     def _unconnected_block(self, source: Any, t_shape: tuple, policy: str) -> Any:
         if policy == "none":
             return None
-        value = np.asarray(_unwrap(source))
+        value = np.asarray(unwrap(source))
         return np.zeros(t_shape + value.shape, value.dtype)
 
 
@@ -549,41 +418,3 @@ def _read_by(tape: Tape) -> set[str]:
     """The vars a tape's eqns or outputs read (a source outside it is unconnected)."""
     return {a.name for e in tape.eqns for a in e.ins if isinstance(a, Var)} | {
         o.name for o in tape.outvars if isinstance(o, Var)}
-
-
-def type_for(trace: Trace) -> type:
-    """The tracer class of a trace's values."""
-    return EagerTracer if isinstance(trace, EagerTrace) else Tracer
-
-
-def _values(x: Any) -> Any:
-    """`x` (nested in lists, tuples and dicts) with recorded values replaced by arrays."""
-    if isinstance(x, EagerTracer):
-        return x.value
-    if isinstance(x, (list, tuple)):
-        return type(x)(map(_values, x))
-    if isinstance(x, dict):
-        return {k: _values(v) for k, v in x.items()}
-    return x
-
-
-def _read(x: Any) -> Any:
-    """`x` (nested in lists, tuples and dicts) with Variables replaced by what they read."""
-    from .variables import Variable
-    if isinstance(x, Variable):
-        return x.read()
-    if isinstance(x, (list, tuple)):
-        return type(x)(map(_read, x))
-    if isinstance(x, dict):
-        return {k: _read(v) for k, v in x.items()}
-    return x
-
-
-def _unwrap(x: Any) -> Any:
-    """A Variable's or recorded value's array (other values as they are)."""
-    from .variables import Variable
-    if isinstance(x, Variable):
-        return x._value
-    if isinstance(x, EagerTracer):
-        return x.value
-    return x

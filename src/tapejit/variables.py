@@ -63,7 +63,7 @@ class Variable:
         trace = current_trace()
         if trace is None:
             return self._value
-        from .gradient_tape import EagerTrace
+        from .eager import EagerTrace
         if isinstance(trace, EagerTrace):
             return trace.read_variable(self)
         raise ArgumentError(at_source(

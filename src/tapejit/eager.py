@@ -1,0 +1,182 @@
+"""Eager recording: a trace that computes every value as it records it (GradientTape's).
+
+`EagerTrace.record` records an eqn like any trace, then runs the op's numpy implementation on
+the recorded values (`values`: var name -> array), so user code sees concrete values while
+they are recorded: an `EagerTracer` converts to its value (`float(loss)`, `if loss > 0:`,
+`print(y)`), numpy functions no rule records run on the values (their results are constants),
+and `tj.Variable`s among the operands are read as the trace's recorded value of them.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .avals import aval_of
+from .ir import Lit, Var
+from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, refresh)
+
+
+class EagerTracer(Tracer):
+    """A recorded value whose concrete value is known: it converts like an array."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> np.ndarray:
+        if self._stale:
+            refresh(self)
+        return self._trace.values[self._var.name]
+
+    def numpy(self) -> np.ndarray:
+        return self.value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.value, dtype)
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __index__(self) -> int:
+        return self.value.__index__()
+
+    def __complex__(self) -> complex:
+        return complex(self.value)
+
+    def item(self, *args: Any) -> Any:
+        return self.value.item(*args)
+
+    def tolist(self) -> Any:
+        return self.value.tolist()
+
+    # Variables among the operands are read first (their recorded values); what no rule
+    # records runs on the values (the result is a constant, as numpy code outside a tape)
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func in FUNCTION_RULES:
+            return super().__array_function__(func, types, _read(args), _read(kwargs))
+        return func(*_values(args), **_values(kwargs))
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if (ufunc in UFUNC_RULES if method == "__call__" else method in METHOD_RULES):
+            return super().__array_ufunc__(ufunc, method, *_read(inputs), **kwargs)
+        return getattr(ufunc, method)(*_values(inputs), **_values(kwargs))
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value[()] if self.value.ndim == 0 else self.value, spec)
+
+    def __repr__(self) -> str:
+        return f"recorded {self.value!r}"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def _operator(name: str) -> Callable[[Any, Any], Any]:
+    base = getattr(Tracer, name)
+    return lambda self, other: base(self, _read(other))
+
+
+for _name in _BINARY:
+    for _form in (f"__{_name}__", f"__r{_name}__"):
+        setattr(EagerTracer, _form, _operator(_form))
+
+
+class EagerTrace(Trace):
+    """A trace that also computes every recorded value (`values`: var name -> array)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.values: dict[str, Any] = {}
+        self.recording: list[Any] = []       # the GradientTapes recording now
+        self.variables: dict[int, tuple[Any, np.ndarray, EagerTracer]] = {}
+
+    def atom(self, x: Any, dtype: np.dtype | None = None) -> Any:
+        from .variables import Variable
+        if isinstance(x, Variable):
+            x = self.read_variable(x)
+        elif isinstance(x, EagerTracer) and x._trace is not self:
+            x = x.value                     # a value recorded by an earlier tape: a constant
+        return super().atom(x, dtype)
+
+    def _const(self, x: Any, aval: Any) -> Var:
+        var = super()._const(x, aval)
+        self.values.setdefault(var.name, np.asarray(x))
+        return var
+
+    def record(self, op: Any, args: Sequence[Any], params: dict[str, Any]) -> Any:
+        out = super().record(op, args, params)
+        eqn = self.eqns[-1]
+        result = op.impl(*(self.value_of(a) for a in eqn.ins), **params)
+        results = result if len(eqn.outs) > 1 else (result,)
+        for var, value in zip(eqn.outs, results):
+            self.values[var.name] = np.asarray(value, var.aval.dtype)
+        for tracer in (out if isinstance(out, tuple) else (out,)):
+            tracer.__class__ = EagerTracer
+        return out
+
+    def value_of(self, atom: Any) -> Any:
+        if isinstance(atom, Lit):
+            return atom.aval.dtype.type(atom.value)
+        return self.values[atom.name]
+
+    def read_variable(self, variable: Any) -> EagerTracer:
+        """The tracer of `variable`'s current value in this trace (a constant var named after
+        it), watched by the recording tapes that watch it."""
+        entry = self.variables.get(id(variable))
+        if entry is None or entry[1] is not variable._value:
+            value = variable._value
+            var = self.new_var(aval_of(value), re.sub(r"\W", "_", variable.name))
+            self.constvars.append(var)
+            self.consts.append(value)
+            self.values[var.name] = value
+            entry = self.variables[id(variable)] = (variable, value, EagerTracer(self, var))
+        for tape in self.recording:
+            if (tape.watch_accessed_variables and variable.trainable) or \
+                    id(variable) in tape._variables:
+                tape._watch_variable(variable, entry[2]._var)
+        return entry[2]
+
+
+def type_for(trace: Trace) -> type:
+    """The tracer class of a trace's values."""
+    return EagerTracer if isinstance(trace, EagerTrace) else Tracer
+
+
+def _values(x: Any) -> Any:
+    """`x` (nested in lists, tuples and dicts) with recorded values replaced by arrays."""
+    if isinstance(x, EagerTracer):
+        return x.value
+    if isinstance(x, (list, tuple)):
+        return type(x)(map(_values, x))
+    if isinstance(x, dict):
+        return {k: _values(v) for k, v in x.items()}
+    return x
+
+
+def _read(x: Any) -> Any:
+    """`x` (nested in lists, tuples and dicts) with Variables replaced by what they read."""
+    from .variables import Variable
+    if isinstance(x, Variable):
+        return x.read()
+    if isinstance(x, (list, tuple)):
+        return type(x)(map(_read, x))
+    if isinstance(x, dict):
+        return {k: _read(v) for k, v in x.items()}
+    return x
+
+
+def unwrap(x: Any) -> Any:
+    """A Variable's or recorded value's array (other values as they are)."""
+    from .variables import Variable
+    if isinstance(x, Variable):
+        return x._value
+    if isinstance(x, EagerTracer):
+        return x.value
+    return x
