@@ -2,9 +2,10 @@
 
 One process runs every workload on every peer that is installed (the others print "not
 installed"; see bench/README.md to install them), checks each gradient against tapejit's (or the
-hand-written one), then prints per workload the median steady-state time, the ratio to tapejit
-and the first call (trace + compile, where there is one), and at the end one Markdown table of
-them all. Workloads (float64, single-threaded everywhere):
+hand-written one), times them in interleaved rounds (each round runs every peer once, so load
+from other jobs falls on all alike), then prints per workload the median steady-state time, the
+ratio to tapejit and the first call (trace + compile, where there is one), and at the end one
+Markdown table of them all. Workloads (float64, single-threaded everywhere):
 
   elementwise     grad of sum(sin(x)*exp(-x*x) + tanh(x)*x), x of 10^6 elements
   dispatch        grad of sum(x*x), x of 10 elements (per-call overhead)
@@ -275,10 +276,12 @@ class Result:
     first: float | None = None          # seconds of the first gradient call
     objective: H.Timing | None = None
     note: str = ""
+    calls: tuple[Callable, Callable | None] | None = None   # (gradient, objective) to time
 
 
-def run_peer(peer: str, w: Workload, want: list | None, args: Any) -> tuple[Result, list | None]:
-    """Build, first-call, check and time one peer on one workload; never raises."""
+def prepare(peer: str, w: Workload, want: list | None) -> tuple[Result, list | None]:
+    """Build one peer on one workload, make its first call and check its gradient (the first
+    peer's answer is the reference when there is no hand-written one); never raises."""
     res = Result(peer)
     module = MODULES.get(peer)
     if module and not H.have(module):
@@ -293,17 +296,40 @@ def run_peer(peer: str, w: Workload, want: list | None, args: Any) -> tuple[Resu
             want = got
         else:
             H.check_close(f"{w.name}: {LABELS[peer]}", got, want, rtol=1e-6, atol=1e-9)
-        min_run = 0.2 if w.tiny else 0.0
-        res.grad = H.measure(grad, args.repeats, min_run_s=min_run)
         if w.objective and objective is not None:
             objective()
-            res.objective = H.measure(objective, args.repeats, min_run_s=min_run)
-        res.note = version
+        res.calls, res.note = (grad, objective if w.objective else None), version
     except LookupError as err:
         res.note = str(err)
     except Exception as err:  # noqa: BLE001 - a broken peer must not stop the others
         res.note = f"failed: {type(err).__name__}: {err}".splitlines()[0][:100]
     return res, want
+
+
+def interleaved(fns: dict[str, Callable], repeats: int, min_run_s: float) -> dict[str, H.Timing]:
+    """Per-call times of each function: warm-up calls, then `repeats` rounds in which every
+    function runs once in turn, so that load from other jobs falls on all of them alike."""
+    number = {k: H.measure(fn, 1, min_run_s=min_run_s).number for k, fn in fns.items()}
+    runs: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number[k]):
+                fn()
+            runs[k].append((time.perf_counter() - t0) / number[k])
+    return {k: H.Timing.of(v) for k, v in runs.items()}
+
+
+def time_all(results: list[Result], w: Workload, repeats: int) -> None:
+    """The gradient times of every prepared peer (then their objective times), interleaved."""
+    min_run = 0.2 if w.tiny else 0.0
+    ready = {r.peer: r for r in results if r.calls is not None}
+    for peer, t in interleaved({p: r.calls[0] for p, r in ready.items()}, repeats,
+                               min_run).items():
+        ready[peer].grad = t
+    objectives = {p: r.calls[1] for p, r in ready.items() if r.calls[1] is not None}
+    for peer, t in interleaved(objectives, repeats, min_run).items():
+        ready[peer].objective = t
 
 
 def print_workload(w: Workload, results: list[Result]) -> None:
@@ -376,9 +402,10 @@ def main() -> None:
         want = [np.asarray(g) for g in w.hand()] if w.hand else None
         results = []
         for peer in peers:
-            res, want = run_peer(peer, w, want, args)
+            res, want = prepare(peer, w, want)
             results.append(res)
             H.flush()
+        time_all(results, w, args.repeats)
         print_workload(w, results)
         all_results[name] = (w, results)
     print(f"\nload average after: {run_all.loadavg()}")

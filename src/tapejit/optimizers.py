@@ -36,7 +36,7 @@ from .pytree import flatten, leaf_paths, tree_map, unflatten
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "clip_by_global_norm",
            "global_norm", "constant", "step_decay", "cosine_decay", "warmup"]
 
-Schedule = Callable[[Any], Any]      # step count (0 for the first update) -> learning rate
+Schedule = Callable[[Any], Any]      # one of the schedules below: step count (0 first) -> rate
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def _rebuild(schedule: Any, numbers: Any) -> Any:
 def global_norm(tree: Any) -> Any:
     """The 2-norm of all leaves of `tree` together (float64)."""
     leaves, _ = flatten(tree)
-    return np.sqrt(sum(np.sum(np.square(leaf.astype(np.float64))) for leaf in leaves))
+    return np.sqrt(sum(np.sum(np.square(_like(leaf, np.float64(0.0)))) for leaf in leaves))
 
 
 def clip_by_global_norm(grads: Any, max_norm: Any) -> Any:
@@ -136,8 +136,8 @@ def clip_by_global_norm(grads: Any, max_norm: Any) -> Any:
 
 
 def _like(h: Any, x: Any) -> Any:
-    """A float64 scalar (array, numpy scalar, or tracer) in the dtype of `x` (a Python float
-    parameter counts as float64)."""
+    """`h` (an array, a number, or a tracer) in the dtype of `x` (a Python float counts as
+    float64)."""
     h = h if hasattr(h, "dtype") else np.float64(h)
     dtype = getattr(x, "dtype", h.dtype)
     return h if h.dtype == dtype else h.astype(dtype)
