@@ -150,8 +150,13 @@ def comment(eqn: Eqn, sizes: Sizes) -> str:
 
 def _emit_call(p: _Program, step: Call) -> None:
     eqn = step.eqn
-    p.w.line(comment(eqn, p.sizes))
     if OPS[eqn.op].multiple_results:     # control flow: 0-d values as scalars, both ways
+        count = eqn.ins[0] if eqn.ins else None   # a literal trip count is a size slot
+        if isinstance(count, Lit) and count.aval.dtype.kind in "iu":
+            slot = p.sizes(count.value).replace("[", "").replace("]", "")
+            eqn = eqn._replace(ins=(Var(slot, count.aval),) + eqn.ins[1:])
+        p.w.line(comment(eqn, p.sizes))
+        eqn = step.eqn
         for out in eqn.outs:
             if out.aval.shape == ():
                 p.plan.scalar.add(out.name)
@@ -160,6 +165,7 @@ def _emit_call(p: _Program, step: Call) -> None:
                    [f"t_{name_of(o)}" if o.aval.shape == () else name_of(o) for o in eqn.outs],
                    p.sizes)
         return
+    p.w.line(comment(eqn, p.sizes))
     ins = []
     for k, atom in enumerate(eqn.ins):   # calls take arrays: literals become 0-d arrays
         if isinstance(atom, Lit):
