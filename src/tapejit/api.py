@@ -20,6 +20,7 @@ from . import autodiff
 from .avals import Aval, aval_of
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .compile import executable
+from .cuda_support import device_aval, is_device_array
 from .dispatch import (CachedTransform, Program, check_backend, default_backend, getter, run,
                        unbox, unbox_traced)
 from .ir import Tape
@@ -36,8 +37,10 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
         return leaf.aval, leaf.weak
     if type(leaf) in _SCALAR_DTYPES:
         return Aval((), _SCALAR_DTYPES[type(leaf)]), True
-    if isinstance(leaf, (np.ndarray, np.generic)):
+    if isinstance(leaf, (np.ndarray, np.generic)) or is_device_array(leaf):
         try:
+            if is_device_array(leaf):   # the CUDA backend's
+                return device_aval(leaf), False
             return aval_of(leaf), False
         except TypeError as err:
             raise DtypeError(at_source(f"{where}: {err}", user_source(1))) from None

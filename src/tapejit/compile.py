@@ -17,7 +17,7 @@ from .errors import ArgumentError
 from .interpret import interpret
 from .ir import Tape
 
-BACKENDS = ("interpret", "numba")
+BACKENDS = ("interpret", "numba", "cuda")
 
 
 class Interpreted:
@@ -48,4 +48,7 @@ def executable(tape: Tape, backend: str) -> Interpreted | Compiled:
         return Interpreted(tape)
     if backend == "numba":
         return Compiled(tape)
+    if backend == "cuda":      # numba.cuda kernels (cuda_support.py, codegen/cuda.py)
+        from .cuda_support import CudaCompiled
+        return CudaCompiled(tape)  # type: ignore[return-value]
     raise ArgumentError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -74,6 +74,12 @@ def check_backend(backend: str | None) -> None:
     if backend is not None and backend not in BACKENDS:
         raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
                                       f"{', '.join(BACKENDS)}", user_source(2)))
+    if backend == "cuda" and not config().disable_jit:
+        from .cuda_support import CudaUnavailableError, problem
+        reason = problem()
+        if reason is not None:
+            raise CudaUnavailableError(at_source(f'backend="cuda" cannot run: {reason}',
+                                                 user_source(2)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +233,9 @@ class CachedTransform:
 
     def _call_slow(self, args: tuple, kwargs: dict, fast_key: tuple | None) -> Any:
         call, key, build = self._signature(args, kwargs)
+        if default_backend(self.backend) == "cuda":     # programs are per device
+            from .cuda_support import device_key
+            key = (*key, device_key())
         if current_trace() is not None:   # inside another trace: inline, never cache
             program = build()
             return self._finisher(program, call, True)(inline(program.tape, call.leaves))
@@ -335,10 +344,13 @@ def _compile_failure(err: Exception) -> bool:
 def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
                 new_names: Sequence[str]) -> str:
     """Why `new` missed: what differs from `old` (keys `(options, treedefs, avals, weak,
-    static, n_pos)`), naming the leaves whose shape or dtype changed."""
-    o_opts, o_tds, o_avals, o_weak, o_static, o_npos = old
-    n_opts, n_tds, n_avals, n_weak, n_static, n_npos = new
+    static, n_pos)`, then the device on the CUDA backend), naming the leaves whose shape or
+    dtype changed."""
+    o_opts, o_tds, o_avals, o_weak, o_static, o_npos = old[:6]
+    n_opts, n_tds, n_avals, n_weak, n_static, n_npos = new[:6]
     reasons = []
+    if old[6:] != new[6:]:
+        reasons.append(f"device changed: {old[6:]} -> {new[6:]}")
     if o_opts != n_opts:
         reasons.append(f"argnums changed: {o_opts} -> {n_opts}")
     if o_npos != n_npos:

@@ -1,0 +1,155 @@
+"""The CUDA backend's checks, run in a child process by test_cuda.py (the CUDA simulator
+replaces numba.cuda process-wide, so it cannot share the test process).
+
+    python cuda_check.py sim    # NUMBA_ENABLE_CUDASIM=1: the zoo and the op table on the
+                                # simulator against the interpreter
+    python cuda_check.py ptx    # every generated kernel compiled to PTX for sm_90
+    python cuda_check.py device # the zoo on a real GPU
+
+Prints one line per check ("ok <name>", "FAIL <name>: ...", or "skip: <reason>") and exits 1
+if any check failed.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tapejit as tj  # noqa: E402
+from op_db import ROWS  # noqa: E402
+from zoo import ZOO  # noqa: E402
+
+CHUNK = 24
+PRIMITIVE_ROWS = [row for row in ROWS if row.prim is not None]
+CHUNKS = [PRIMITIVE_ROWS[i:i + CHUNK] for i in range(0, len(PRIMITIVE_ROWS), CHUNK)]
+
+
+def combined(rows):
+    """A scalar function of all the rows' inputs, and those inputs (float64, first sample)."""
+    rng = np.random.default_rng(0)
+    args, spans, weights = [], [], []
+    for row in rows:
+        sample = row.samples("float64")[0]
+        spans.append((row, len(args), len(args) + len(sample)))
+        args.extend(sample)
+        weights.append(rng.uniform(0.5, 1.5))
+
+    def total(*xs):
+        acc = 0.0
+        for (row, a, b), weight in zip(spans, weights):
+            out = row.fn(*xs[a:b])
+            for leaf in (out if isinstance(out, (list, tuple)) else [out]):
+                acc = acc + weight * np.sum(leaf * 1.0)
+        return acc
+
+    return total, args
+
+
+def programs():
+    """(name, fn, args, argnums, has_aux) of every checked program."""
+    for prog in ZOO:
+        yield prog.name, prog.fn, prog.make_args(np.float64), prog.argnums, prog.has_aux
+    for rows in CHUNKS:
+        fn, args = combined(rows)
+        yield f"ops {rows[0].name}..{rows[-1].name}", fn, args, tuple(range(len(args))), False
+
+
+def check_values(name, fn, args, argnums, has_aux, device_args=None) -> None:
+    got = tj.value_and_grad(fn, argnums=argnums, has_aux=has_aux, backend="cuda")(
+        *(device_args or args))
+    want = tj.value_and_grad(fn, argnums=argnums, has_aux=has_aux, backend="interpret")(*args)
+    got_leaves, want_leaves = tj.pytree.flatten(got)[0], tj.pytree.flatten(want)[0]
+    assert len(got_leaves) == len(want_leaves)
+    for g, w in zip(got_leaves, want_leaves):
+        g = g.copy_to_host() if hasattr(g, "copy_to_host") else g
+        np.testing.assert_allclose(np.asarray(g).reshape(np.shape(w)), w, rtol=1e-9,
+                                   atol=1e-12, err_msg=name)
+
+
+def run_values(on_device: bool) -> int:
+    from numba import cuda
+    failed = 0
+    for name, fn, args, argnums, has_aux in programs():
+        try:
+            check_values(name, fn, args, argnums, has_aux)
+            if on_device and name == ZOO[0].name:   # device arrays in, device arrays out
+                moved = tj.pytree.unflatten(*_device_leaves(args, cuda))
+                check_values(name + " (device arrays)", fn, args, argnums, has_aux, moved)
+            print("ok", name, flush=True)
+        except Exception as err:    # report every program, then fail
+            failed += 1
+            print(f"FAIL {name}: {type(err).__name__}: {err}", flush=True)
+            traceback.print_exc(limit=-3)
+    return failed
+
+
+def _device_leaves(args, cuda):
+    leaves, treedef = tj.pytree.flatten(tuple(args))
+    return treedef, [cuda.to_device(np.ascontiguousarray(leaf))
+                     if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
+
+
+def run_ptx() -> int:
+    from numba import cuda, types
+    from numba.np import numpy_support
+
+    from tapejit.cache import load_program
+    from tapejit.codegen.cuda import ENTRY, generate, var_name
+    try:
+        cuda.compile_ptx(lambda a: None, (types.float64[:],), cc=(9, 0))
+    except Exception as err:     # no NVVM/NVRTC: the toolkit wheels are not installed
+        print(f"skip: cuda.compile_ptx unavailable ({type(err).__name__}: {err})"[:300])
+        return 0
+    failed = kernels = 0
+    for name, fn, args, argnums, has_aux in programs():
+        if name.startswith("ops") and "--zoo" in sys.argv:
+            continue
+        ex = tj.explain(fn, argnums=argnums, has_aux=has_aux, backend="interpret")(*args)
+        avals = {var_name(v): v.aval for v in _vars(ex.tape)}
+        module = load_program(generate(ex.tape)[0], ENTRY, key="cuda").fn.__globals__
+        try:
+            for kname, kernel in sorted(module.items()):
+                if kname.startswith("t_k"):
+                    params = list(inspect.signature(kernel.py_func).parameters)
+                    sig = tuple(types.int64[::1] if p == "S" else
+                                types.Array(numpy_support.from_dtype(avals[p].dtype),
+                                            max(avals[p].ndim, 1), "C") for p in params)
+                    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+                    assert ".target sm_90" in ptx
+                    kernels += 1
+            print("ok", name, flush=True)
+        except Exception as err:
+            failed += 1
+            print(f"FAIL {name}: {type(err).__name__}: {str(err)[:2000]}", flush=True)
+    print(f"{kernels} kernels compiled to PTX")
+    return failed
+
+
+def _vars(tape):
+    yield from tape.invars
+    yield from tape.constvars
+    for eqn in tape.eqns:
+        yield from eqn.outs
+        if eqn.op == "fused":     # (other sub-tapes run on the host, under their own names)
+            yield from _vars(eqn.kw["body"])
+
+
+def main(mode: str) -> int:
+    if mode == "sim":
+        return run_values(on_device=True)
+    if mode == "ptx":
+        return run_ptx()
+    from numba import cuda
+    if not cuda.is_available():
+        print("skip: no CUDA GPU")
+        return 0
+    return run_values(on_device=True)
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main(sys.argv[1]) else 0)
