@@ -5,6 +5,8 @@
 - `TAPEJIT_BACKEND`: the backend of transforms not given one: "numba" (the default) or
   "interpret".
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
+- `TAPEJIT_FAST_MATH=0`: generated loops call libm for exp, log, sin, ... instead of tapejit's
+  vectorisable kernels (codegen/vmath.py; on by default, within 1.5 ulp of the exact result).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class Config:
     disable_jit: bool = False
     backend: str = "numba"
     dump_dir: Path | None = None
+    fast_math: bool = True
 
 
 def _flag(name: str) -> bool:
@@ -42,6 +46,7 @@ def _read() -> Config:
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
         backend=os.environ.get("TAPEJIT_BACKEND", "numba").strip() or "numba",
         dump_dir=Path(dump).expanduser() if dump else None,
+        fast_math=os.environ.get("TAPEJIT_FAST_MATH", "1").strip().lower() not in _FALSE,
     )
 
 

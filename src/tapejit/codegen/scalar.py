@@ -2,12 +2,25 @@
 
 `{0}`, `{1}`, ... are the operands' scalar expressions. numba compiles with
 error_model="numpy", so division by zero and domain errors give inf/NaN as in numpy.
+With fast math on (the default; `TAPEJIT_FAST_MATH=0` turns it off), the float64 and float32
+transcendentals in `VMATH_OPS` call the branch-free kernels of vmath.py, which vectorise,
+instead of libm; generated modules read that module as the global `tj_vmath`.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .. import cache
 from ..avals import DTYPES_BY_NAME
+from ..config import config
 from ..ir import Eqn
+from . import vmath
 from .writer import dtype_code
+
+VMATH = "tj_vmath"
+cache.GLOBALS[VMATH] = vmath
+VMATH_OPS = frozenset({"exp", "expm1", "log", "log1p", "sin", "cos", "tanh"})
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 TEMPLATES = {
     "neg": "(-{0})", "exp": "math.exp({0})", "log": "math.log({0})", "expm1": "math.expm1({0})",
@@ -35,4 +48,10 @@ def scalar_expr(eqn: Eqn, operands: list[str]) -> str:
         if target.kind == "b":
             return f"({operands[0]} != 0)"
         return f"{dtype_code(target)}({operands[0]})"
+    if eqn.op in VMATH_OPS and config().fast_math:
+        dtype = eqn.outs[0].aval.dtype
+        if dtype == _F64:
+            return f"{VMATH}.{eqn.op}({operands[0]})"
+        if dtype == _F32:   # the float64 kernel, rounded once
+            return f"np.float32({VMATH}.{eqn.op}(np.float64({operands[0]})))"
     return TEMPLATES[eqn.op].format(*operands)
