@@ -79,7 +79,7 @@ def test_explain_forward_transforms_and_errors(data):
     with pytest.raises(tj.ArgumentError, match="grad=False"):
         tj.explain(lambda x: np.tanh(x))(data[0])
     with pytest.raises(tj.ArgumentError, match="unknown backend"):
-        tj.explain(loss, backend="cuda")
+        tj.explain(loss, backend="tpu")
 
 
 def test_dump_writes_each_compiled_program(env, data, tmp_path):

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numba
 import numpy as np
 
 from .cache import Program, load_program
 from .codegen.cpu import ENTRY, entry_args, generate
+from .config import config
 from .errors import ArgumentError
 from .interpret import interpret
 from .ir import Tape
@@ -33,6 +35,9 @@ class Compiled:
 
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
+        threads = config().num_threads
+        if threads:       # numba's setting is per thread: the one building programs
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
         self.source, self.sizes = generate(tape)
         self.program: Program = load_program(self.source, ENTRY)
         from .explain import dump  # TAPEJIT_DUMP (a late import: explain.py imports this module)

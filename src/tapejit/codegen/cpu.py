@@ -9,10 +9,12 @@ its own code (calls.py). The IR line is a comment above each statement.
 from __future__ import annotations
 
 import keyword
+import math
 from typing import Any
 
 import numpy as np
 
+from ..config import config
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops import OPS
 from . import calls, control  # noqa: F401  (control registers its emitters)
@@ -30,14 +32,17 @@ import math
 
 import numba
 import numpy as np
+
+
 '''
+# parallel=True only for programs with a parallel loop: numba's parfor pass costs compile time
 DECORATOR = '@numba.njit(cache=True, error_model="numpy"{})'
 
 
 def name_of(var: Var) -> str:
     """The Python name of a var: the tape's own name, clear of reserved words and of the
     prefixes of generated temporaries."""
-    clash = var.name in _RESERVED or var.name.startswith(("t_", "acc_"))
+    clash = var.name in _RESERVED or var.name.startswith(("t_", "acc_", "h_"))
     return f"{var.name}_" if clash else var.name
 
 
@@ -49,7 +54,10 @@ class _Program:
         self.w.module = module  # type: ignore[attr-defined]  (control.py adds functions)
         self.steps = steps(tape)
         self.plan = plan(tape, self.steps)
+        self.parallel = {k for k, step in enumerate(self.steps)
+                         if isinstance(step, Loop) and _parallel(step, self.plan.live[k])}
         self.after_nest: list[str] = []   # statements to run once the current nest is done
+        self.hoisted: dict[str, str] | None = None  # in a nest: 0-d arrays read, as locals
 
     def read(self, atom: Atom, parts: list[str]) -> str:
         """`atom` at index `parts` (one per axis of the atom), from wherever it lives."""
@@ -60,6 +68,10 @@ class _Program:
         eqn = self.plan.inline.get(atom.name)
         if eqn is not None and atom.name not in self.plan.arrays:
             return self.recompute(eqn, parts, self.read)
+        if self.hoisted is not None and atom.aval.ndim == 0:
+            # read once before the nest (numba's parallel loops cannot index 0-d arrays)
+            self.hoisted[atom.name] = f"h_{name_of(atom)} = {name_of(atom)}[()]"
+            return f"h_{name_of(atom)}"
         return f"{name_of(atom)}[{', '.join(parts) if parts else '()'}]"
 
     def recompute(self, eqn: Eqn, here: list[str], read: Any) -> str:
@@ -117,14 +129,15 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
             params.append(f"t_{name_of(v)}")
         else:
             params.append(name_of(v))
-    w.line(DECORATOR.format(""))
+    w.line(DECORATOR.format(", parallel=True" if p.parallel else ""))
     w.line(f"def {fname}({', '.join(params + ['S'])}):")
     w.indent()
     for number, step in enumerate(p.steps):
         if isinstance(step, Loop):
             if p.plan.live[number]:
                 _emit_loop(p, step, p.plan.live[number],
-                           [f"i{d}_{number}" for d in range(len(step.domain))])
+                           [f"i{d}_{number}" for d in range(len(step.domain))],
+                           number in p.parallel)
         else:
             _emit_call(p, step)
     outs = []
@@ -207,11 +220,43 @@ def _init(eqn: Eqn) -> str:
     return scalar(value, dtype)
 
 
-def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str]) -> None:
+def _parallel(loop: Loop, eqns: list[Eqn]) -> bool:
+    """Whether the outermost loop of a nest runs its iterations on threads (`numba.prange`):
+    when the nest is large enough to pay for waking the threads (config.parallel_min_size
+    elements) and no iteration writes what another one does. A reduction over the outermost
+    axis is parallel only as a sum into one scalar (numba splits it per thread and adds the
+    partial sums: the result changes only by reassociation)."""
+    settings = config()
+    if not loop.domain or not settings.parallel_min_size:
+        return False
+    if max(math.prod(stage) for stage in loop.stages) < settings.parallel_min_size:
+        return False
+    for eqn in eqns:
+        if eqn.op not in _INIT or is_view(eqn):
+            continue
+        positions = _loop_positions(eqn.ins[0].aval.shape)
+        reduced = {positions[a] for a in eqn.kw["axes"] if a in positions}
+        if 0 in reduced:
+            stage = loop.stages[loop.stage_of[eqn.outs[0].name]]
+            whole = stage == loop.domain and reduced == set(range(len(stage)))
+            if not (whole and eqn.op == "reduce_sum"):
+                return False
+    return True
+
+
+def _loop_positions(shape: tuple[int, ...]) -> dict[int, int]:
+    """Axis -> loop position for the non-unit axes of a value in a nest (see full_index)."""
+    return {a: k for k, a in enumerate(d for d, n in enumerate(shape) if n != 1)}
+
+
+def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
+               parallel: bool = False) -> None:
     """The loop nest computing `eqns` (the live ones of `loop`), with loop indices `idx` for
-    its domain (unique per loop: numba's SSA reconstruction is slow on reused variables).
-    Eqns of an inner stage run in an inner loop nest inside each iteration."""
+    its domain (unique per loop: numba's SSA reconstruction is slow on reused variables),
+    its outermost loop a `numba.prange` if `parallel`. Eqns of an inner stage run in an inner
+    loop nest inside each iteration."""
     w, rank = p.w, len(loop.domain)
+    p.hoisted = {}
     pre: list[list[str]] = [[] for _ in range(rank + 1)]
     post: list[list[str]] = [[] for _ in range(rank + 1)]
     body: list[str] = []
@@ -245,9 +290,13 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str]) -> None
                 local.add(name)
             else:
                 local.discard(name)
+    for stmt in p.hoisted.values():
+        w.line(stmt)
+    p.hoisted = None
     for level in range(rank):
         w.lines.extend("    " * w.depth + stmt for stmt in pre[level])
-        w.line(f"for {idx[level]} in range({p.sizes(loop.domain[level])}):")
+        loop_range = "numba.prange" if parallel and level == 0 else "range"
+        w.line(f"for {idx[level]} in {loop_range}({p.sizes(loop.domain[level])}):")
         w.indent()
     for stmt in pre[rank] + body + post[rank]:
         w.line(stmt)
