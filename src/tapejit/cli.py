@@ -51,6 +51,17 @@ def _cuda() -> str:
     return "yes" if proc.stdout.strip() == "True" else "no GPU or driver found"
 
 
+def _cuda_backend() -> str:
+    """Whether backend="cuda" can run, and on what (in a child, as `_cuda`)."""
+    code = "from tapejit.cuda_support import cuda_status; print(cuda_status())"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err})"
+    return proc.stdout.strip() or proc.stderr.strip().splitlines()[-1][:120]
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
     demo.main(args.rest)
@@ -70,6 +81,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"backends: {', '.join(BACKENDS)}; default {settings.backend}"
           + (" (TAPEJIT_DISABLE_JIT=1: interpret)" if settings.disable_jit else ""))
     print(f"CUDA: {_cuda()}")
+    print(f"backend \"cuda\": {_cuda_backend()}")
     entries = cache.cache_entries()
     total = sum(f.stat().st_size for f in settings.cache_dir.rglob("*") if f.is_file())
     print(f"cache directory: {settings.cache_dir} (TAPEJIT_CACHE_DIR), {_size(total)} in all")
