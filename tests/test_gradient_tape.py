@@ -181,17 +181,21 @@ def test_variable_api():
         tj.jit(lambda x: x * v)(np.ones(2))
 
 
-def test_tape_inside_jit_compiles_the_whole_step():
-    @tj.jit
-    def step(w, x):
-        with tj.GradientTape() as tape:
-            tape.watch(w)
-            loss = np.sum(np.sin(x * w))
-        return w - 0.1 * tape.gradient(loss, w)
+def _sgd_step(w, x):
+    with tj.GradientTape() as tape:
+        tape.watch(w)
+        loss = np.sum(np.sin(x * w))
+    return w - 0.1 * tape.gradient(loss, w)
 
+
+@pytest.mark.parametrize("backend", ["interpret", "numba"])
+def test_tape_inside_jit_compiles_the_whole_step(backend):
+    step = tj.jit(_sgd_step, backend=backend)
     np.testing.assert_allclose(step(np.ones(3), X), 1 - 0.1 * X * np.cos(X))
     step(np.ones(3) * 2, X)
-    assert step.cache_info()["traces"] == 1
+    info = step.cache_info()
+    assert info["traces"] == 1
+    assert info["compiles"] + info["disk_loads"] == (backend == "numba")
 
 
 def _mlp_step(params, x, y, backend):

@@ -180,3 +180,12 @@ def test_batched_jacobian_of_every_primitive_matches_vjp_rows(row):
     for k in range(n):
         want = np.array([r[k] for r in rows]).reshape(out.shape + np.shape(args[k]))
         np.testing.assert_allclose(jac[k], want, rtol=1e-12, atol=1e-12)
+
+
+def test_jvp_inside_jit_is_one_program():
+    step = tj.jit(lambda x, t: tj.jvp(np.sin, (x,), (t,)))
+    x = np.array([0.0, 1.0])
+    for scale in (1.0, 2.0):
+        _, tangent = step(x, np.ones(2) * scale)
+        np.testing.assert_allclose(tangent, np.cos(x) * scale)
+    assert step.cache_info()["traces"] == 1
