@@ -219,8 +219,9 @@ class GradientTape:
         self._check_usable("gradient", unconnected_gradients)
         t_leaves, t_td = flatten(target)
         s_leaves, s_td = flatten(sources)
-        sources_ = [self._source(s) for s in s_leaves]
-        targets = [self._target(t) for t in t_leaves]
+        active = self._active()
+        sources_ = [self._source(s, active) for s in s_leaves]
+        targets = [self._target(t, active) for t in t_leaves]
         cts = self._output_gradients(output_gradients, t_leaves, t_td)
         live = [(v, ct) for v, ct in zip(targets, cts) if v is not None]
         wrt = list(dict.fromkeys(v.name for v in sources_ if v is not None))
@@ -238,8 +239,9 @@ class GradientTape:
         shape target.shape + source_leaf.shape, computed by one program."""
         self._check_usable("jacobian", unconnected_gradients)
         s_leaves, s_td = flatten(source)
-        sources_ = [self._source(s) for s in s_leaves]
-        var = self._target(target)
+        active = self._active()
+        sources_ = [self._source(s, active) for s in s_leaves]
+        var = self._target(target, active)
         wrt = list(dict.fromkeys(v.name for v in sources_ if v is not None))
         blocks: dict[str, Any] = {}
         if var is not None and wrt:
@@ -287,13 +289,13 @@ class GradientTape:
             self._used = True
             self._trace, self._spans, self._watched, self._variables = None, [], {}, {}
 
-    def _source(self, leaf: Any) -> Var | None:
+    def _source(self, leaf: Any, active: set[str]) -> Var | None:
         """The var of a source, or None when the tape never saw it connected."""
         from .variables import Variable
         trace = self._trace
         if isinstance(leaf, Variable):
             entry = trace.variables.get(id(leaf)) if isinstance(trace, EagerTrace) else None
-            if entry is None or entry[1] is not leaf._value:
+            if entry is None:       # (its last value read while recording, assigned since or not)
                 return None
             var = entry[2]._var
         elif isinstance(leaf, Tracer):
@@ -305,11 +307,11 @@ class GradientTape:
                 f"gradient: a source is a {type(leaf).__name__} that was never watched; "
                 f"watch it inside the tape (`x = tape.watch(x)`) and compute with the value "
                 f"watch returns, or use a tj.Variable", user_source(3)))
-        return var if var.name in self._active() else None
+        return var if var.name in active else None
 
-    def _target(self, leaf: Any) -> Var | None:
+    def _target(self, leaf: Any, active: set[str]) -> Var | None:
         if isinstance(leaf, Tracer) and leaf._trace is self._trace:
-            return leaf._var if leaf._var.name in self._active() else None
+            return leaf._var if leaf._var.name in active else None
         return None
 
     def _eqn_indices(self) -> Iterator[int]:
