@@ -6,7 +6,8 @@ The loop: `h = h + dt * (tanh(w * h) - 0.1 h^3)` on a state of 256 floats, 100,0
 (100,000 x 2 KiB = 205 MB); k snapshots keep k carries plus a segment of n/k; binomial keeps
 ceil(log2 n) + 2. Each row runs in a fresh process that measures its peak resident memory
 during its first gradient call (the kernel's high-water mark, reset after compiling the same
-program on a 2-step loop), so numba's own allocations are counted. All rows give the same gradient (checked).
+program on a 2-step loop), so numba's own allocations are counted. All rows give the same
+gradient (checked).
 
     .venv/bin/python bench/checkpoint.py [--steps 100000] [--width 256] [--repeats 3] [--quick]
 """

@@ -1,4 +1,4 @@
-"""ODE gradient: a loss on the final state of 1,000 RK4 steps of Lotka-Volterra, w.r.t. its 4 parameters.
+"""ODE gradient: a loss on the final state of 1,000 RK4 steps of Lotka-Volterra w.r.t. 4 parameters.
 
     dx/dt = a x - b x y,   dy/dt = c x y - d y,   loss = (x_T - 1)^2 + (y_T - 0.5)^2
 

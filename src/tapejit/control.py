@@ -195,8 +195,9 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
                 f"branch {k} returns {' '.join(str(o.aval) for o in tape.outvars)}, branch 0 "
                 f"{' '.join(map(str, expected))}: every branch returns the same shapes and "
                 f"dtypes", src))
-    padded = {f"branch{k}": C._pad(tape, len(avals), [C._aval(c) for g in captured[:k] for c in g],
-                                   [C._aval(c) for g in captured[k + 1:] for c in g])
+    avals_of = [[C.value_aval(c) for c in got] for got in captured]
+    padded = {f"branch{k}": C.pad_inputs(tape, len(avals), sum(avals_of[:k], []),
+                                         sum(avals_of[k + 1:], []))
               for k, tape in enumerate(tapes)}
     index = index.astype(np.int64) if isinstance(index, Tracer) else np.int64(index)
     outs = C.cond(index, *leaves, *(c for g in captured for c in g), **padded)

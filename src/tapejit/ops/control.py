@@ -50,7 +50,7 @@ def _floats(avals: Sequence[Aval]) -> list[Aval]:
     return [a for a in avals if a.is_float]
 
 
-def _aval(x: Any) -> Aval:
+def value_aval(x: Any) -> Aval:
     if isinstance(x, Aval):
         return x
     return x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
@@ -117,7 +117,7 @@ def _zeros_for(ct: Any, like: Any) -> Any:
     if ct is not None:
         return ct
     trace = current_trace()
-    aval = _aval(like)
+    aval = value_aval(like)
     return filled(trace, aval, 0) if trace is not None else np.zeros(aval.shape, aval.dtype)
 
 
@@ -125,13 +125,13 @@ def _scan_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, body: Any, n_carry: in
               length: int | None, reverse: bool, checkpoints: Any) -> tuple:
     # the reverse sweep: loop_grad runs the steps again and replays the body's VJP backwards
     carry, xs, consts = split(ins, n_carry, n_xs)
-    float_out = [(ct, o) for ct, o in zip(cts, outs) if _aval(o).is_float]
+    float_out = [(ct, o) for ct, o in zip(cts, outs) if value_aval(o).is_float]
     rev, rev_consts = reverse_body(body, n_carry, n_xs)
     grads = iter(loop_grad(n, *ins, *(_zeros_for(ct, o) for ct, o in float_out), *rev_consts,
                            fwd=body, rev=rev, n_carry=n_carry, n_xs=n_xs,
                            n_consts=len(consts), length=length, reverse=reverse,
                            checkpoints=checkpoints))
-    return (None,) + tuple(next(grads) if _aval(x).is_float else None
+    return (None,) + tuple(next(grads) if value_aval(x).is_float else None
                            for x in carry + xs + consts)
 
 
@@ -270,11 +270,11 @@ def _loop_grad_impl(n: Any, *ins: Any, fwd: Any, rev: Any, n_carry: int, n_xs: i
                     n_consts: int, length: int | None, reverse: bool, checkpoints: Any) -> tuple:
     n = int(n)
     carry, xs, consts, rest = split(ins, n_carry, n_xs, n_consts)
-    n_fc = sum(_aval(c).is_float for c in carry)
+    n_fc = sum(value_aval(c).is_float for c in carry)
     n_fy = sum(o.aval.is_float for o in fwd.outvars[n_carry:])
     ct, ct_ys, rev_consts = split(rest, n_fc, n_fy)
-    ct_xs = [np.zeros_like(x) for x in xs if _aval(x).is_float]
-    acc = [np.zeros_like(c) for c in consts if _aval(c).is_float]
+    ct_xs = [np.zeros_like(x) for x in xs if value_aval(x).is_float]
+    acc = [np.zeros_like(c) for c in consts if value_aval(c).is_float]
     order = list(_steps(n, reverse))
 
     def advance(c: list[Any], k: int) -> list[Any]:
@@ -301,8 +301,8 @@ def _loop_grad_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, fwd: Any, rev: An
             "tj.fori_loop with a traced bound) is not supported; give tj.fori_loop static "
             "bounds or use tj.scan with a length")
     expanded = _expansion(fwd, rev, n_carry, n_xs, n_consts, length, reverse,
-                          tuple(_aval(x) for x in ins))
-    float_in = [i for i, x in enumerate(ins) if _aval(x).is_float]
+                          tuple(value_aval(x) for x in ins))
+    float_in = [i for i, x in enumerate(ins) if value_aval(x).is_float]
     joint = _vjp_of(expanded, [i + 1 for i in float_in])    # (its input 0 is n)
     results = inline(joint, [n, *ins, *(_zeros_for(ct, o) for ct, o in zip(cts, outs))])
     grads = iter(results[len(outs):])
@@ -338,10 +338,10 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
                                           len(zero), n_fc)
             return ct_prev + new_acc + g_x
 
-        body_avals = ([_aval(a) for a in ct_c] + fconsts + [v.aval for v in fwd.invars[:n_carry]]
-                      + [v.aval for v in fwd.invars[n_carry:n_carry + n_xs]]
-                      + [Aval(_aval(y).shape[1:], _aval(y).dtype) for y in ct_ys]
-                      + [_aval(c) for c in consts] + [_aval(r) for r in rev_consts])
+        body_avals = ([value_aval(a) for a in ct_c] + fconsts
+                      + [v.aval for v in fwd.invars[:n_carry + n_xs]]
+                      + [Aval(value_aval(y).shape[1:], value_aval(y).dtype) for y in ct_ys]
+                      + [value_aval(c) for c in consts] + [value_aval(r) for r in rev_consts])
         body, captured = close(step, body_avals)
         outs = scan(n, *ct_c, *zero, *stack, *xs, *ct_ys, *consts, *rev_consts, *captured,
                     body=body, n_carry=n_fc + len(zero), n_xs=n_xs2, length=length,
@@ -421,21 +421,21 @@ def _cond_impl(index: Any, *ins: Any, **params: Any) -> tuple:
 
 def _cond_vjp(cts: tuple, outs: tuple, index: Any, *ins: Any, **params: Any) -> tuple:
     # d cond = the cond of the branches' VJPs (each recomputes its branch)
-    float_out = [(ct, o) for ct, o in zip(cts, outs) if _aval(o).is_float]
-    avals = [_aval(x) for x in ins] + [_aval(o) for _, o in float_out]
+    float_out = [(ct, o) for ct, o in zip(cts, outs) if value_aval(o).is_float]
+    avals = [value_aval(x) for x in ins] + [value_aval(o) for _, o in float_out]
     revs, captured = [], []
     for branch in branches(params):
         rev, got = _gradient_tape(branch, avals)
         revs.append(rev)
         captured.append(got)
     n_base = len(avals)
-    revs = [_pad(rev, n_base, [_aval(c) for got in captured[:k] for c in got],
-                 [_aval(c) for got in captured[k + 1:] for c in got])
+    revs = [pad_inputs(rev, n_base, [value_aval(c) for got in captured[:k] for c in got],
+                 [value_aval(c) for got in captured[k + 1:] for c in got])
             for k, rev in enumerate(revs)]
     grads = iter(cond(index, *ins, *(_zeros_for(ct, o) for ct, o in float_out),
                       *(c for got in captured for c in got),
                       **{f"branch{k}": r for k, r in enumerate(revs)}))
-    return (None,) + tuple(next(grads) if _aval(x).is_float else None for x in ins)
+    return (None,) + tuple(next(grads) if value_aval(x).is_float else None for x in ins)
 
 
 def _gradient_tape(tape: Any, avals: list[Aval]) -> tuple[Any, list[Any]]:
@@ -446,7 +446,7 @@ def _gradient_tape(tape: Any, avals: list[Aval]) -> tuple[Any, list[Any]]:
     return close(lambda t: list(inline(joint, t))[len(tape.outvars):], avals)
 
 
-def _pad(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:
+def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:
     """`tape` taking, around its own captured inputs, unused inputs for the other branches'."""
     from ..ir import Tape, Var
     taken = {v.name for v in tape.invars} | {o.name for e in tape.eqns for o in e.outs}
@@ -473,12 +473,12 @@ def _checkpoint_impl(*ins: Any, body: Any) -> tuple:
 
 def _checkpoint_vjp(cts: tuple, outs: tuple, *ins: Any, body: Any) -> tuple:
     # d checkpoint(f) = checkpoint(f's VJP): the reverse sweep recomputes f's intermediates
-    float_out = [(ct, o) for ct, o in zip(cts, outs) if _aval(o).is_float]
-    rev, captured = _gradient_tape(body, [_aval(x) for x in ins]
-                                   + [_aval(o) for _, o in float_out])
+    float_out = [(ct, o) for ct, o in zip(cts, outs) if value_aval(o).is_float]
+    rev, captured = _gradient_tape(body, [value_aval(x) for x in ins]
+                                   + [value_aval(o) for _, o in float_out])
     grads = iter(checkpoint(*ins, *(_zeros_for(ct, o) for ct, o in float_out), *captured,
                             body=rev))
-    return tuple(next(grads) if _aval(x).is_float else None for x in ins)
+    return tuple(next(grads) if value_aval(x).is_float else None for x in ins)
 
 
 checkpoint = defop("checkpoint", Kind.CONTROL, _checkpoint_impl, shape=_checkpoint_shape,
