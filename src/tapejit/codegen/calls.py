@@ -18,11 +18,14 @@ from .writer import Sizes, Writer, dtype_code, scalar
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
 Emitter = Callable[[Writer, Eqn, list[str], Any, Sizes], None]
 EMITTERS: dict[str, Emitter] = {}
+FRESH: set[str] = set()    # ops whose code returns new arrays, never views of its inputs
 
 
-def emitter(name: str) -> Callable[[Emitter], Emitter]:
+def emitter(name: str, fresh: bool = False) -> Callable[[Emitter], Emitter]:
     def register(fn: Emitter) -> Emitter:
         EMITTERS[name] = fn
+        if fresh:
+            FRESH.add(name)
         return fn
     return register
 
@@ -81,7 +84,7 @@ def permuted(w: Writer, src: str, aval: Aval, perm: tuple[int, ...], dst: str,
     return dst
 
 
-@emitter("dim_size")
+@emitter("dim_size", fresh=True)
 def _dim_size(w, eqn, ins, out, sizes):
     dtype = eqn.outs[0].aval.dtype
     count = sizes.product(eqn.kw["sizes"])
@@ -94,7 +97,7 @@ def _reshape(w, eqn, ins, out, sizes):
     w.line(f"{out} = {ins[0]}.reshape({sizes.shape(eqn.kw['shape'])})")
 
 
-@emitter("dot_general")
+@emitter("dot_general", fresh=True)
 def _dot_general(w, eqn, ins, out, sizes):
     (lc, rc), (lb, rb) = eqn.kw["contract"], eqn.kw["batch"]
     lhs, rhs, dtype = eqn.ins[0].aval, eqn.ins[1].aval, eqn.outs[0].aval.dtype
@@ -136,7 +139,7 @@ def _dot_general(w, eqn, ins, out, sizes):
     w.line(f"{out} = {out}_c.reshape({shape})")
 
 
-@emitter("take")
+@emitter("take", fresh=True)
 def _take(w, eqn, ins, out, sizes):
     x, idx = eqn.ins[0].aval, eqn.ins[1].aval
     axis = eqn.kw["axis"]
@@ -151,7 +154,7 @@ def _take(w, eqn, ins, out, sizes):
     w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
 
 
-@emitter("scatter_add")
+@emitter("scatter_add", fresh=True)
 def _scatter_add(w, eqn, ins, out, sizes):
     x, idx = eqn.ins[0].aval, eqn.ins[1].aval
     m = sizes.product(idx.shape)
@@ -192,13 +195,13 @@ def _along_axis(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes, ini
     w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
 
 
-@emitter("cumsum")
+@emitter("cumsum", fresh=True)
 def _cumsum(w, eqn, ins, out, sizes):
     _along_axis(w, eqn, ins, out, sizes, scalar(0, eqn.outs[0].aval.dtype),
                 ["{acc} = {acc} + {v}"], eqn.kw["reverse"], True)
 
 
-@emitter("cumprod")
+@emitter("cumprod", fresh=True)
 def _cumprod(w, eqn, ins, out, sizes):
     _along_axis(w, eqn, ins, out, sizes, scalar(1, eqn.outs[0].aval.dtype),
                 ["{acc} = {acc} * {v}"], eqn.kw["reverse"], True)
@@ -213,17 +216,17 @@ def _arg(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes, better: st
         "    {best} = {v}"], False, False)
 
 
-@emitter("argmax")
+@emitter("argmax", fresh=True)
 def _argmax(w, eqn, ins, out, sizes):
     _arg(w, eqn, ins, out, sizes, ">")
 
 
-@emitter("argmin")
+@emitter("argmin", fresh=True)
 def _argmin(w, eqn, ins, out, sizes):
     _arg(w, eqn, ins, out, sizes, "<")
 
 
-@emitter("reduce_prod")
+@emitter("reduce_prod", fresh=True)
 def _reduce_prod(w, eqn, ins, out, sizes):
     x, dtype = eqn.ins[0].aval, eqn.outs[0].aval.dtype
     axes = eqn.kw["axes"]

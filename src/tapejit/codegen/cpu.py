@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..avals import Aval
 from ..config import config
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops import OPS
@@ -58,6 +59,27 @@ class _Program:
                          if isinstance(step, Loop) and _parallel(step, self.plan.live[k])}
         self.after_nest: list[str] = []   # statements to run once the current nest is done
         self.hoisted: dict[str, str] | None = None  # in a nest: 0-d arrays read, as locals
+        self.step = 0                     # the step being emitted
+        self.owned: dict[str, Aval] = {}  # arrays this function allocated, not yet free
+        self.free: dict[Aval, list[str]] = {}  # dead ones, by aval, for reuse
+
+    def own(self, var: Var) -> None:
+        """`var`'s array was allocated here: reusable once it is dead."""
+        self.owned[var.name] = var.aval
+
+    def allocate(self, var: Var) -> str:
+        """The statement giving `var` its array, before the nest of the current step: the
+        buffer of a dead array of the same aval if there is one, else a new one."""
+        last = self.plan.last_read
+        for name in [n for n in self.owned if last.get(n, -1) < self.step]:
+            self.free.setdefault(self.owned.pop(name), []).append(name)
+        self.own(var)
+        spare = self.free.get(var.aval)
+        if spare:
+            dead = spare.pop()
+            return f"{name_of(var)} = {dead}    # {dead} is dead: reuse its buffer"
+        return f"{name_of(var)} = np.empty({self.sizes.shape(var.aval.shape)}, " \
+               f"{dtype_code(var.aval.dtype)})"
 
     def read(self, atom: Atom, parts: list[str]) -> str:
         """`atom` at index `parts` (one per axis of the atom), from wherever it lives."""
@@ -133,6 +155,7 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
     w.line(f"def {fname}({', '.join(params + ['S'])}):")
     w.indent()
     for number, step in enumerate(p.steps):
+        p.step = number
         if isinstance(step, Loop):
             if p.plan.live[number]:
                 _emit_loop(p, step, p.plan.live[number],
@@ -190,6 +213,8 @@ def _emit_call(p: _Program, step: Call) -> None:
         else:
             ins.append(name_of(atom))
     calls.emit(p.w, eqn, ins, name_of(eqn.outs[0]), p.sizes)
+    if eqn.op in calls.FRESH:
+        p.own(eqn.outs[0])
 
 
 def full_index(shape: tuple[int, ...], idx: list[str]) -> list[str]:
@@ -334,8 +359,7 @@ def _emit_eqn(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list, body
     body.append(f"t_{name} = {p.recompute(eqn, here, read)}")
     local.add(out.name)
     if out.name in p.plan.arrays:
-        p.w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
-                 f"{dtype_code(out.aval.dtype)})")
+        p.w.line(p.allocate(out))
         body.append(f"{name}[{', '.join(here) if here else '()'}] = t_{name}")
 
 
@@ -362,10 +386,10 @@ def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list
         post[level].append(f"t_{name} = {acc}")      # a local, read by later stages
         if out.name not in p.plan.scalar and out.name in p.plan.arrays:
             post[level].append(f"{target} = {acc}")
-            w.line(f"{name} = np.empty({p.sizes.shape(out.aval.shape)}, "
-                   f"{dtype_code(out.aval.dtype)})")
+            w.line(p.allocate(out))
     else:
         calls.filled(w, name, out.aval, _init(eqn), p.sizes)
+        p.own(out)
         body.append(f"{target} = {combine.format(target, operand)}")
         if out.name in p.plan.scalar:       # complete once the whole nest has run
             p.after_nest.append(f"t_{name} = {name}[{', '.join(['0'] * out.aval.ndim) or '()'}]")

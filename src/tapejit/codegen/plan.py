@@ -7,13 +7,17 @@
   instead of storing them, was measured slower: Lennard-Jones 36 ms against 19.5 ms.)
 - Everything else read by another step, every operand of a call and every tape output is an
   array. Eqns of a loop whose results nobody needs are not emitted.
+- An array the program allocates is reused, once nothing reads it any more, for a later value
+  of the same shape and dtype (`last_read`; codegen/cpu.py allocates).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..ir import Eqn, Tape, Var
 from ..passes.fuse import FUSIBLE_REDUCTIONS
+from .calls import FRESH
 from .schedule import Call, Loop, Step
 from .views import is_view
 
@@ -23,6 +27,8 @@ class Plan:
     inline: dict[str, Eqn]           # views, read through their index maps: name -> eqn
     scalar: set[str]                 # vars of a scalar domain (Python locals)
     live: dict[int, list[Eqn]]       # per loop step: the eqns to emit, in order
+    last_read: dict[str, float]      # var -> the last step reading it or a view of it (inf:
+                                     # an output, or aliased by an output)
 
 
 def plan(tape: Tape, steps: list[Step]) -> Plan:
@@ -67,7 +73,37 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
     arrays -= scalar          # (a scalar output becomes an array only at the return)
     live = {index: _live(step, arrays, scalar) for index, step in enumerate(steps)
             if isinstance(step, Loop)}
-    return Plan(arrays, inline, scalar, live)
+    return Plan(arrays, inline, scalar, live, _last_reads(tape, steps, inline))
+
+
+def _last_reads(tape: Tape, steps: list[Step], inline: dict[str, Eqn]) -> dict[str, float]:
+    """When each value's array is last needed: the last step reading it or a view of it, and
+    as long as the result of any call that may return a view of it (a reshape, a loop)."""
+    last: dict[str, float] = {}
+
+    def read(name: str, step: float) -> None:
+        last[name] = max(last.get(name, -1), step)
+        view = inline.get(name)
+        if view is not None:
+            for atom in view.ins:
+                if isinstance(atom, Var):
+                    read(atom.name, step)
+
+    for index, step in enumerate(steps):
+        for eqn in _eqns(step):
+            for atom in eqn.ins:
+                if isinstance(atom, Var):
+                    read(atom.name, index)
+    for atom in tape.outvars:
+        if isinstance(atom, Var):
+            read(atom.name, math.inf)
+    for step in reversed(steps):      # later aliases first: a chain of reshapes
+        if isinstance(step, Call) and step.eqn.op not in FRESH:
+            end = max(last.get(o.name, -1) for o in step.eqn.outs)
+            for atom in step.eqn.ins:
+                if isinstance(atom, Var):
+                    read(atom.name, end)
+    return last
 
 
 def _eqns(step: Step) -> list[Eqn]:
