@@ -187,6 +187,18 @@ def test_while_loop_matches_unrolled_steps():
                                tj.vjp(unrolled, x)[1](np.ones(2))[0], rtol=1e-13)
 
 
+@pytest.mark.parametrize("checkpoints", [2, "binomial"])
+def test_while_loop_checkpoints(checkpoints):
+    def f(a, checkpoints):
+        x, _ = tj.while_loop(lambda c: np.abs(c[0] - c[1]) > 1e-13,
+                             lambda c: (np.cos(a * c[0]), c[0]),
+                             (np.float64(1.0), np.float64(0.0)), checkpoints=checkpoints)
+        return x
+
+    g = tj.grad(f, static_argnums=1)
+    np.testing.assert_allclose(g(0.7, checkpoints), g(0.7, None), rtol=1e-13)
+
+
 def test_second_derivative_through_while_is_a_clear_error():
     with pytest.raises(tj.UnsupportedOperationError, match="run-time trip count"):
         tj.grad(tj.grad(fixed_point))(0.5)

@@ -145,9 +145,9 @@ def scan(f: Callable[[Any, Any], Any], init: Any, xs: Any = None, length: int | 
 
 
 def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
-               init: Any) -> Any:
+               init: Any, checkpoints: int | str | None = None) -> Any:
     """`while cond_fun(val): val = body_fun(val)`; returns `val`. Reverse-differentiable: the
-    reverse sweep replays the recorded number of steps."""
+    reverse sweep replays the recorded number of steps (`checkpoints` as for `scan`)."""
     src = user_source()
     leaves, td, avals = _leaves(init, "while_loop init")
 
@@ -167,7 +167,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
     test_tape, test_captured = C.close(test, avals)
     body_tape, body_captured = C.close(step, avals)
     outs = C.while_(*leaves, *test_captured, *body_captured, cond=test_tape, body=body_tape,
-                    n_cond=len(test_captured))
+                    n_cond=len(test_captured), checkpoints=_policy(checkpoints))
     return unflatten(td, list(outs[:-1]))
 
 

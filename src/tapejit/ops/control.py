@@ -4,8 +4,9 @@
   -> `carry.. ys..`: `n` (an i64 scalar, a run-time value) steps of `body: (carry, x, consts) ->
   (carry, y)`; step k reads `xs[k]` and writes `ys[k]` (k runs down from n-1 with `reverse`).
   `length` is the static number of steps when xs or ys need one (their leading axis), else None.
-- `while[cond, body, n_cond] carry.. cond_consts.. body_consts..` -> `carry.. trips`: `body`
-  while `cond: (carry, cond_consts) -> bool[]`; `trips` (i64) counts the steps taken.
+- `while[cond, body, n_cond, checkpoints] carry.. cond_consts.. body_consts..` -> `carry..
+  trips`: `body` while `cond: (carry, cond_consts) -> bool[]`; `trips` (i64) counts the steps
+  taken (its VJP is a scan's over `trips` steps, keeping carries by `checkpoints`).
 - `cond[branch0, branch1, ..] index operands..` -> outs: the branch `index` (clamped) of
   operands; every branch has the same outputs.
 - `checkpoint[body] ins..` -> outs: the body, whose VJP recomputes it (nothing stored).
@@ -359,7 +360,8 @@ loop_grad = defop("loop_grad", Kind.CONTROL, _loop_grad_impl, shape=_loop_grad_s
 
 
 # ---- while -----------------------------------------------------------------------------------
-def _while_shape(*avals: Aval, cond: Any, body: Any, n_cond: int) -> tuple[Aval, ...]:
+def _while_shape(*avals: Aval, cond: Any, body: Any, n_cond: int, checkpoints: Any
+                 ) -> tuple[Aval, ...]:
     n_carry = len(body.outvars)
     carry, cond_consts, body_consts = split(avals, n_carry, n_cond)
     _check_same("while_loop: cond_fun's inputs", [v.aval for v in cond.invars],
@@ -374,7 +376,7 @@ def _while_shape(*avals: Aval, cond: Any, body: Any, n_cond: int) -> tuple[Aval,
     return tuple(carry) + (Aval((), I64),)
 
 
-def _while_impl(*ins: Any, cond: Any, body: Any, n_cond: int) -> tuple:
+def _while_impl(*ins: Any, cond: Any, body: Any, n_cond: int, checkpoints: Any) -> tuple:
     carry, cond_consts, body_consts = split(ins, len(body.outvars), n_cond)
     trips = 0
     while bool(_run(cond, carry + cond_consts)[0]):
@@ -383,13 +385,14 @@ def _while_impl(*ins: Any, cond: Any, body: Any, n_cond: int) -> tuple:
     return tuple(carry) + (np.int64(trips),)
 
 
-def _while_vjp(cts: tuple, outs: tuple, *ins: Any, cond: Any, body: Any, n_cond: int) -> tuple:
+def _while_vjp(cts: tuple, outs: tuple, *ins: Any, cond: Any, body: Any, n_cond: int,
+               checkpoints: Any) -> tuple:
     # the loop ran `trips` steps of body: reverse them as a scan's (the carries again)
     n_carry = len(body.outvars)
     carry, cond_consts, body_consts = split(ins, n_carry, n_cond)
     grads = _scan_vjp(cts[:n_carry], outs[:n_carry], outs[n_carry], *carry, *body_consts,
                       body=body, n_carry=n_carry, n_xs=0, length=None, reverse=False,
-                      checkpoints=None)[1:]
+                      checkpoints=checkpoints)[1:]
     return grads[:n_carry] + (None,) * n_cond + grads[n_carry:]
 
 
