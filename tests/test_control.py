@@ -251,7 +251,7 @@ def test_checkpoint_same_gradients_and_recomputes():
 
 
 # ---- checkpointed reverse sweeps ----------------------------------------------------------------
-@pytest.mark.parametrize("steps", [1, 2, 7, 40])
+@pytest.mark.parametrize("steps", [0, 1, 2, 7, 40])
 @pytest.mark.parametrize("checkpoints", [1, 3, 40, "binomial"])
 def test_checkpoint_policies_give_the_same_gradients(steps, checkpoints):
     plain = tj.grad(lambda p: lv_loop(p, steps))(P)

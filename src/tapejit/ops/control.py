@@ -244,7 +244,7 @@ def reversed_carries(n: int, carry: list[Any], advance: Callable[[list[Any], int
 
 def _binomial(n: int, carry: list[Any], advance: Callable) -> Iterator[tuple[int, list[Any]]]:
     snaps = [carry]                    # a stack of snapshots; task (a, b, slot, free) needs
-    tasks = [(0, n, 0, binomial_snapshots(n))]   # snaps[slot] = the carry before step a
+    tasks = [(0, n, 0, binomial_snapshots(n))] if n else []   # snaps[slot]: carry before a
     while tasks:
         a, b, slot, free = tasks.pop()
         del snaps[slot + 1:]
