@@ -35,6 +35,7 @@ class Kind(enum.Enum):
     INDEX = "index"               # gather / scatter with integer index arrays
     FUSED = "fused"               # a group of ops run as one loop nest; its body is a sub-tape
     CONTROL = "control"           # loops, branches, checkpoints: sub-tapes run as functions
+    CALL = "call"                 # a user's function or kernel (custom.py): an opaque call
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -85,3 +86,4 @@ def set_binder(binder: Callable[[Op, tuple, dict], Any]) -> None:
 
 
 from . import elementwise, reduce, layout, linalg, index, fused, control  # noqa: E402,F401  (register the ops)
+from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_call)

@@ -34,7 +34,7 @@ def _marker_vjp(ct: Any, out: Any, *ins: Any, rule: str, index: int, n_out: int)
     return (None,) * n_out + tuple(RULES[rule].vjp(ct, ins[:n_out], ins[n_out:], index))
 
 
-custom_vjp_call = defop("custom_vjp_call", Kind.LAYOUT,
+custom_vjp_call = defop("custom_vjp_call", Kind.CALL,
                         lambda *ins, rule, index, n_out: ins[index],
                         shape=_marker_shape, vjp=_marker_vjp)
 
@@ -51,5 +51,4 @@ def _kernel_vjp(ct: Any, out: Any, *ins: Any, kernel: str) -> tuple:
     return tuple(RULES[kernel].vjp(ct, out, *ins))   # the user's rule
 
 
-# (an opaque call: LINALG is the closest kind; nothing dispatches on it besides ELEMENTWISE)
-njit_call = defop("njit_call", Kind.LINALG, _kernel_impl, shape=_kernel_shape, vjp=_kernel_vjp)
+njit_call = defop("njit_call", Kind.CALL, _kernel_impl, shape=_kernel_shape, vjp=_kernel_vjp)
