@@ -756,8 +756,8 @@ row("prim_njit_call", _cube, grad2=True, prim="njit_call", ref=lambda x: x ** 3)
 
 
 # ---- control flow (tapejit/control.py): scan, while, cond, checkpoint and loop_grad ------------
-def _scan_row(c, xs):
-    carry, ys = tj.scan(lambda c, x: (np.sin(c * x) + c, c * x), c, xs)
+def _scan_row(c, xs, checkpoints=None):
+    carry, ys = tj.scan(lambda c, x: (np.sin(c * x) + c, c * x), c, xs, checkpoints=checkpoints)
     return carry + np.sum(ys, axis=0)
 
 
@@ -787,6 +787,7 @@ row("prim_cond", lambda x: tj.cond(np.sum(x) > 0, np.sin, lambda x: x * x, x), g
     prim="cond", ref=lambda x: np.sin(x) if np.sum(x) > 0 else x * x)
 row("prim_checkpoint", tj.checkpoint(lambda x: np.sin(np.exp(x)) * x), grad2=True,
     prim="checkpoint", ref=lambda x: np.sin(np.exp(x)) * x)
-row("prim_loop_grad", lambda c, xs: tj.grad(lambda c: np.sum(_scan_row(c, xs)))(c),
+# (a scan's reverse sweep is a loop_grad with checkpoints or a run-time length)
+row("prim_loop_grad", lambda c, xs: tj.grad(lambda c: np.sum(_scan_row(c, xs, 2)))(c),
     shapes=(((3,), (4, 3)),), prim="loop_grad", rtol=1e-4,
     ref=lambda c, xs: tj.grad(lambda c: np.sum(_scan_ref(c, xs)))(c))

@@ -1,7 +1,8 @@
 """Numba code for control flow (ops/control.py): real loops and branches in the caller, each
 sub-tape a function of the same module (`Module.function`; 0-d values pass as scalars).
 
-A scan is `for k in range(n): carry = body(carry, xs[k], consts)`; a while loop is a `while`;
+A scan is `for k in range(n): carry = body(carry, xs[k], consts)` (a saving scan also stores
+each carry before its step); a while loop is a `while`;
 a cond an `if`/`elif` chain; a checkpoint a call. A loop_grad runs the forward steps again,
 keeping carries as its policy says (see `ops.control.reversed_carries`, the same schedule),
 then steps the reverse body backwards. Trip counts that are literals are read from the size
@@ -52,16 +53,19 @@ def _scan(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) ->
     w.line(f"{n} = {_count(eqn, ins, sizes)}")
     for name, init in zip(c, carry):
         w.line(f"{name} = {init}")
-    ys = outs[n_carry:]
+    ys = outs[n_carry:]           # then, with `save`, the stacked carries
     for y, var in zip(ys, eqn.outs[n_carry:]):
         w.line(f"{y} = np.empty({sizes.shape(var.aval.shape)}, {dtype_code(var.aval.dtype)})")
+    n_ys = len(kw["body"].outvars) - n_carry
     k, kk = f"{base}_k", f"{base}_kk"
     w.line(f"for {k} in range({n}):")
     w.indent()
     w.line(f"{kk} = {n} - 1 - {k}" if kw["reverse"] else f"{kk} = {k}")
+    for stack, name in zip(ys[n_ys:], c):
+        w.line(f"{stack}[{kk}] = {name}")
     w.line(f"{base}_r = {_call(body, c + [f'{x}[{kk}]' for x in xs] + consts)}")
     _unpack(w, f"{base}_r", c)
-    for j, y in enumerate(ys):
+    for j, y in enumerate(ys[:n_ys]):
         w.line(f"{y}[{kk}] = {base}_r[{n_carry + j}]")
     w.dedent()
     for out, name in zip(outs, c):

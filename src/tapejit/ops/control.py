@@ -1,9 +1,10 @@
 """Control flow: primitives holding sub-tapes (tapejit/control.py is their public API).
 
-- `scan[body, n_carry, n_xs, length, reverse, checkpoints] n carry.. xs.. consts..`
-  -> `carry.. ys..`: `n` (an i64 scalar, a run-time value) steps of `body: (carry, x, consts) ->
-  (carry, y)`; step k reads `xs[k]` and writes `ys[k]` (k runs down from n-1 with `reverse`).
-  `length` is the static number of steps when xs or ys need one (their leading axis), else None.
+- `scan[body, n_carry, n_xs, length, reverse, checkpoints(, save)] n carry.. xs.. consts..`
+  -> `carry.. ys..(, carries..)`: `n` (an i64 scalar, a run-time value) steps of `body:
+  (carry, x, consts) -> (carry, y)`; step k reads `xs[k]` and writes `ys[k]` (k runs down from
+  n-1 with `reverse`); `save=True` also stacks the carry before each step (the residuals of its
+  reverse sweep). `length` is the static number of steps when xs or ys need one, else None.
 - `while[cond, body, n_cond, checkpoints] carry.. cond_consts.. body_consts..` -> `carry..
   trips`: `body` while `cond: (carry, cond_consts) -> bool[]`; `trips` (i64) counts the steps
   taken (its VJP is a scan's over `trips` steps, keeping carries by `checkpoints`).
@@ -18,10 +19,12 @@
   `rev: (carry, x, consts, ct_carry', ct_y, acc, rev_consts) -> (acc', ct_carry, ct_x)`.
 
 Sub-tapes are closed: values a body captures are lifted into inputs (`close`). The VJPs are
-ordinary IR (a scan's is a loop_grad; a cond's a cond over the branches' VJPs; a checkpoint's a
-checkpoint of the body's VJP), so derivatives of derivatives work; a loop_grad of static length
-is differentiated by expanding it into two scans (a forward one stacking the carries, a
-reverse one over the stack).
+ordinary IR, so derivatives of derivatives work: a scan of static length keeping every carry
+reverses as a saving scan (passes/loops.py merges it with the primal one) and a reverse scan of
+the body's VJP over the stack (`_expansion`); other scans (run-time length, checkpoints) and
+while loops reverse as a loop_grad, itself differentiated through that expansion (static
+lengths only); a cond's VJP is a cond over the branches' VJPs; a checkpoint's a checkpoint of
+the body's VJP.
 """
 from __future__ import annotations
 
@@ -76,7 +79,7 @@ def _stacked(aval: Aval, length: int | None) -> Aval:
 
 
 def _scan_shape(n: Aval, *avals: Aval, body: Any, n_carry: int, n_xs: int, length: int | None,
-                reverse: bool, checkpoints: Any) -> tuple[Aval, ...]:
+                reverse: bool, checkpoints: Any, save: bool = False) -> tuple[Aval, ...]:
     _check_count(n)
     carry, xs, consts = split(avals, n_carry, n_xs)
     if n_xs and any(x.shape[:1] != (length,) for x in xs):
@@ -87,7 +90,8 @@ def _scan_shape(n: Aval, *avals: Aval, body: Any, n_carry: int, n_xs: int, lengt
                 carry + slices + consts)
     outs = [o.aval for o in body.outvars]
     _check_same("scan: the body returns a carry", outs[:n_carry], carry)
-    return tuple(carry) + tuple(_stacked(y, length) for y in outs[n_carry:])
+    stacks = outs[n_carry:] + (carry if save else [])
+    return tuple(carry) + tuple(_stacked(y, length) for y in stacks)
 
 
 def _steps(n: int, reverse: bool) -> range:
@@ -100,15 +104,16 @@ def _run(tape: Any, args: Sequence[Any]) -> list[Any]:
 
 
 def _scan_impl(n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int, length: int | None,
-               reverse: bool, checkpoints: Any) -> tuple:
+               reverse: bool, checkpoints: Any, save: bool = False) -> tuple:
     carry, xs, consts = split(ins, n_carry, n_xs)
-    ys = [np.empty(_stacked(o.aval, length).shape, o.aval.dtype)
-          for o in body.outvars[n_carry:]]
+    avals = [o.aval for o in body.outvars[n_carry:]] + ([value_aval(c) for c in carry]
+                                                         if save else [])
+    ys = [np.empty(_stacked(a, length).shape, a.dtype) for a in avals]
     for k in _steps(int(n), reverse):
         outs = _run(body, carry + [x[k] for x in xs] + consts)
-        carry = outs[:n_carry]
-        for y, value in zip(ys, outs[n_carry:]):
+        for y, value in zip(ys, outs[n_carry:] + (carry if save else [])):
             y[k] = value
+        carry = outs[:n_carry]
     return tuple(carry) + tuple(ys)
 
 
@@ -123,17 +128,36 @@ def _zeros_for(ct: Any, like: Any) -> Any:
 
 
 def _scan_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int,
-              length: int | None, reverse: bool, checkpoints: Any) -> tuple:
-    # the reverse sweep: loop_grad runs the steps again and replays the body's VJP backwards
+              length: int | None, reverse: bool, checkpoints: Any, save: bool = False) -> tuple:
+    # static length, every carry kept: a saving scan (which passes/loops.py merges with the
+    # primal scan) and a reverse scan of the body's VJP over its stack (ordinary IR).
+    # Else loop_grad runs the steps again, keeping carries by the policy
+    from ..interpret import inline
     carry, xs, consts = split(ins, n_carry, n_xs)
-    float_out = [(ct, o) for ct, o in zip(cts, outs) if value_aval(o).is_float]
+    if save:
+        body = saving_body(body, n_carry)
+    float_cts = [_zeros_for(ct, o) for ct, o in zip(cts, outs) if value_aval(o).is_float]
     rev, rev_consts = reverse_body(body, n_carry, n_xs)
-    grads = iter(loop_grad(n, *ins, *(_zeros_for(ct, o) for ct, o in float_out), *rev_consts,
-                           fwd=body, rev=rev, n_carry=n_carry, n_xs=n_xs,
-                           n_consts=len(consts), length=length, reverse=reverse,
-                           checkpoints=checkpoints))
+    if length is not None and checkpoints is None:
+        args = [*ins, *float_cts, *rev_consts]
+        expanded = _expansion(body, rev, n_carry, n_xs, len(consts), length, reverse,
+                              tuple(value_aval(x) for x in args))
+        grads = iter(inline(expanded, [n, *args]))
+    else:
+        grads = iter(loop_grad(n, *ins, *float_cts, *rev_consts, fwd=body, rev=rev,
+                               n_carry=n_carry, n_xs=n_xs, n_consts=len(consts),
+                               length=length, reverse=reverse, checkpoints=checkpoints))
     return (None,) + tuple(next(grads) if value_aval(x).is_float else None
                            for x in carry + xs + consts)
+
+
+@functools.lru_cache(maxsize=64)
+def saving_body(body: Any, n_carry: int) -> Any:
+    """The body of a saving scan as a plain one: its ys followed by its input carries."""
+    from ..interpret import inline
+    tape, _ = close(lambda t: list(inline(body, t)) + t[:n_carry],
+                    [v.aval for v in body.invars])
+    return tape
 
 
 scan = defop("scan", Kind.CONTROL, _scan_impl, shape=_scan_shape, vjp=_scan_vjp,
@@ -319,16 +343,16 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
     carry_avals = list(avals[:n_carry])
     n_fc, n_ct = len(_floats(carry_avals)), len(avals) - n_carry - n_xs - n_consts
     fconsts = _floats(list(avals[n_carry + n_xs:n_carry + n_xs + n_consts]))
-    save, _ = close(lambda t: list(inline(fwd, t))[:n_carry] + t[:n_carry],
-                    [v.aval for v in fwd.invars])
+    n_ys = len(fwd.outvars) - n_carry
 
     def expanded(t: list[Any]) -> list[Any]:
         n, rest = t[0], t[1:]
         carry, xs, consts, ct_all = split(rest, n_carry, n_xs, n_consts)
         ct_c, ct_ys, rev_consts = split(ct_all, n_fc, len(_floats(
             [o.aval for o in fwd.outvars[n_carry:]])))
-        stack = scan(n, *carry, *xs, *consts, body=save, n_carry=n_carry, n_xs=n_xs,
-                     length=length, reverse=reverse, checkpoints=None)[n_carry:]
+        stack = scan(n, *carry, *xs, *consts, body=fwd, n_carry=n_carry, n_xs=n_xs,
+                     length=length, reverse=reverse, checkpoints=None,
+                     save=True)[n_carry + n_ys:]
         zero = [_zeros_for(None, Aval(a.shape, a.dtype)) for a in fconsts]
         n_xs2 = n_carry + n_xs + len(ct_ys)
 
