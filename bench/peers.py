@@ -14,13 +14,14 @@ Markdown table of them all. Workloads (float64, single-threaded everywhere):
   gmm             ADBench's GMM objective, d=10, K=25, n=10,000 random points: the gradient
                   w.r.t. (alphas, means, icf), and the gradient / objective time ratio
 
-Peers: tapejit [numba] (`tj.grad`; objective: `tj.jit`), JAX `jit(grad)`, PyTorch eager
-autograd and `torch.compile` (forward compiled, AOTAutograd backward), HIPS autograd
-(`autograd.grad`), and the hand-written gradient of bench/ (numpy or @njit) where there is one.
+Peers: tapejit [numba] (`tj.grad`; objective: `tj.jit`; TAPEJIT_NUM_THREADS=1 unless set),
+JAX `jit(grad)`, PyTorch eager autograd and `torch.compile` (forward compiled, AOTAutograd
+backward), HIPS autograd (`autograd.grad`), and the hand-written gradient of bench/ (numpy or
+@njit) where there is one.
 First calls run on fresh caches: a new TAPEJIT_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR
 (--keep-cache uses the environment's).
 
-    .venv/bin/python bench/peers.py                       # everything (~10 minutes)
+    .venv/bin/python bench/peers.py                       # everything (~6 minutes)
     .venv/bin/python bench/peers.py --quick               # small sizes, 2 repeats
     .venv/bin/python bench/peers.py --workloads gmm,mlp --peers tapejit,jax
 """
@@ -28,14 +29,18 @@ from __future__ import annotations
 
 import _harness as H  # first: pins BLAS threads before numpy is imported
 
-import dataclasses
-import math
 import os
-import tempfile
-import time
-from typing import Any, Callable
 
-import numpy as np
+# every peer runs on one thread: tapejit's parallel loops too (before tapejit reads its config)
+os.environ.setdefault("TAPEJIT_NUM_THREADS", "1")
+
+import dataclasses  # noqa: E402
+import math  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 PEERS = ("tapejit", "jax", "torch", "torch.compile", "autograd", "hand-written")
 LABELS = {"tapejit": "tapejit [numba]", "jax": "JAX jit(grad)", "torch": "PyTorch eager",
@@ -394,7 +399,8 @@ def main() -> None:
     import run_all
     H.print_header("bench/peers.py: tapejit against JAX, PyTorch, HIPS autograd, by hand", args,
                    rows=", ".join(LABELS[p] for p in peers),
-                   extra=f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                   extra=f"TAPEJIT_NUM_THREADS={os.environ['TAPEJIT_NUM_THREADS']}; "
+                         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                          f"{run_all.cpu_model()}; load average {run_all.loadavg()}")
     all_results = {}
     for name in names:
