@@ -98,6 +98,7 @@ def run_ptx() -> int:
     from numba import cuda, types
     from numba.np import numpy_support
 
+    from tapejit.avals import Aval
     from tapejit.cache import load_program
     from tapejit.codegen.cuda import ENTRY, generate, var_name
     try:
@@ -111,6 +112,8 @@ def run_ptx() -> int:
             continue
         ex = tj.explain(fn, argnums=argnums, has_aux=has_aux, backend="interpret")(*args)
         avals = {var_name(v): v.aval for v in _vars(ex.tape)}
+        avals.update({f"t_p_{name}": Aval((1, *aval.shape), aval.dtype)   # partial results
+                      for name, aval in list(avals.items())})
         module = load_program(generate(ex.tape)[0], ENTRY, key="cuda").fn.__globals__
         try:
             for kname, kernel in sorted(module.items()):

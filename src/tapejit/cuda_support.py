@@ -23,6 +23,7 @@ from .avals import Aval, dtype_name
 from .errors import TapejitError
 
 MAX_BLOCKS = 8192    # grid-stride kernels launch at most this many blocks
+PARTIAL_BLOCKS = 1024  # blocks of a kernel keeping per-block partial reductions (not tuned)
 
 
 def _simulated() -> bool:
@@ -118,6 +119,11 @@ def blocks(n: int) -> int:
 def grid(n: int) -> int:
     """Blocks of a launch with one block per element of `n` (grid-stride beyond 65535)."""
     return max(1, min(65535, int(n)))
+
+
+def partial_grid(n: int) -> int:
+    """Blocks of a launch whose blocks each keep a row of partial reductions."""
+    return max(1, min(PARTIAL_BLOCKS, int(n)))
 
 
 def host_call(eqn: Any, args: Sequence[Any]) -> tuple:

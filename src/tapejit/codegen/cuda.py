@@ -13,10 +13,16 @@ differs. On the device every value a later step reads lives in device memory (a 
   row-wise softmax's stages): one block per element of the kept axes (grid-stride over
   blocks), its threads stride over the reduced axes, and each reduction ends in a
   shared-memory tree reduction whose result every thread of the block reads;
-- **serial**: anything else (reductions over different axes in one nest): one thread runs the
+- **block with partial results**: inner stages' reductions next to reductions over the outer
+  axes (a softmax cross-entropy's rows and its sum over the batch, a bias gradient's sum over
+  the batch): one block per outer element as above; what goes over outer axes is combined into
+  the block's row of a partial-results array (by thread 0, or by the thread owning an inner
+  element), and one more kernel per such reduction combines the rows;
+- **serial**: anything else (e.g. one stage reducing over different axes): one thread runs the
   CPU backend's loop nest, accumulating into the output arrays. Correct, not fast.
 
-No atomics are used: their gain has not been measured. Barrier ops other than matrix products,
+No atomics are used: their gain has not been measured; the partial results keep sums
+deterministic. Barrier ops other than matrix products,
 reshapes and `dim_size` run on the host through the interpreter (cuda_support.host_call).
 """
 from __future__ import annotations
@@ -54,11 +60,11 @@ _FLOAT_CALLS = {"cbrt": "cbrt", "floor": "floor", "ceil": "ceil", "round": "rint
 _REM = ("(math.fmod({0}, {1}) + {1} if math.fmod({0}, {1}) != 0 and "
         "(math.fmod({0}, {1}) < 0) != ({1} < 0) else math.fmod({0}, {1}))")
 _FLOAT_TEMPLATES = {
-    "sign": "({dtype}(int({0} > 0) - int({0} < 0)) if {0} == {0} else {0})",
+    "sign": "(({dtype}({0} > 0) - {dtype}({0} < 0)) if {0} == {0} else {0})",
     "rem": _REM,
     "floor_div": "({0} / {1} if {1} == 0 else tjm.rint{f}(({0} - " + _REM + ") / {1}))",
 }
-_INT_TEMPLATES = {"sign": "(int({0} > 0) - int({0} < 0))", "rem": "({0} % {1})",
+_INT_TEMPLATES = {"sign": "({dtype}({0} > 0) - {dtype}({0} < 0))", "rem": "({0} % {1})",
                   "floor_div": "({0} // {1})", "floor": "{0}", "ceil": "{0}", "round": "{0}",
                   "trunc": "{0}", "cbrt": "tjm.cbrt(np.float64({0}))"}
 
@@ -74,7 +80,7 @@ def scalar_expr(eqn: Eqn, operands: list[str]) -> str:
         return TEMPLATES[op].format(*operands)
     dtype = eqn.ins[0].aval.dtype
     if dtype.kind != "f":
-        return _INT_TEMPLATES[op].format(*operands)
+        return _INT_TEMPLATES[op].format(*operands, dtype=dtype_code(dtype))
     f = "f" if dtype == np.float32 else ""
     if op in _FLOAT_TEMPLATES:
         return _FLOAT_TEMPLATES[op].format(*operands, dtype=dtype_code(dtype), f=f)
@@ -203,15 +209,24 @@ class _Kernel(_Reads):
         main = [e for e in reductions if self.stage(e) == domain]
         reduced = {a for e in main for a in loop.reductions[e.outs[0].name]}
         staged = any(self.stage(e) != domain for e in eqns)
+        inner = [(set(loop.reductions[e.outs[0].name]) - set(range(rank)),
+                  set(range(rank, len(self.stage(e))))) for e in reductions if e not in main]
+        complete = all(loop.complete(e.outs[0].name) for e in reductions if e not in main)
         uniform = all(set(loop.reductions[e.outs[0].name]) == reduced for e in main) and \
-            all(loop.complete(e.outs[0].name) for e in reductions if e not in main)
+            complete
+        # reductions over outer axes next to an inner stage's: each block combines its part
+        # (over all or none of a stage's inner axes) into its row of partial results, and a
+        # second kernel combines the rows
+        self.partial = staged and bool(reduced or not complete) and \
+            all(axes in (set(), stage_axes) for axes, stage_axes in inner)
         if not reductions and not staged:
             self.mode = "map"
-        elif uniform and not (reduced and staged):
+        elif (uniform and not (reduced and staged)) or self.partial:
             self.mode = "block"
         else:
             self.mode = "serial"
-        self.outer = [a for a in range(rank) if a not in reduced or self.mode == "serial"]
+        self.outer = [a for a in range(rank)
+                      if a not in reduced or self.mode == "serial" or self.partial]
         self.idx = [f"t_i{d}" for d in range(max(len(s) for s in loop.stages))]
 
     def stage(self, eqn: Eqn) -> tuple[int, ...]:
@@ -221,21 +236,32 @@ class _Kernel(_Reads):
         return self.g.sizes.product(domain[a] for a in axes)
 
     def emit(self) -> None:
-        name = f"t_k{self.number}"
+        name, blocks = f"t_k{self.number}", f"t_nb{self.number}"
         body = self.emit_map() if self.mode == "map" else self.emit_nest()
-        for eqn in self.eqns:
-            if eqn.outs[0].name in self.g.plan.arrays or self.rmw(eqn):
-                self.g.allocate(eqn.outs[0])
-                self.array(eqn.outs[0], [])
-        self.g.add_kernel(name, self.params, body)
         domain = self.loop.domain
         if self.mode == "map":
             launch = f"tjrt.blocks({self.extent(range(len(domain)), domain)}), TPB"
         elif self.mode == "block":
-            launch = f"tjrt.grid({self.extent(self.outer, domain)}), TPB"
+            grid = "partial_grid" if self.partial else "grid"
+            self.g.driver.line(f"{blocks} = tjrt.{grid}({self.extent(self.outer, domain)})")
+            launch = f"{blocks}, TPB"
         else:
             launch = "1, 1"
+        for eqn in self.eqns:
+            out = eqn.outs[0]
+            if out.name in self.g.plan.arrays or self.rmw(eqn):
+                self.g.allocate(out)
+            if self.partial and self.rmw(eqn):
+                self.g.driver.line(f"t_p_{var_name(out)} = tjrt.empty(({blocks}, "
+                                   f"{self.g.sizes.shape(out.aval.shape)[1:]}, "
+                                   f"{dtype_code(out.aval.dtype)})")
+            elif out.name in self.g.plan.arrays or self.rmw(eqn):
+                self.array(out, [])
+        self.g.add_kernel(name, self.params, body)
         self.g.driver.line(f"{name}[{launch}]({', '.join(self.params + ['t_Sd'])})")
+        for eqn in self.eqns:
+            if self.partial and self.rmw(eqn):
+                _emit_combine(self.g, f"{name}_{var_name(eqn.outs[0])}", eqn)
 
     def emit_map(self) -> list[str]:
         domain = self.loop.domain
@@ -248,12 +274,22 @@ class _Kernel(_Reads):
             self.emit_eqn(eqn, self.idx[:len(domain)], inner, guard=False)
         return lines + ["    " + line for line in inner]
 
+    def acc(self, eqn: Eqn) -> bool:
+        """Whether reduction `eqn` accumulates in registers over all the axes the block's
+        threads stride over (and a tree reduction across the block)."""
+        name = eqn.outs[0].name
+        segment = set(self.segment(self.stage(eqn)))
+        return name in self.loop.reductions and bool(segment) and \
+            segment <= set(self.loop.reductions[name])
+
     def rmw(self, eqn: Eqn) -> bool:
-        """Whether reduction `eqn` accumulates in its output array (serial mode only)."""
+        """Whether reduction `eqn` (also) accumulates in memory (`target`): over axes the
+        blocks iterate, or (serial mode) over part of a stage's."""
         name = eqn.outs[0].name
         if name not in self.loop.reductions:
             return False
-        return set(self.loop.reductions[name]) != set(self.segment(self.stage(eqn)))
+        return not self.acc(eqn) or \
+            not set(self.loop.reductions[name]) <= set(self.segment(self.stage(eqn)))
 
     def segment(self, stage: tuple[int, ...]) -> list[int]:
         """The axes (of `stage`) the threads of a block stride over."""
@@ -267,12 +303,11 @@ class _Kernel(_Reads):
         threads = "TPB" if self.mode == "block" else "1"
         lines = ["t_tid = cuda.threadIdx.x"]
         for eqn in self.eqns:
-            if eqn.outs[0].name in self.loop.reductions and not self.rmw(eqn) \
-                    and threads != "1":
+            if self.acc(eqn) and threads != "1":
                 lines.append(f"acc_sh_{var_name(eqn.outs[0])} = cuda.shared.array("
                              f"{threads}, {dtype_code(eqn.outs[0].aval.dtype)})")
-            elif self.rmw(eqn):
-                lines += self.fill(eqn)
+            if self.rmw(eqn):
+                lines += self.fill(eqn, threads)
         n = self.extent(self.outer, domain)
         lines.append(f"for t_b in range(cuda.blockIdx.x, {n}, cuda.gridDim.x):")
         body: list[str] = []
@@ -287,17 +322,25 @@ class _Kernel(_Reads):
             body += self.emit_group(k, group, threads)
         return lines + ["    " + line for line in body]
 
-    def fill(self, eqn: Eqn) -> list[str]:
-        """Thread 0 sets an accumulated output array to the reduction's start value."""
-        out = eqn.outs[0]
-        shape = out.aval.shape
+    def target(self, eqn: Eqn, parts: list[str]) -> str:
+        """Where reduction `eqn` accumulates at output position `parts`: its output (serial
+        mode), or the block's row of its partial results."""
+        if not self.partial:
+            return self.array(eqn.outs[0], parts)
+        name = f"t_p_{var_name(eqn.outs[0])}"
+        if name not in self.params:
+            self.params.append(name)
+        return f"{name}[{', '.join(['cuda.blockIdx.x'] + parts)}]"
+
+    def fill(self, eqn: Eqn, threads: str) -> list[str]:
+        """The block's threads set what `eqn` accumulates in to the reduction's start value."""
+        shape = eqn.outs[0].aval.shape
         names = [f"t_z{d}" for d in range(len(shape))]
-        lines = ["if cuda.threadIdx.x == 0:"]
-        for depth, (name, n) in enumerate(zip(names, shape)):
-            lines.append("    " * (depth + 1) + f"for {name} in range({self.g.sizes(n)}):")
-        target = self.array(out, names)
-        lines.append("    " * (len(shape) + 1) + f"{target} = {_init(eqn)}")
-        return lines
+        lines = [f"for t_zf in range(t_tid, {self.g.sizes.product(shape)}, {threads}):"]
+        inner: list[str] = []
+        _unravel(inner, "t_zf", names, [self.g.sizes(n) for n in shape])
+        inner.append(f"{self.target(eqn, names)} = {_init(eqn)}")
+        return lines + ["    " + line for line in inner] + ["cuda.syncthreads()"]
 
     def emit_group(self, k: int, group: list[Eqn], threads: str) -> list[str]:
         """One stage's eqns: by every thread (outer values) or strided over its segment."""
@@ -309,7 +352,7 @@ class _Kernel(_Reads):
             for eqn in group:
                 self.emit_eqn(eqn, idx, lines, guard=True)
             return lines
-        accs = [e for e in group if e.outs[0].name in self.loop.reductions and not self.rmw(e)]
+        accs = [e for e in group if self.acc(e)]
         lines = [f"acc_{var_name(e.outs[0])} = {_init(e)}" for e in accs]
         lines.append(f"for t_f{k} in range(t_tid, {self.extent(axes, stage)}, {threads}):")
         inner: list[str] = []
@@ -323,14 +366,19 @@ class _Kernel(_Reads):
         for eqn in accs:
             out = eqn.outs[0]
             lines.append(f"t_{var_name(out)} = acc_{var_name(out)}")
-            if out.name in self.g.plan.arrays:
+            if self.rmw(eqn):      # the block's part of a reduction over outer axes too
+                target = self.target(eqn, self.kept(eqn, idx))
+                combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+                lines += ["if t_tid == 0:",
+                          f"    {target} = {combine.format(target, f't_{var_name(out)}')}"]
+            elif out.name in self.g.plan.arrays:
                 kept = self.kept(eqn, idx)
                 lines += ["if t_tid == 0:", f"    {self.array(out, kept)} = t_{var_name(out)}"]
         if stage != self.loop.domain:
             lines.append("cuda.syncthreads()")     # later stages read what this one stored
         for eqn in group:    # the stage's values are gone; its complete reductions remain
             name = eqn.outs[0].name
-            if eqn in accs:
+            if eqn in accs and not self.rmw(eqn):
                 self.local.add(name)
             else:
                 self.local.discard(name)
@@ -349,9 +397,10 @@ class _Kernel(_Reads):
             x = eqn.ins[0]
             operand = self.read(x, full_index(x.aval.shape, idx))
             combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
-            if self.rmw(eqn):
-                target = self.array(out, self.kept(eqn, idx))
-                lines.append(f"{target} = {combine.format(target, operand)}")
+            if not self.acc(eqn):
+                target = self.target(eqn, self.kept(eqn, idx))
+                store = f"{target} = {combine.format(target, operand)}"
+                lines += ["if t_tid == 0:", "    " + store] if guard else [store]
             else:
                 lines.append(f"acc_{name} = {combine.format(f'acc_{name}', operand)}")
             return
@@ -376,6 +425,25 @@ def _tree(k: int, accs: list[Eqn]) -> list[str]:
     lines += [f"acc_{var_name(e.outs[0])} = acc_sh_{var_name(e.outs[0])}[0]" for e in accs]
     lines.append("cuda.syncthreads()")   # before the next block element reuses the arrays
     return lines
+
+
+def _emit_combine(g: _Generator, name: str, eqn: Eqn) -> None:
+    """The kernel combining the per-block partial results of reduction `eqn`."""
+    out = eqn.outs[0]
+    shape, partial = out.aval.shape, f"t_p_{var_name(out)}"
+    k = _Reads(g)
+    idx = [f"t_z{d}" for d in range(len(shape))]
+    combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+    n = g.sizes.product(shape)
+    inner: list[str] = []
+    _unravel(inner, "t_f", idx, [g.sizes(m) for m in shape])
+    part = f"{partial}[{', '.join(['t_j'] + idx)}]"
+    inner += [f"t_acc = {_init(eqn)}", f"for t_j in range({partial}.shape[0]):",
+              f"    t_acc = {combine.format('t_acc', part)}", f"{k.array(out, idx)} = t_acc"]
+    g.add_kernel(name, [partial] + k.params,
+                 [f"for t_f in range(cuda.grid(1), {n}, cuda.gridsize(1)):"]
+                 + ["    " + line for line in inner])
+    g.driver.line(f"{name}[tjrt.blocks({n}), TPB]({', '.join([partial] + k.params)}, t_Sd)")
 
 
 # ---- barriers -------------------------------------------------------------------------------
