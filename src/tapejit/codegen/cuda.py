@@ -4,7 +4,7 @@ launches the kernels in order; nothing is copied back to the host between them.
 
 The fusion steps, the storage plan and the index maps are the CPU backend's (schedule.py,
 plan.py, views.py), and each element is computed by the same templates (scalar.py, the libm
-form; the few numpy ufuncs kernels cannot call come from cuda_math.py). Only the shell
+form; cuda_scalar.py replaces the few numpy ufuncs kernels cannot call). Only the shell
 differs. On the device every value a later step reads lives in device memory (a 0-d value in a
 1-element array): nothing of the plan's scalar domain stays on the host. A loop nest becomes:
 
@@ -32,8 +32,8 @@ import numpy as np
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops.linalg import free_axes
 from .cpu import _BOOL_COMBINE, _COMBINE, _init, _operand_parts, comment, full_index, name_of
+from .cuda_scalar import scalar_expr
 from .plan import Plan, plan
-from .scalar import TEMPLATES
 from .schedule import Call, Loop, steps
 from .views import is_view, view_expr
 from .writer import Sizes, Writer, dtype_code, literal, scalar
@@ -52,40 +52,6 @@ from tapejit.codegen import cuda_math as tjm
 
 TPB = tjrt.TPB   # threads per block (a constant of the kernels)
 '''
-
-# templates whose CPU form calls a numpy ufunc: floats call cuda_math (float32: the `f` names)
-_FLOAT_CALLS = {"cbrt": "cbrt", "floor": "floor", "ceil": "ceil", "round": "rint",
-                "trunc": "trunc"}
-# numpy's float sign (NaN kept), remainder (the divisor's sign) and floor division, inline
-_REM = ("(math.fmod({0}, {1}) + {1} if math.fmod({0}, {1}) != 0 and "
-        "(math.fmod({0}, {1}) < 0) != ({1} < 0) else math.fmod({0}, {1}))")
-_FLOAT_TEMPLATES = {
-    "sign": "(({dtype}({0} > 0) - {dtype}({0} < 0)) if {0} == {0} else {0})",
-    "rem": _REM,
-    "floor_div": "({0} / {1} if {1} == 0 else tjm.rint{f}(({0} - " + _REM + ") / {1}))",
-}
-_INT_TEMPLATES = {"sign": "({dtype}({0} > 0) - {dtype}({0} < 0))", "rem": "({0} % {1})",
-                  "floor_div": "({0} // {1})", "floor": "{0}", "ceil": "{0}", "round": "{0}",
-                  "trunc": "{0}", "cbrt": "tjm.cbrt(np.float64({0}))"}
-
-
-def scalar_expr(eqn: Eqn, operands: list[str]) -> str:
-    """The CPU template of an elementwise op in its libm form, with the numpy ufuncs kernels
-    cannot call replaced (scalar.scalar_expr would pick vmath under TAPEJIT_FAST_MATH)."""
-    op = eqn.op
-    if op == "convert":
-        from .scalar import scalar_expr as cpu_expr   # convert has one form on every target
-        return cpu_expr(eqn, operands)
-    if op not in _FLOAT_CALLS and op not in _FLOAT_TEMPLATES:
-        return TEMPLATES[op].format(*operands)
-    dtype = eqn.ins[0].aval.dtype
-    if dtype.kind != "f":
-        return _INT_TEMPLATES[op].format(*operands, dtype=dtype_code(dtype))
-    f = "f" if dtype == np.float32 else ""
-    if op in _FLOAT_TEMPLATES:
-        return _FLOAT_TEMPLATES[op].format(*operands, dtype=dtype_code(dtype), f=f)
-    return f"tjm.{_FLOAT_CALLS[op]}{f}({operands[0]})"
-
 
 def var_name(var: Var) -> str:
     name = name_of(var)
