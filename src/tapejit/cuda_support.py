@@ -32,6 +32,7 @@ def _simulated() -> bool:
 
 # threads per block, a power of two; the simulator runs each thread as a Python thread
 TPB = 8 if _simulated() else 256
+TILE = 4 if _simulated() else 16   # the side of a matrix product's tiles (TILE**2 threads)
 
 
 class CudaUnavailableError(TapejitError, RuntimeError):
@@ -119,6 +120,10 @@ def blocks(n: int) -> int:
 def grid(n: int) -> int:
     """Blocks of a launch with one block per element of `n` (grid-stride beyond 65535)."""
     return max(1, min(65535, int(n)))
+
+
+def tiles(n: int) -> int:
+    return max(1, math.ceil(int(n) / TILE))
 
 
 def partial_grid(n: int) -> int:
