@@ -160,6 +160,8 @@ class CudaCompiled:
         self.source, self.sizes, self.host_eqns = generate(tape)
         self.program = load_program(self.source, ENTRY, key="cuda")
         self._device: dict[str, Any] = {}     # sizes and constants, copied once
+        from .explain import dump  # TAPEJIT_DUMP
+        dump(self)  # type: ignore[arg-type]
 
     def _resident(self) -> tuple[list[Any], Any]:
         if not self._device:

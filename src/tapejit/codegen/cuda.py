@@ -1,6 +1,7 @@
 """numba.cuda code generation: one module per program, holding one `@cuda.jit` kernel per fused
-loop nest (and per matrix product: shared-memory tiles for plain ones) and a host driver `run` that allocates device arrays and
-launches the kernels in order; nothing is copied back to the host between them.
+loop nest and per matrix product (shared-memory tiles for plain ones), and a host driver `run`
+that allocates device arrays and launches the kernels in order; nothing is copied back to the
+host between them.
 
 The fusion steps, the storage plan and the index maps are the CPU backend's (schedule.py,
 plan.py, views.py), and each element is computed by the same templates (scalar.py, the libm
@@ -36,7 +37,7 @@ from ..ops.linalg import free_axes
 from .cpu import _BOOL_COMBINE, _COMBINE, _init, _operand_parts, comment, full_index, name_of
 from .cuda_scalar import scalar_expr
 from .plan import Plan, plan
-from .schedule import Call, Loop, steps
+from .schedule import Loop, steps
 from .views import is_view, view_expr
 from .writer import Sizes, Writer, dtype_code, literal, scalar
 
@@ -337,7 +338,7 @@ class _Kernel(_Reads):
             lines.append(f"t_{var_name(out)} = acc_{var_name(out)}")
             if self.rmw(eqn):      # the block's part of a reduction over outer axes too
                 target = self.target(eqn, self.kept(eqn, idx))
-                combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+                combine = _combine(eqn)
                 lines += ["if t_tid == 0:",
                           f"    {target} = {combine.format(target, f't_{var_name(out)}')}"]
             elif out.name in self.g.plan.arrays:
@@ -365,7 +366,7 @@ class _Kernel(_Reads):
         if out.name in self.loop.reductions:
             x = eqn.ins[0]
             operand = self.read(x, full_index(x.aval.shape, idx))
-            combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+            combine = _combine(eqn)
             if not self.acc(eqn):
                 target = self.target(eqn, self.kept(eqn, idx))
                 store = f"{target} = {combine.format(target, operand)}"
@@ -381,6 +382,11 @@ class _Kernel(_Reads):
             lines += ["if t_tid == 0:", "    " + store] if guard else [store]
 
 
+def _combine(eqn: Eqn) -> str:
+    """How reduction `eqn` combines two partial results `{0}`, `{1}`."""
+    return (_BOOL_COMBINE if eqn.outs[0].aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+
+
 def _tree(k: int, accs: list[Eqn]) -> list[str]:
     """The block's tree reduction of the accumulators `accs`: every thread gets the results."""
     lines = [f"acc_sh_{var_name(e.outs[0])}[t_tid] = acc_{var_name(e.outs[0])}" for e in accs]
@@ -388,8 +394,8 @@ def _tree(k: int, accs: list[Eqn]) -> list[str]:
               f"    if t_tid < t_s{k}:"]
     for e in accs:
         sh = f"acc_sh_{var_name(e.outs[0])}"
-        combine = (_BOOL_COMBINE if e.outs[0].aval.dtype.kind == "b" else _COMBINE)[e.op]
-        lines.append(f"        {sh}[t_tid] = {combine.format(f'{sh}[t_tid]', f'{sh}[t_tid + t_s{k}]')}")
+        both = _combine(e).format(f"{sh}[t_tid]", f"{sh}[t_tid + t_s{k}]")
+        lines.append(f"        {sh}[t_tid] = {both}")
     lines += ["    cuda.syncthreads()", f"    t_s{k} //= 2"]
     lines += [f"acc_{var_name(e.outs[0])} = acc_sh_{var_name(e.outs[0])}[0]" for e in accs]
     lines.append("cuda.syncthreads()")   # before the next block element reuses the arrays
@@ -402,7 +408,7 @@ def _emit_combine(g: _Generator, name: str, eqn: Eqn) -> None:
     shape, partial = out.aval.shape, f"t_p_{var_name(out)}"
     k = _Reads(g)
     idx = [f"t_z{d}" for d in range(len(shape))]
-    combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+    combine = _combine(eqn)
     n = g.sizes.product(shape)
     inner: list[str] = []
     _unravel(inner, "t_f", idx, [g.sizes(m) for m in shape])
@@ -479,7 +485,8 @@ def _emit_dot(g: _Generator, number: int, eqn: Eqn) -> None:
     g.driver.line(f"{name}[tjrt.blocks({size}), TPB]({', '.join(k.params + ['t_Sd'])})")
 
 
-def _tiled(reads: Callable[..., tuple[str, str]], target: str, m: str, n: str, size_k: str, dtype: np.dtype) -> list[str]:
+def _tiled(reads: Callable[..., tuple[str, str]], target: str, m: str, n: str, size_k: str,
+           dtype: np.dtype) -> list[str]:
     """The body of a tiled product kernel: block (x, y) computes the TILE x TILE tile of
     output columns x, rows y; each step stages a tile of each operand in shared memory."""
     zero = scalar(0, dtype)
