@@ -13,7 +13,9 @@ differs. On the device every value a later step reads lives in device memory (a 
 - **block**: all reductions complete over the same axes (e.g. row sums, column sums, a
   row-wise softmax's stages): one block per element of the kept axes (grid-stride over
   blocks), its threads stride over the reduced axes, and each reduction ends in a
-  shared-memory tree reduction whose result every thread of the block reads;
+  shared-memory tree reduction whose result every thread of the block reads. A reduction
+  over the whole nest (a loss) is split: every block reduces its share of the elements into
+  a row of partial results, and a second kernel combines the rows;
 - **block with partial results**: inner stages' reductions next to reductions over the outer
   axes (a softmax cross-entropy's rows and its sum over the batch, a bias gradient's sum over
   the batch): one block per outer element as above; what goes over outer axes is combined into
@@ -197,6 +199,8 @@ class _Kernel(_Reads):
             self.mode = "serial"
         self.outer = [a for a in range(rank)
                       if a not in reduced or self.mode == "serial" or self.partial]
+        # a reduction over the whole nest: every block takes a share, then combine the shares
+        self.split = self.mode == "block" and not self.outer and not staged
         self.idx = [f"t_i{d}" for d in range(max(len(s) for s in loop.stages))]
 
     def stage(self, eqn: Eqn) -> tuple[int, ...]:
@@ -211,6 +215,10 @@ class _Kernel(_Reads):
         domain = self.loop.domain
         if self.mode == "map":
             launch = f"tjrt.blocks({self.extent(range(len(domain)), domain)}), TPB"
+        elif self.split:
+            n = self.extent(range(len(domain)), domain)
+            self.g.driver.line(f"{blocks} = tjrt.partial_grid(tjrt.blocks({n}))")
+            launch = f"{blocks}, TPB"
         elif self.mode == "block":
             grid = "partial_grid" if self.partial else "grid"
             self.g.driver.line(f"{blocks} = tjrt.{grid}({self.extent(self.outer, domain)})")
@@ -221,7 +229,7 @@ class _Kernel(_Reads):
             out = eqn.outs[0]
             if out.name in self.g.plan.arrays or self.rmw(eqn):
                 self.g.allocate(out)
-            if self.partial and self.rmw(eqn):
+            if self.shared_out(eqn):
                 self.g.driver.line(f"t_p_{var_name(out)} = tjrt.empty(({blocks}, "
                                    f"{self.g.sizes.shape(out.aval.shape)[1:]}, "
                                    f"{dtype_code(out.aval.dtype)})")
@@ -230,8 +238,13 @@ class _Kernel(_Reads):
         self.g.add_kernel(name, self.params, body)
         self.g.driver.line(f"{name}[{launch}]({', '.join(self.params + ['t_Sd'])})")
         for eqn in self.eqns:
-            if self.partial and self.rmw(eqn):
+            if self.shared_out(eqn):
                 _emit_combine(self.g, f"{name}_{var_name(eqn.outs[0])}", eqn)
+
+    def shared_out(self, eqn: Eqn) -> bool:
+        """Whether reduction `eqn` leaves per-block partial results for a second kernel."""
+        return (self.partial and self.rmw(eqn)) or \
+            (self.split and eqn.outs[0].name in self.loop.reductions)
 
     def emit_map(self) -> list[str]:
         domain = self.loop.domain
@@ -278,8 +291,6 @@ class _Kernel(_Reads):
                              f"{threads}, {dtype_code(eqn.outs[0].aval.dtype)})")
             if self.rmw(eqn):
                 lines += self.fill(eqn, threads)
-        n = self.extent(self.outer, domain)
-        lines.append(f"for t_b in range(cuda.blockIdx.x, {n}, cuda.gridDim.x):")
         body: list[str] = []
         _unravel(body, "t_b", [self.idx[a] for a in self.outer],
                  [self.g.sizes(domain[a]) for a in self.outer])
@@ -290,12 +301,16 @@ class _Kernel(_Reads):
             groups[-1].append(eqn)
         for k, group in enumerate(groups):
             body += self.emit_group(k, group, threads)
+        if self.split:
+            return lines + body
+        n = self.extent(self.outer, domain)
+        lines.append(f"for t_b in range(cuda.blockIdx.x, {n}, cuda.gridDim.x):")
         return lines + ["    " + line for line in body]
 
     def target(self, eqn: Eqn, parts: list[str]) -> str:
         """Where reduction `eqn` accumulates at output position `parts`: its output (serial
         mode), or the block's row of its partial results."""
-        if not self.partial:
+        if not (self.partial or self.split):
             return self.array(eqn.outs[0], parts)
         name = f"t_p_{var_name(eqn.outs[0])}"
         if name not in self.params:
@@ -324,7 +339,9 @@ class _Kernel(_Reads):
             return lines
         accs = [e for e in group if self.acc(e)]
         lines = [f"acc_{var_name(e.outs[0])} = {_init(e)}" for e in accs]
-        lines.append(f"for t_f{k} in range(t_tid, {self.extent(axes, stage)}, {threads}):")
+        start, step = ("cuda.blockIdx.x * TPB + t_tid", "TPB * cuda.gridDim.x") if self.split \
+            else ("t_tid", threads)
+        lines.append(f"for t_f{k} in range({start}, {self.extent(axes, stage)}, {step}):")
         inner: list[str] = []
         _unravel(inner, f"t_f{k}", [idx[a] for a in axes],
                  [self.g.sizes(stage[a]) for a in axes])
@@ -336,7 +353,10 @@ class _Kernel(_Reads):
         for eqn in accs:
             out = eqn.outs[0]
             lines.append(f"t_{var_name(out)} = acc_{var_name(out)}")
-            if self.rmw(eqn):      # the block's part of a reduction over outer axes too
+            if self.split:         # the block's share
+                lines += ["if t_tid == 0:",
+                          f"    {self.target(eqn, self.kept(eqn, idx))} = t_{var_name(out)}"]
+            elif self.rmw(eqn):    # the block's part of a reduction over outer axes too
                 target = self.target(eqn, self.kept(eqn, idx))
                 combine = _combine(eqn)
                 lines += ["if t_tid == 0:",
