@@ -75,6 +75,13 @@ def check_values(name, fn, args, argnums, has_aux, device_args=None, rtol=1e-9) 
 def run_values(on_device: bool) -> int:
     from numba import cuda
     failed = 0
+    try:
+        check_training_loop(cuda)
+        print("ok training loop on the device", flush=True)
+    except Exception as err:
+        failed += 1
+        print(f"FAIL training loop on the device: {type(err).__name__}: {err}", flush=True)
+        traceback.print_exc(limit=-3)
     for name, fn, args, argnums, has_aux in programs():
         try:
             check_values(name, fn, args, argnums, has_aux)
@@ -91,6 +98,30 @@ def run_values(on_device: bool) -> int:
             print(f"FAIL {name}: {type(err).__name__}: {err}", flush=True)
             traceback.print_exc(limit=-3)
     return failed
+
+
+def check_training_loop(cuda) -> None:
+    """Three jitted SGD steps of the zoo's MLP with the parameters kept on the device (each
+    step's device results are the next step's arguments), against the interpreter."""
+    from zoo import mlp_args, mlp_loss
+
+    def step(params, x, labels, lr):
+        loss, grads = tj.value_and_grad(mlp_loss)(params, x, labels)
+        return {k: params[k] - lr * grads[k] for k in params}, loss
+
+    params, x, labels = mlp_args()
+    on_device = {k: cuda.to_device(v) for k, v in params.items()}
+    d_x, d_labels = cuda.to_device(x), cuda.to_device(labels)
+    device_step, host_step = tj.jit(step, backend="cuda"), tj.jit(step, backend="interpret")
+    for _ in range(3):
+        on_device, loss = device_step(on_device, d_x, d_labels, 0.1)
+        params, want = host_step(params, x, labels, 0.1)
+        np.testing.assert_allclose(loss, want, rtol=1e-9)
+    for k, v in params.items():
+        assert not isinstance(on_device[k], np.ndarray), "parameters left the device"
+        np.testing.assert_allclose(on_device[k].copy_to_host(), v, rtol=1e-9, atol=1e-12)
+    info = device_step.cache_info()
+    assert (info["traces"], info["hits"]) == (1, 2), info
 
 
 def _device_leaves(args, cuda):
