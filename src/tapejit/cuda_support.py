@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .avals import Aval, dtype_name
-from .errors import TapejitError
+from .errors import ArgumentError, TapejitError
 
 MAX_BLOCKS = 8192    # grid-stride kernels launch at most this many blocks
 PARTIAL_BLOCKS = 1024  # blocks of a kernel keeping per-block partial reductions (not tuned)
@@ -143,8 +143,8 @@ def host_call(eqn: Any, args: Sequence[Any]) -> tuple:
     with np.errstate(all="ignore"):
         outs = apply_impl(eqn, ins)
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-    return tuple(cuda.to_device(np.ascontiguousarray(o, v.aval.dtype).reshape(v.aval.shape or (1,)))
-                 for o, v in zip(outs, eqn.outs))
+    return tuple(cuda.to_device(np.ascontiguousarray(o, v.aval.dtype).reshape(
+        v.aval.shape or (1,))) for o, v in zip(outs, eqn.outs))
 
 
 # ---- the executable -------------------------------------------------------------------------
@@ -187,8 +187,9 @@ def _to_device(value: Any, aval: Aval) -> Any:
     if is_device_array(value):
         array = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
         if np.dtype(array.dtype) != aval.dtype or not array.is_c_contiguous():
-            raise TypeError(f"a device array argument must be C-contiguous {aval.dtype}; "
-                            f"got {array.dtype} with strides {array.strides}")
+            raise ArgumentError(f"a device array argument must be a C-contiguous "
+                                f"{aval.dtype} array; got {array.dtype} with strides "
+                                f"{array.strides}: copy it (e.g. cupy.ascontiguousarray)")
         return array.reshape(aval.shape or (1,))
     host = np.ascontiguousarray(np.asarray(value, aval.dtype))
     return cuda.to_device(host.reshape(aval.shape or (1,)))
