@@ -18,9 +18,9 @@ from tapejit.codegen import vmath
 # float64: the most ulp each kernel may be off (measured: docs/performance.md); float32 goes
 # through the float64 kernel and rounds once, so it is within half an ulp and a hair
 F64_MAX_ULP = {"exp": 1.0, "expm1": 1.2, "log": 1.0, "log1p": 1.0, "sin": 1.0, "cos": 1.0,
-               "tanh": 1.5}
+               "tanh": 1.5, "pow": 1.25}
 F32_MAX_ULP = 0.501
-NAMES = tuple(F64_MAX_ULP)
+NAMES = tuple(F64_MAX_ULP)   # pow's second operand: see _pow_exponents
 TINY, HUGE = 2.2250738585072014e-308, 1.7976931348623157e308
 SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, TINY, -TINY,
                     HUGE, -HUGE, 1.0, -1.0, 0.5, -0.5, 2.0, 1e-300, -1e-300])
@@ -35,6 +35,7 @@ EDGES = {  # overflow, underflow, poles and the last points before them
     "cos": [1647099.3291652855, 1647099.3291652857, math.ldexp(6381956970095103, 797),
             1e22, np.pi, np.pi / 2, 2 ** 1023],
     "tanh": [0.55, np.nextafter(0.55, 0), 19.0, 20.0, 21.0, 1e-8],
+    "pow": [],
 }
 
 
@@ -57,6 +58,9 @@ def _domain(name: str, seed: int, dtype) -> np.ndarray:
         "sin": [rng.uniform(-10, 10, n), rng.uniform(-2e6, 2e6, n), _logspace(rng, -323, 308, n),
                 np.pi / 2 * rng.integers(-10**6, 10**6, n)],
         "tanh": [rng.uniform(-25, 25, n), rng.uniform(-1, 1, n), _logspace(rng, -323, 3, n)],
+        "pow": [np.abs(_logspace(rng, -323, 308, n)), rng.uniform(0, 4, n),
+                1 + rng.uniform(-1e-6, 1e-6, n), -rng.uniform(0, 10, n),
+                rng.uniform(0.3, 0.7, n)],
     }
     parts["cos"] = parts["sin"]
     x = np.concatenate(parts[name] + [SPECIAL, np.array(EDGES[name], dtype=np.float64)])
@@ -64,58 +68,124 @@ def _domain(name: str, seed: int, dtype) -> np.ndarray:
         return x.astype(dtype)
 
 
+def _pow_exponents(x: np.ndarray, seed: int) -> np.ndarray:
+    """An exponent for each point of pow's domain: y log|x| across the whole range of exp
+    (overflow and subnormal results included), huge y near x = 1, integers for x < 0, and
+    every pair of special values."""
+    rng, parts, start = np.random.default_rng(seed), [], 0
+    with np.errstate(all="ignore"):
+        for size, make in ((40_000, lambda a: rng.uniform(-1, 1, a.size) * 720 / np.abs(np.log(a))),
+                           (20_000, lambda a: rng.uniform(-30, 30, a.size)),
+                           (20_000, lambda a: rng.uniform(-1e8, 1e8, a.size)),
+                           (20_000, lambda a: rng.integers(-50, 50, a.size).astype(float)),
+                           (20_000, lambda a: -rng.uniform(700, 750, a.size) / np.log(a))):
+            parts.append(make(np.abs(x[start:start + size])))
+            start += size
+    rest = x.size - start
+    parts.append(rng.choice(SPECIAL, rest))
+    y = np.concatenate(parts)
+    return np.where(np.isfinite(y), y, rng.choice(SPECIAL, y.size))
+
+
+def _pow_domain(seed: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    x = _domain("pow", seed, np.float64)[:-SPECIAL.size]
+    y = _pow_exponents(x, seed)
+    grid = np.array([(a, b) for a in SPECIAL for b in SPECIAL]).T
+    x, y = np.concatenate([x, grid[0]]), np.concatenate([y, grid[1]])
+    with np.errstate(over="ignore"):
+        return x.astype(dtype), y.astype(dtype)
+
+
+@numba.njit(error_model="numpy", forceinline=True)
+def _one(which, v, w):
+    """vmath function number `which` (NAMES) of v (pow: of v, w)."""
+    if which == 0:
+        return vmath.exp(v)
+    if which == 1:
+        return vmath.expm1(v)
+    if which == 2:
+        return vmath.log(v)
+    if which == 3:
+        return vmath.log1p(v)
+    if which == 4:
+        return vmath.sin(v)
+    if which == 5:
+        return vmath.cos(v)
+    if which == 6:
+        return vmath.tanh(v)
+    return vmath.pow(v, w)
+
+
+# Each kernel has a vectorised and a scalar path (a vectorised branch runs both sides, a
+# scalar one runs one side): the loops below vectorise, _scalar_loop (it may exit early) not.
+def _vector_loop(name: str):
+    fn = getattr(vmath, name)
+
+    def loop(x, y, out):
+        for i in range(x.shape[0]):
+            out[i] = fn(x[i], y[i]) if name == "pow" else fn(x[i])
+    return numba.njit(error_model="numpy")(loop)
+
+
+VECTOR_LOOPS = {name: _vector_loop(name) for name in NAMES}
+
+
 @numba.njit(error_model="numpy")
-def _apply64(which, x, out):
+def _scalar_loop(which, x, y, out, stop):
     for i in range(x.shape[0]):
-        v = x[i]
-        if which == 0:
-            out[i] = vmath.exp(v)
-        elif which == 1:
-            out[i] = vmath.expm1(v)
-        elif which == 2:
-            out[i] = vmath.log(v)
-        elif which == 3:
-            out[i] = vmath.log1p(v)
-        elif which == 4:
-            out[i] = vmath.sin(v)
-        elif which == 5:
-            out[i] = vmath.cos(v)
-        else:
-            out[i] = vmath.tanh(v)
+        out[i] = _one(which, x[i], y[i])
+        if i == stop:
+            break
 
 
-def kernel(name: str, x: np.ndarray) -> np.ndarray:
-    """vmath's `name` over x, as a generated loop calls it (float32: through float64)."""
+def kernel(name: str, x: np.ndarray, y: np.ndarray | None = None, scalar: bool = False):
+    """vmath's `name` over x (and y) as a generated loop calls it (float32: through float64),
+    in a vectorised loop or (scalar=True) a scalar one."""
     out = np.empty(x.shape, np.float64)
-    _apply64(NAMES.index(name), x.astype(np.float64), out)
+    x64 = x.astype(np.float64)
+    y64 = x64 if y is None else y.astype(np.float64)
+    if scalar:
+        _scalar_loop(NAMES.index(name), x64, y64, out, -1)
+    else:
+        VECTOR_LOOPS[name](x64, y64, out)
     with np.errstate(over="ignore"):
         return out.astype(x.dtype)
 
 
-def _reference(name: str, x: np.ndarray) -> np.ndarray:
-    wide = np.longdouble if x.dtype == np.float64 else np.float64
+def _numpy(name: str, *args: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return getattr(np, name)(x.astype(wide))
+        return getattr(np, "power" if name == "pow" else name)(*args)
 
 
-def ulp_errors(name: str, x: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """|got - exact| in ulp of the exact value rounded to x's dtype (finite results only)."""
-    ref = _reference(name, x)
-    ok = np.isfinite(ref) & np.isfinite(got)
-    ref_t = ref[ok].astype(x.dtype)
-    ulp = np.spacing(np.abs(ref_t)).astype(ref.dtype)
+def ulp_errors(name: str, args: tuple, got: np.ndarray) -> np.ndarray:
+    """|got - exact| in ulp of the exact value rounded to the dtype of `args` (the arguments;
+    finite results only)."""
+    x = args[0]
+    wide = np.longdouble if x.dtype == np.float64 else np.float64
+    ref = _numpy(name, *(a.astype(wide) for a in args))
+    with np.errstate(over="ignore"):   # spacing of the largest double overflows: fine
+        ref_t = ref.astype(x.dtype)
+        ok = np.isfinite(ref_t) & np.isfinite(got)
+        ulp = np.spacing(np.abs(ref_t[ok])).astype(ref.dtype)
     return np.abs((got[ok].astype(ref.dtype) - ref[ok]) / ulp)
 
 
-def _special_mismatches(name: str, x: np.ndarray, got: np.ndarray) -> np.ndarray:
-    """Points where numpy's result or the argument is inf, NaN or zero and `got` is not
-    bit-for-bit numpy's value (NaN matching NaN)."""
-    with np.errstate(all="ignore"):
-        want = getattr(np, name)(x)
-    special = ~np.isfinite(want) | (want == 0) | ~np.isfinite(x) | (x == 0)
+def _special_mismatches(name: str, args: tuple, got: np.ndarray) -> np.ndarray:
+    """Points where numpy's result or an argument is inf, NaN or zero (or pow's base is +-1)
+    and `got` is not bit-for-bit numpy's value (NaN matching NaN)."""
+    want = _numpy(name, *args)
+    special = ~np.isfinite(want) | (want == 0)
+    for a in args:
+        special |= ~np.isfinite(a) | (a == 0)
+    if name == "pow":
+        special |= np.abs(args[0]) == 1
     same = ((got == want) & (np.signbit(got) == np.signbit(want))) | (np.isnan(got)
                                                                       & np.isnan(want))
-    return x[special & ~same]
+    return np.stack(args)[:, special & ~same].T
+
+
+def _sample(name: str, seed: int, dtype) -> tuple:
+    return _pow_domain(seed, dtype) if name == "pow" else (_domain(name, seed, dtype),)
 
 
 def ulp_table() -> list[tuple[str, str, float, float, int]]:
@@ -123,27 +193,29 @@ def ulp_table() -> list[tuple[str, str, float, float, int]]:
     rows = []
     for dtype in (np.float64, np.float32):
         for name in NAMES:
-            x = _domain(name, 0, dtype)
+            args = _sample(name, 0, dtype)
             with np.errstate(all="ignore"):
-                mine = ulp_errors(name, x, kernel(name, x)).max()
-                theirs = ulp_errors(name, x, getattr(np, name)(x)).max()
-            rows.append((name, np.dtype(dtype).name, float(mine), float(theirs), x.size))
+                mine = ulp_errors(name, args, kernel(name, *args)).max()
+                theirs = ulp_errors(name, args, _numpy(name, *args)).max()
+            rows.append((name, np.dtype(dtype).name, float(mine), float(theirs), args[0].size))
     return rows
 
 
 LONG_DOUBLE = np.finfo(np.longdouble).nmant >= 63
 
 
+@pytest.mark.parametrize("scalar", [False, True], ids=["vector", "scalar"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", NAMES)
-def test_ulp_error_and_special_values(name, dtype):
-    x = _domain(name, 1, dtype)
-    got = kernel(name, x)
-    assert _special_mismatches(name, x, got).size == 0, _special_mismatches(name, x, got)[:10]
+def test_ulp_error_and_special_values(name, dtype, scalar):
+    args = _sample(name, 1, dtype)
+    got = kernel(name, *args, scalar=scalar)
+    bad = _special_mismatches(name, args, got)
+    assert bad.size == 0, bad[:10]
     if dtype == np.float64 and not LONG_DOUBLE:
         pytest.skip("no long double to measure float64 ulp against")
     bound = F64_MAX_ULP[name] if dtype == np.float64 else F32_MAX_ULP
-    worst = ulp_errors(name, x, got).max()
+    worst = ulp_errors(name, args, got).max()
     assert worst <= bound, f"{name} {np.dtype(dtype).name}: {worst:.3f} ulp > {bound}"
 
 
@@ -171,7 +243,7 @@ def test_compiled_program_matches_interpreter_on_special_values(monkeypatch, tmp
 
     def f(x):
         return (np.exp(x), np.expm1(x), np.log(x), np.log1p(x), np.sin(x), np.cos(x),
-                np.tanh(x))
+                np.tanh(x), x ** x[::-1])
 
     with np.errstate(all="ignore"):
         x = np.concatenate([SPECIAL, [-2.0, 3.0, 1e6, 100.0]]).astype(dtype)

@@ -3,8 +3,8 @@
 `{0}`, `{1}`, ... are the operands' scalar expressions. numba compiles with
 error_model="numpy", so division by zero and domain errors give inf/NaN as in numpy.
 With fast math on (the default; `TAPEJIT_FAST_MATH=0` turns it off), the float64 and float32
-transcendentals in `VMATH_OPS` call the branch-free kernels of vmath.py, which vectorise,
-instead of libm; generated modules read that module as the global `tj_vmath`.
+transcendentals and powers in `VMATH_OPS` call the branch-free kernels of vmath.py, which
+vectorise, instead of libm; generated modules read that module as the global `tj_vmath`.
 """
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import numpy as np
 from .. import cache
 from ..avals import DTYPES_BY_NAME
 from ..config import config
-from ..ir import Eqn
+from ..ir import Eqn, Lit
 from . import vmath
 from .writer import dtype_code
 
 VMATH = "tj_vmath"
 cache.GLOBALS[VMATH] = vmath
-VMATH_OPS = frozenset({"exp", "expm1", "log", "log1p", "sin", "cos", "tanh"})
+VMATH_OPS = frozenset({"exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "pow"})
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 TEMPLATES = {
@@ -48,10 +48,20 @@ def scalar_expr(eqn: Eqn, operands: list[str]) -> str:
         if target.kind == "b":
             return f"({operands[0]} != 0)"
         return f"{dtype_code(target)}({operands[0]})"
-    if eqn.op in VMATH_OPS and config().fast_math:
-        dtype = eqn.outs[0].aval.dtype
-        if dtype == _F64:
-            return f"{VMATH}.{eqn.op}({operands[0]})"
-        if dtype == _F32:   # the float64 kernel, rounded once
-            return f"np.float32({VMATH}.{eqn.op}(np.float64({operands[0]})))"
+    if _vmath(eqn):
+        if eqn.outs[0].aval.dtype == _F64:
+            return f"{VMATH}.{eqn.op}({', '.join(operands)})"
+        wide = ", ".join(f"np.float64({x})" for x in operands)  # float32: rounded once
+        return f"np.float32({VMATH}.{eqn.op}({wide}))"
     return TEMPLATES[eqn.op].format(*operands)
+
+
+def _vmath(eqn: Eqn) -> bool:
+    """Whether `eqn` calls vmath.py: a float64/float32 op of VMATH_OPS, fast math on. A power
+    by a constant -1, 0, 1 or 2 stays `**`, which LLVM rewrites exactly (x ** 2.0 -> x * x)."""
+    if eqn.op not in VMATH_OPS or eqn.outs[0].aval.dtype not in (_F64, _F32):
+        return False
+    exponent = eqn.ins[1] if eqn.op == "pow" else None
+    if isinstance(exponent, Lit) and float(exponent.value) in (-1.0, 0.0, 1.0, 2.0):
+        return False
+    return config().fast_math

@@ -1,12 +1,13 @@
-"""Branch-free float64 math kernels that LLVM's loop vectoriser turns into SIMD code.
+"""Branch-free float64 math kernels (exp, expm1, log, log1p, sin, cos, tanh, pow) that LLVM's
+loop vectoriser turns into SIMD code.
 
 numba lowers `math.exp` & co. to libm calls or `llvm.exp`-style intrinsics that the backend
 splits back into one libm call per element, so a generated loop calling them runs one element
 at a time. The kernels here are plain arithmetic, integer bit operations and selects, inlined
 into the generated loop, whose whole body then vectorises. Each follows the fdlibm scheme: an
 exact range reduction (Cody-Waite; Payne-Hanek for sin/cos of |x| > 2^20 pi/2), a polynomial
-on the reduced argument, a rescale; special values (inf, NaN, signed zeros, overflow, gradual
-underflow) come out as numpy's. Errors in ulp (tests/test_vmath.py sweeps them against a
+on the reduced argument, a rescale (pow: exp of y log|x|, the log in double-double); special
+values (inf, NaN, signed zeros, overflow, gradual underflow) come out as numpy's. Errors in ulp (tests/test_vmath.py sweeps them against a
 long-double reference and numpy; bench/vmath_ulp.py prints them) are in docs/performance.md.
 
 scalar.py writes the calls (generated modules read this module as the global `tj_vmath`);
@@ -299,7 +300,7 @@ def _reduce_big(ax):
     h1, l1 = _two_prod(m, TWO_OVER_PI[row + 1])
     h2, l2 = _two_prod(m, TWO_OVER_PI[row + 2])
     h3 = m * TWO_OVER_PI[row + 3]
-    s, e1 = _two_sum(h0 - 4.0 * math.floor(h0 * 0.25), l0)
+    s, e1 = _two_sum(h0 - 4.0 * np.floor(h0 * 0.25), l0)
     s, e2 = _two_sum(s, h1)
     t = s + SHIFT
     n = t - SHIFT                    # the nearest integer: s - n is exact, in [-1/2, 1/2]
@@ -386,3 +387,89 @@ def tanh(x):
         y = 1.0 - 2.0 / (expm1(2.0 * min(a, 20.0)) + 2.0)  # tanh(20) rounds to 1
     y = math.copysign(y, x)
     return y if x == x else x
+
+
+# ---- pow ------------------------------------------------------------------------------------
+# log(1 + f) = 2 atanh(s), s = f / (2 + f), |s| < 0.1716: 2 s + (2/3) s^3 + s^5 (2/5 + ...),
+# the first two terms in double-double, the rest (at most 6e-5) in double, up to s^25 (the
+# next term is below 2^-67)
+TWO_THIRDS_HI, TWO_THIRDS_LO = 0.6666666666666666, 3.700743415417188e-17
+P1, P2, P3 = 2 / 5, 2 / 7, 2 / 9
+P4, P5, P6, P7, P8, P9, P10, P11 = 2 / 11, 2 / 13, 2 / 15, 2 / 17, 2 / 19, 2 / 21, 2 / 23, 2 / 25
+LN2_LO2 = 1.1612227229362532e-26  # ln 2 - LN2_HI - LN2_LO
+
+
+@_jit
+def _log_dd(x):
+    """(hi, lo): log(x) to about 2^-66 of it, for finite x > 0."""
+    sub = x < 2.2250738585072014e-308
+    hx = _bits(x * TWO54 if sub else x) + (0x3FF0000000000000 - SQRT1_2_BITS)
+    k = float((hx >> 52) - 1023 - (54 if sub else 0))
+    f = _float((hx & MANT) + SQRT1_2_BITS) - 1.0   # exact
+    dh, dl = _two_sum(2.0, f)
+    sh = f / dh
+    sl = (_fma_exact(-sh, dh, f) - sh * dl) / dh  # s = sh + sl
+    s2h, s2l = _two_prod(sh, sh)
+    s3h, s3l = _two_prod(s2h, sh)
+    s3l = s3l + (s2l * sh + 3.0 * s2h * sl)
+    th, tl = _two_prod(s3h, TWO_THIRDS_HI)        # (2/3) s^3
+    tl = tl + (s3l * TWO_THIRDS_HI + s3h * TWO_THIRDS_LO)
+    z = s2h
+    q = _fma(z, P11, P10)
+    q = _fma(q, z, P9)
+    q = _fma(q, z, P8)
+    q = _fma(q, z, P7)
+    q = _fma(q, z, P6)
+    q = _fma(q, z, P5)
+    q = _fma(q, z, P4)
+    q = _fma(q, z, P3)
+    q = _fma(q, z, P2)
+    q = _fma(q, z, P1)
+    rest = s3h * z * q                             # s^5 (2/5 + ...)
+    # k ln2 + 2 sh + th, summed exactly, then the small terms
+    a, e1 = _two_sum(k * LN2_HI, 2.0 * sh)
+    a, e2 = _two_sum(a, th)
+    lo = (e1 + e2) + ((2.0 * sl + tl) + (rest + (k * LN2_LO + k * LN2_LO2)))
+    hi = a + lo
+    return hi, (a - hi) + lo
+
+
+@_jit
+def _is_odd_integer(y):
+    """Whether float64 y is an odd integer."""
+    return abs(y) < 9007199254740992.0 and y == np.floor(y) and 0.5 * y != np.floor(0.5 * y)
+
+
+@_jit
+def pow(x, y):
+    """x**y for float64 x, y, with C99's (numpy's) special cases."""
+    ax = abs(x)
+    lh, ll = _log_dd(ax if (ax > 0.0 and ax < math.inf) else 1.0)
+    ph, pl = _two_prod(y, lh)
+    pl = pl + y * ll
+    big = ph > EXP_HI
+    tiny = ph < EXP_LO
+    ph, pl = (0.0, 0.0) if (big or tiny or ph != ph) else (ph, pl)
+    k, rh, rl = _reduce_exp(ph)
+    rl = rl + pl
+    s, e = _two_sum(1.0, rh)      # e^r = 1 + rh + rl + tail, rounded once at the end
+    p = s + (e + (rl + _expm1_tail(rh + rl)))
+    k1 = k >> 1
+    v = (p * _pow2(k1)) * _pow2(k - k1)
+    v = math.inf if big else (0.0 if tiny else v)
+    # the special cases, each a select
+    odd = _is_odd_integer(y)
+    if ax == 0.0 or ax == math.inf:      # 0**y, inf**y: 0 or inf, odd y keeps x's sign
+        v = math.inf if (y < 0.0) == (ax == 0.0) else 0.0
+    if math.copysign(1.0, x) < 0.0:      # x < 0, -0.0 or -inf
+        if ax > 0.0 and ax < math.inf and y != np.floor(y) and abs(y) < math.inf:
+            v = math.nan                  # finite negative base, fractional exponent
+        elif odd:
+            v = -v
+    if abs(y) == math.inf:
+        v = 1.0 if ax == 1.0 else (math.inf if (ax > 1.0) == (y > 0.0) else 0.0)
+    if x != x or y != y:
+        v = math.nan
+    if y == 0.0 or x == 1.0:
+        v = 1.0
+    return v
