@@ -176,9 +176,9 @@ class CudaCompiled:
         on_device = any(is_device_array(leaf) for leaf in leaves)
         args = [_to_device(leaf, var.aval) for leaf, var in zip(leaves, self.tape.invars)]
         outs = self.program.fn(self.host_eqns, *args, *consts, self.sizes, sizes)
-        shaped = [o.reshape(v.aval.shape) if o.shape != v.aval.shape else o
-                  for o, v in zip(outs, self.tape.outvars)]
-        return shaped if on_device else [o.copy_to_host() for o in shaped]
+        # 0-d results (a loss) always come back to the host: they become numpy scalars
+        return [o.copy_to_host().reshape(v.aval.shape) if not on_device or v.aval.ndim == 0
+                else o for o, v in zip(outs, self.tape.outvars)]
 
 
 def _to_device(value: Any, aval: Aval) -> Any:
