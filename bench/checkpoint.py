@@ -16,7 +16,6 @@ from __future__ import annotations
 import _harness as H  # first: pins BLAS threads before numpy is imported
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import sys
 import numpy as np
 
 import tapejit as tj
+from tapejit.ops.checkpointing import binomial_snapshots, policy_segment
 
 POLICIES = [None, 316, 100, "binomial"]
 
@@ -37,12 +37,13 @@ def make_loss(steps: int, checkpoints):
 
 
 def kept_carries(steps: int, checkpoints) -> int:
-    """Carries the reverse sweep keeps at once (ops/control.py's policies)."""
+    """Carries the reverse sweep keeps at once (tapejit/ops/checkpointing.py's policies)."""
     if checkpoints is None:
         return steps
     if checkpoints == "binomial":
-        return math.ceil(math.log2(max(steps, 2))) + 2
-    return checkpoints + -(-steps // checkpoints)
+        return binomial_snapshots(steps) + 1
+    seg = policy_segment(steps, checkpoints)
+    return -(-steps // seg) + seg
 
 
 def _rss(field: str) -> int:
