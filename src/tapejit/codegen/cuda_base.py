@@ -1,0 +1,103 @@
+"""What the CUDA code generators share: the program being generated (its size table, plan,
+kernels and host driver), reading values inside a kernel, and small source helpers.
+Part of codegen/cuda.py's backend (cuda_nest.py: loop nests; cuda_calls.py: barriers).
+"""
+from __future__ import annotations
+
+from ..ir import Atom, Eqn, Lit, Tape, Var
+from .cpu import _BOOL_COMBINE, _COMBINE, _operand_parts, name_of
+from .cuda_scalar import scalar_expr
+from .plan import Plan, plan
+from .schedule import steps
+from .views import is_view, view_expr
+from .writer import Sizes, Writer, dtype_code, literal
+
+ENTRY = "run"
+_RESERVED = {"cuda", "tjm", "tjrt", "TPB", "TILE", ENTRY}
+
+
+def var_name(var: Var) -> str:
+    name = name_of(var)
+    return f"{name}_" if name in _RESERVED else name
+
+
+def device_plan(tape: Tape, program_steps: list) -> Plan:
+    """The CPU plan with every value of a scalar domain in (device) memory as well."""
+    p = plan(tape, program_steps)
+    p.arrays |= p.scalar
+    p.scalar = set()
+    return p
+
+
+class Generator:
+    """State shared by the steps of one program."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.sizes = Sizes()
+        self.steps = steps(tape)
+        self.plan = device_plan(tape, self.steps)
+        self.kernels: list[str] = []
+        self.driver = Writer()
+        self.host: list[Eqn] = []
+
+    def allocate(self, var: Var) -> None:
+        self.driver.line(f"{var_name(var)} = tjrt.empty({self.sizes.shape(var.aval.shape)}, "
+                         f"{dtype_code(var.aval.dtype)})")
+
+    def add_kernel(self, name: str, params: list[str], body: list[str]) -> None:
+        self.kernels += ["", "", "@cuda.jit", f"def {name}({', '.join(params + ['S'])}):"]
+        self.kernels += ["    " + line for line in body]
+
+
+def index(parts: list[str]) -> str:
+    return ", ".join(parts) if parts else "0"     # a 0-d value is a 1-element array
+
+
+def unravel(lines: list[str], flat: str, names: list[str], extents: list[str]) -> None:
+    """Split the flat index `flat` into `names` over `extents` (C order)."""
+    rest = flat
+    for k in range(len(names) - 1, 0, -1):
+        lines.append(f"{names[k]} = {rest} % {extents[k]}")
+        lines.append(f"{flat}_{k} = {rest} // {extents[k]}")
+        rest = f"{flat}_{k}"
+    if names:
+        lines.append(f"{names[0]} = {rest}")
+
+
+class Reads:
+    """Reading values inside a kernel: locals, literals, views recomputed, arrays (which
+    become the kernel's parameters)."""
+
+    def __init__(self, g: Generator) -> None:
+        self.g = g
+        self.params: list[str] = []
+        self.local: set[str] = set()
+
+    def read(self, atom: Atom, parts: list[str]) -> str:
+        if isinstance(atom, Lit):
+            return literal(atom)
+        if atom.name in self.local:
+            return f"t_{var_name(atom)}"
+        eqn = self.g.plan.inline.get(atom.name)
+        if eqn is not None and atom.name not in self.g.plan.arrays:
+            return self.recompute(eqn, parts)
+        return self.array(atom, parts)
+
+    def array(self, var: Var, parts: list[str]) -> str:
+        name = var_name(var)
+        if name not in self.params:
+            self.params.append(name)
+        return f"{name}[{index(parts)}]"
+
+    def recompute(self, eqn: Eqn, here: list[str]) -> str:
+        if is_view(eqn):
+            return view_expr(eqn, lambda k, parts: self.read(eqn.ins[k], parts), self.g.sizes,
+                             here)
+        shape = eqn.outs[0].aval.shape
+        return scalar_expr(eqn, [self.read(a, _operand_parts(a.aval.shape, here, shape))
+                                 for a in eqn.ins])
+
+
+def combine_of(eqn: Eqn) -> str:
+    """How reduction `eqn` combines two partial results `{0}`, `{1}`."""
+    return (_BOOL_COMBINE if eqn.outs[0].aval.dtype.kind == "b" else _COMBINE)[eqn.op]
