@@ -41,9 +41,25 @@ def is_view(eqn: Eqn) -> bool:
 
 def view_expr(eqn: Eqn, read: Reader, sizes: Sizes, idx: list[str]) -> str:
     """The value at output position `idx` (one index expression per output axis)."""
+    idx = [_atomic(i) for i in idx]    # views compose: an index may be another's expression
     if squeezes(eqn):
         return _squeeze(eqn, read, sizes, idx)
     return VIEWS[eqn.op](eqn, read, sizes, idx)
+
+
+def _atomic(index: str) -> str:
+    """`index` as an operand of `*`, `-`, `//` or `%`: parenthesized unless a name or number."""
+    return index if index.replace("_", "").isalnum() or index.startswith("(") and \
+        index.endswith(")") and _balanced(index[1:-1]) else f"({index})"
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 @view("broadcast_in_dim")
