@@ -194,3 +194,23 @@ def test_dead_buffers_are_reused_but_not_while_a_view_of_them_lives():
     assert "v6 = np.empty" in program.source and "v12 = v6 " in program.source
     x = np.random.default_rng(0).uniform(0.5, 1.0, (3, 4))
     np.testing.assert_allclose(program([x])[0], interpret(tape, [x])[0], rtol=1e-14)
+
+
+# ---- parallel loops ----------------------------------------------------------------------------
+PARALLEL_ZOO = [p for p in ZOO if p.name in ("layer_norm", "lennard_jones")]
+
+
+@pytest.mark.parametrize("prog", PARALLEL_ZOO, ids=lambda p: p.name)
+def test_parallel_loops_match_the_interpreter(prog, monkeypatch):
+    """Every nest large enough (here: any) runs on threads where that is safe; reductions
+    over the outermost axis of a parallel nest add per-thread partial sums."""
+    from tapejit import config
+    monkeypatch.setenv("TAPEJIT_PARALLEL_MIN_SIZE", "1")
+    config.reload()
+    args = prog.make_args(np.float64)
+    parallel = tj.value_and_grad(prog.fn, argnums=prog.argnums, backend="numba")
+    assert "numba.prange" in tj.explain(parallel)(*args).source
+    got = tj.pytree.flatten(parallel(*args))[0]
+    want = tj.pytree.flatten(tj.value_and_grad(prog.fn, argnums=prog.argnums)(*args))[0]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
