@@ -101,7 +101,7 @@ def _two_prod(a, b):
 
 # ---- exp, expm1 -----------------------------------------------------------------------------
 LOG2E = 1.4426950408889634
-LN2_HI = 6.93147180369123816490e-01  # 32 trailing zero bits: k * LN2_HI is exact
+LN2_HI = 6.93147180369123816490e-01  # 32 significant bits: k * LN2_HI is exact
 LN2_LO = 1.90821492927058770002e-10
 # 1/n!, n = 13..2: the Taylor series of exp(r) - 1 - r on |r| <= ln2/2 (truncation < 2^-60)
 _INV_FACT = tuple(1.0 / math.factorial(n) for n in range(13, 1, -1))
