@@ -87,7 +87,7 @@ class _Program:
             return literal(atom)
         if atom.name in self.plan.scalar:
             return f"t_{name_of(atom)}"
-        eqn = self.plan.inline.get(atom.name)
+        eqn = self.plan.inline.get(atom.name) or self.plan.recomputed.get(atom.name)
         if eqn is not None and atom.name not in self.plan.arrays:
             return self.recompute(eqn, parts, self.read)
         if self.hoisted is not None and atom.aval.ndim == 0:

@@ -7,6 +7,8 @@
   instead of storing them, was measured slower: Lennard-Jones 36 ms against 19.5 ms.)
 - Everything else read by another step, every operand of a call and every tape output is an
   array. Eqns of a loop whose results nobody needs are not emitted.
+- A value of an inner stage read by a later stage of its nest is stored in an array, unless it
+  is one elementwise op on inputs (`x[i] - x[j]`): that is recomputed where it is read.
 - An array the program allocates is reused, once nothing reads it any more, for a later value
   of the same shape and dtype (`last_read`; codegen/cpu.py allocates).
 """
@@ -15,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..ir import Eqn, Tape, Var
+from ..ir import Atom, Eqn, Lit, Tape, Var
+from ..ops import OPS, Kind
 from ..passes.fuse import FUSIBLE_REDUCTIONS
 from .calls import FRESH
 from .schedule import Call, Loop, Step
@@ -29,6 +32,8 @@ class Plan:
     live: dict[int, list[Eqn]]       # per loop step: the eqns to emit, in order
     last_read: dict[str, float]      # var -> the last step reading it or a view of it (inf:
                                      # an output, or aliased by an output)
+    recomputed: dict[str, Eqn]       # values of an inner stage that a later stage of the
+                                     # same nest recomputes from inputs: name -> eqn
 
 
 def plan(tape: Tape, steps: list[Step]) -> Plan:
@@ -42,6 +47,8 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
               if isinstance(steps[index], Loop) and all(n == 1 for n in shapes[name])}
     inline = _inlinable(steps)
     arrays = {o.name for o in tape.outvars if isinstance(o, Var)}
+    cheap = _cheap(steps, where, inline)
+    recomputed: dict[str, Eqn] = {}
 
     def use(name: str, reader: int, stage: int | None) -> None:
         if name not in where or name in scalar:
@@ -53,6 +60,9 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
             mine = producer.stage_of[name]
             if mine == stage or producer.stages[mine] == producer.domain \
                     or name in producer.reductions:
+                return
+            if name in cheap:          # one op on inputs: cheaper than an array round trip
+                recomputed[name] = cheap[name]
                 return
             arrays.add(name)
         elif name in inline:
@@ -73,7 +83,22 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
     arrays -= scalar          # (a scalar output becomes an array only at the return)
     live = {index: _live(step, arrays, scalar) for index, step in enumerate(steps)
             if isinstance(step, Loop)}
-    return Plan(arrays, inline, scalar, live, _last_reads(tape, steps, inline))
+    return Plan(arrays, inline, scalar, live, _last_reads(tape, steps, inline), recomputed)
+
+
+def _cheap(steps: list[Step], where: dict[str, int], inline: dict[str, Eqn]) -> dict[str, Eqn]:
+    """Elementwise eqns of one op on inputs, literals or views of inputs (x[i] - x[j] in a
+    pairwise nest): recomputing one where a later stage of its nest reads it costs less than
+    writing and reading back an array of the nest's full size (Lennard-Jones: an n*n*3 array)."""
+    def free(atom: Atom) -> bool:
+        if isinstance(atom, Lit) or atom.name not in where:
+            return True
+        view = inline.get(atom.name)
+        return view is not None and all(free(a) for a in view.ins)
+
+    return {eqn.outs[0].name: eqn for step in steps if isinstance(step, Loop)
+            for eqn in step.eqns
+            if OPS[eqn.op].kind is Kind.ELEMENTWISE and all(free(a) for a in eqn.ins)}
 
 
 def _last_reads(tape: Tape, steps: list[Step], inline: dict[str, Eqn]) -> dict[str, float]:
