@@ -65,8 +65,8 @@ def unravel(lines: list[str], flat: str, names: list[str], extents: list[str]) -
 
 
 class Reads:
-    """Reading values inside a kernel: locals, literals, views recomputed, arrays (which
-    become the kernel's parameters)."""
+    """Reading values inside a kernel: locals, literals, views and the plan's cheap values
+    recomputed, arrays (which become the kernel's parameters)."""
 
     def __init__(self, g: Generator) -> None:
         self.g = g
@@ -78,7 +78,7 @@ class Reads:
             return literal(atom)
         if atom.name in self.local:
             return f"t_{var_name(atom)}"
-        eqn = self.g.plan.inline.get(atom.name)
+        eqn = self.g.plan.inline.get(atom.name) or self.g.plan.recomputed.get(atom.name)
         if eqn is not None and atom.name not in self.g.plan.arrays:
             return self.recompute(eqn, parts)
         return self.array(atom, parts)
