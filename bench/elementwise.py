@@ -13,6 +13,7 @@ Rows (float64, then float32):
 Goal (issue 6): tapejit on one thread <= 0.5x the Numba loop, and <= the numpy gradient.
 
     .venv/bin/python bench/elementwise.py [--n 10000000] [--repeats 7] [--quick [--with-numba]] [--no-numba]
+        [--interleave]
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import _harness as H  # first: pins BLAS threads before numpy is imported
 
 import math
 import os
+import time
 
 import numba
 import numpy as np
@@ -149,15 +151,59 @@ def bench_dtype(dtype: type, n: int, args) -> dict:
     return times
 
 
+def _framework_calls(x: np.ndarray) -> dict:
+    """Zero-argument gradient calls of JAX jit(grad) and torch.compile, where installed."""
+    calls = {}
+    if H.have("jax"):
+        import jax
+        import jax.numpy as jnp
+        if x.dtype == np.float64:
+            jax.config.update("jax_enable_x64", True)
+        jx, jg = jnp.asarray(x), jax.jit(jax.grad(_jax_f(jnp)))
+        calls["jax jit(grad)"] = lambda: jg(jx).block_until_ready()
+    if H.have("torch"):
+        import torch
+        torch.set_num_threads(1)
+        tf, tx = torch.compile(_torch_f(torch)), torch.from_numpy(x).requires_grad_(True)
+        calls["torch.compile (fwd+bwd)"] = lambda: torch.autograd.grad(tf(tx), [tx])
+    return calls
+
+
+def interleaved(dtype: type, n: int, repeats: int) -> None:
+    """Medians with the rows taking turns in every repeat, so that a change of load on a shared
+    machine hits every row alike (the table above times one row after another)."""
+    x = np.random.default_rng(0).uniform(-3.0, 3.0, size=n).astype(dtype)
+    g = tj.grad(f, backend="numba")
+    calls = {H.NUMBA_LABEL: lambda: g(x), "numba fused loop (hand-written)": lambda: numba_grad(x),
+             **_framework_calls(x)}
+    runs: dict = {label: [] for label in calls}
+    for _ in range(H.WARMUP + repeats):
+        for label, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            runs[label].append(time.perf_counter() - t0)
+    table = H.Table(f"interleaved, x: {n:,} {np.dtype(dtype).name}",
+                    ref="numba fused loop (hand-written)", ratio_name="x numba loop")
+    for label, times in runs.items():
+        table.add(label, H.Timing.of(times[H.WARMUP:]))
+    table.print()
+
+
 def main() -> None:
     parser = H.make_parser(__doc__, repeats=7)
     parser.add_argument("--n", type=int, default=None, help="elements (default 10^7; 10^5 with --quick)")
     parser.add_argument("--dtypes", default="float64,float32", help="comma-separated dtypes")
+    parser.add_argument("--interleave", action="store_true",
+                        help="then time tapejit, the Numba loop, JAX and torch.compile taking "
+                             "turns in every repeat")
     args = H.parse_args(parser)
     n = args.n or (100_000 if args.quick else 10_000_000)
     H.print_header("bench/elementwise.py: fused elementwise gradient", args)
     for name in args.dtypes.split(","):
         bench_dtype(np.dtype(name.strip()).type, n, args)
+    if args.interleave:
+        for name in args.dtypes.split(","):
+            interleaved(np.dtype(name.strip()).type, n, args.repeats)
 
 
 if __name__ == "__main__":
