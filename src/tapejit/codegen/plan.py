@@ -8,7 +8,9 @@
 - Everything else read by another step, every operand of a call and every tape output is an
   array. Eqns of a loop whose results nobody needs are not emitted.
 - A value of an inner stage read by a later stage of its nest is stored in an array, unless it
-  is one elementwise op on inputs (`x[i] - x[j]`): that is recomputed where it is read.
+  is one elementwise op on inputs (`x[i] - x[j]`): that is recomputed where it is read. So is a
+  value that loops of later steps read when at most two elementwise ops recompute it from
+  arrays stored anyway (`1 - t*t` from `t`).
 - An array the program allocates is reused, once nothing reads it any more, for a later value
   of the same shape and dtype (`last_read`; codegen/cpu.py allocates).
 """
@@ -32,8 +34,7 @@ class Plan:
     live: dict[int, list[Eqn]]       # per loop step: the eqns to emit, in order
     last_read: dict[str, float]      # var -> the last step reading it or a view of it (inf:
                                      # an output, or aliased by an output)
-    recomputed: dict[str, Eqn]       # values of an inner stage that a later stage of the
-                                     # same nest recomputes from inputs: name -> eqn
+    recomputed: dict[str, Eqn]       # values recomputed where read, not stored: name -> eqn
 
 
 def plan(tape: Tape, steps: list[Step]) -> Plan:
@@ -81,9 +82,51 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
                         arrays.add(atom.name)
                     use(atom.name, index, stage)
     arrays -= scalar          # (a scalar output becomes an array only at the return)
+    _rematerialize(tape, steps, where, arrays, recomputed)
     live = {index: _live(step, arrays, scalar) for index, step in enumerate(steps)
             if isinstance(step, Loop)}
-    return Plan(arrays, inline, scalar, live, _last_reads(tape, steps, inline), recomputed)
+    return Plan(arrays, inline, scalar, live,
+                _last_reads(tape, steps, {**inline, **recomputed}), recomputed)
+
+
+REMAT_OPS = 2   # at most this many elementwise ops are recomputed instead of stored
+
+
+def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays: set[str],
+                   recomputed: dict[str, Eqn]) -> None:
+    """Values that loops of later steps read, computed by at most REMAT_OPS elementwise ops from
+    arrays kept anyway (or inputs): recomputed by their readers instead of stored (tanh's
+    derivative 1 - t*t from the stored t), saving an array written and read back. Not for
+    outputs nor for values a call reads (calls take arrays)."""
+    producers = {e.outs[0].name: e for step in steps if isinstance(step, Loop)
+                 for e in step.eqns if OPS[e.op].kind is Kind.ELEMENTWISE}
+    called = {a.name for step in steps if isinstance(step, Call) for a in step.eqn.ins
+              if isinstance(a, Var)}
+    outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
+    candidates = {n for n in arrays if n in producers and n not in called | outputs}
+
+    def tree(name: str, budget: int) -> dict[str, Eqn] | None:
+        """The eqns recomputing `name` from kept arrays, inputs and literals, within budget."""
+        eqn = producers.get(name)
+        if eqn is None or budget == 0:
+            return None
+        nodes = {name: eqn}
+        for atom in eqn.ins:
+            if isinstance(atom, Lit) or atom.name not in where:
+                continue
+            if atom.name in arrays and atom.name not in candidates:
+                continue
+            sub = tree(atom.name, budget - len(nodes))
+            if sub is None:
+                return None
+            nodes.update(sub)
+        return nodes if len(nodes) <= budget else None
+
+    for name in sorted(candidates):
+        nodes = tree(name, REMAT_OPS)
+        if nodes is not None and not (set(nodes) - {name}) & candidates:
+            arrays.discard(name)
+            recomputed.update(nodes)
 
 
 def _cheap(steps: list[Step], where: dict[str, int], inline: dict[str, Eqn]) -> dict[str, Eqn]:
