@@ -21,33 +21,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tapejit as tj  # noqa: E402
-from op_db import ROWS  # noqa: E402
+from op_db import ROWS, combined  # noqa: E402
 from zoo import ZOO  # noqa: E402
 
 CHUNK = 24
 PRIMITIVE_ROWS = [row for row in ROWS if row.prim is not None]
 CHUNKS = [PRIMITIVE_ROWS[i:i + CHUNK] for i in range(0, len(PRIMITIVE_ROWS), CHUNK)]
-
-
-def combined(rows):
-    """A scalar function of all the rows' inputs, and those inputs (float64, first sample)."""
-    rng = np.random.default_rng(0)
-    args, spans, weights = [], [], []
-    for row in rows:
-        sample = row.samples("float64")[0]
-        spans.append((row, len(args), len(args) + len(sample)))
-        args.extend(sample)
-        weights.append(rng.uniform(0.5, 1.5))
-
-    def total(*xs):
-        acc = 0.0
-        for (row, a, b), weight in zip(spans, weights):
-            out = row.fn(*xs[a:b])
-            for leaf in (out if isinstance(out, (list, tuple)) else [out]):
-                acc = acc + weight * np.sum(leaf * 1.0)
-        return acc
-
-    return total, args
 
 
 def programs():

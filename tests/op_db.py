@@ -791,3 +791,26 @@ row("prim_checkpoint", tj.checkpoint(lambda x: np.sin(np.exp(x)) * x), grad2=Tru
 row("prim_loop_grad", lambda c, xs: tj.grad(lambda c: np.sum(_scan_row(c, xs, 2)))(c),
     shapes=(((3,), (4, 3)),), prim="loop_grad", rtol=1e-4,
     ref=lambda c, xs: tj.grad(lambda c: np.sum(_scan_ref(c, xs)))(c))
+
+
+def combined(rows: Sequence["Row"]) -> tuple[Callable[..., Any], list]:
+    """One scalar function of all the rows' inputs (a random-weighted sum of their outputs)
+    and those inputs (float64, first sample): one program exercising a chunk of rows, for the
+    compiled backends whose programs cost seconds each to compile."""
+    rng = np.random.default_rng(0)
+    args, spans, weights = [], [], []
+    for r in rows:
+        sample = r.samples("float64")[0]
+        spans.append((r, len(args), len(args) + len(sample)))
+        args.extend(sample)
+        weights.append(rng.uniform(0.5, 1.5))
+
+    def total(*xs):
+        acc = 0.0
+        for (r, a, b), weight in zip(spans, weights):
+            out = r.fn(*xs[a:b])
+            for leaf in (out if isinstance(out, (list, tuple)) else [out]):
+                acc = acc + weight * np.sum(leaf * 1.0)
+        return acc
+
+    return total, args

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from op_db import ROWS
+from op_db import ROWS, combined
 from zoo import ZOO
 
 CHUNK = 24
@@ -33,30 +33,9 @@ def _private_cache(tmp_path_factory, monkeypatch):
     config.reload()
 
 
-def _combined(rows):
-    """A scalar function of all the rows' inputs, and those inputs (float64, first sample)."""
-    rng = np.random.default_rng(0)
-    args, spans, weights = [], [], []
-    for row in rows:
-        sample = row.samples("float64")[0]
-        spans.append((row, len(args), len(args) + len(sample)))
-        args.extend(sample)
-        weights.append(rng.uniform(0.5, 1.5))
-
-    def total(*xs):
-        acc = 0.0
-        for (row, a, b), weight in zip(spans, weights):
-            out = row.fn(*xs[a:b])
-            for leaf in (out if isinstance(out, (list, tuple)) else [out]):
-                acc = acc + weight * np.sum(leaf * 1.0)
-        return acc
-
-    return total, args
-
-
 @pytest.mark.parametrize("rows", CHUNKS, ids=lambda rows: f"{rows[0].name}..{rows[-1].name}")
 def test_op_rows_compiled_match_interpreter(rows):
-    fn, args = _combined(rows)
+    fn, args = combined(rows)
     argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
     value, grads = tj.value_and_grad(fn, argnums=argnums, backend="numba")(*args)
     ref_value, ref_grads = tj.value_and_grad(fn, argnums=argnums)(*args)

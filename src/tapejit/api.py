@@ -239,12 +239,7 @@ class _ValueAndGrad(CachedTransform):
         return self._call(args, kwargs)
 
     def _signature(self, args: tuple, kwargs: dict) -> tuple[_Args, tuple, Callable]:
-        call, static = split_args(self.fn, args, kwargs, self.static_argnums)
-        argnums = _normalize_argnums(self.argnums, call.n_pos)
-        if any(i not in call.dynamic for i in argnums):
-            raise ArgumentError(at_source(f"argnums {self.argnums} and static_argnums "
-                                          f"{self.static_argnums} overlap", user_source(1)))
-        return call, (argnums, *call.key(static)), lambda: self._build(call, argnums)
+        return argnums_signature(self, args, kwargs)
 
     def _finisher(self, program: Program, call: _Args, traced: bool) -> Callable:
         argnums = _normalize_argnums(self.argnums, call.n_pos)
@@ -298,6 +293,17 @@ class _ValueAndGrad(CachedTransform):
                                        _fn_source(self.fn)))
         seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
         return Program(optimize(autodiff.vjp_tape(tape, wrt, seeds)), aux_td)
+
+
+def argnums_signature(transform: Any, args: tuple, kwargs: dict) -> tuple[_Args, tuple, Callable]:
+    """`CachedTransform._signature` of a transform differentiating w.r.t. `transform.argnums`
+    (its key starts with them; its program is `transform._build(call, argnums)`)."""
+    call, static = split_args(transform.fn, args, kwargs, transform.static_argnums)
+    argnums = _normalize_argnums(transform.argnums, call.n_pos)
+    if any(i not in call.dynamic for i in argnums):
+        raise ArgumentError(at_source(f"argnums {transform.argnums} and static_argnums "
+                                      f"{transform.static_argnums} overlap", user_source(2)))
+    return call, (argnums, *call.key(static)), lambda: transform._build(call, argnums)
 
 
 def _check_float_inputs(what: str, call: _Args, wrt: Sequence[int]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import autodiff
-from .api import _check_float_inputs, _normalize_argnums, split_args, trace_flat
+from .api import _check_float_inputs, _normalize_argnums, argnums_signature, split_args, trace_flat
 from .batching import batched_inline
 from .dispatch import CachedTransform, Program, unbox, unbox_traced
 from .errors import ArgumentError, at_source
@@ -127,12 +127,7 @@ class _Jacobian(CachedTransform):
         return self._call(args, kwargs)
 
     def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable]:
-        call, static = split_args(self.fn, args, kwargs, self.static_argnums)
-        argnums = _normalize_argnums(self.argnums, call.n_pos)
-        if any(i not in call.dynamic for i in argnums):
-            raise ArgumentError(at_source(f"argnums {self.argnums} and static_argnums "
-                                          f"{self.static_argnums} overlap", user_source(1)))
-        return call, (argnums, *call.key(static)), lambda: self._build(call, argnums)
+        return argnums_signature(self, args, kwargs)
 
     def _build(self, call: Any, argnums: tuple[int, ...]) -> Program:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
