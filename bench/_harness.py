@@ -24,7 +24,9 @@ import os
 # (set before numpy is imported anywhere in the process: the scripts import this module first).
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
-# JAX rows (where installed) run on one core too.
+# JAX rows (where installed) run on one core too, and so do tapejit's loops (bench/parallel.py
+# measures what threads give).
+os.environ.setdefault("TAPEJIT_PARALLEL_MIN_SIZE", "0")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import argparse  # noqa: E402

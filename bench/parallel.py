@@ -4,7 +4,8 @@ For each size n, the gradient of sum(sin(x)*exp(-x*x) + tanh(x)*x) (bench/elemen
 workload) and the Lennard-Jones gradient (bench/lennard_jones.py, n atoms: an n x n nest) run
 compiled twice: every loop serial (TAPEJIT_PARALLEL_MIN_SIZE=0) and every loop parallel (=1),
 on all of numba's threads. The ratio parallel / serial per size shows where the threads pay
-(< 1.0x), and so what TAPEJIT_PARALLEL_MIN_SIZE to set on a machine (default 0: serial).
+(< 1.0x), and so what TAPEJIT_PARALLEL_MIN_SIZE to set on a machine (default 131072; the
+other benches set 0: single-threaded rows).
 
     .venv/bin/python bench/parallel.py [--repeats 7] [--quick]
 """
@@ -56,7 +57,7 @@ def main() -> None:
     paying = [e for _, e, s, p in results if p < 0.9 * s]
     print(f"\nsmallest nest where parallel loops paid (>10% faster): "
           f"{min(paying) if paying else 'none'} elements "
-          f"(set TAPEJIT_PARALLEL_MIN_SIZE to it; the default 0 keeps loops serial)")
+          f"(TAPEJIT_PARALLEL_MIN_SIZE: default 131072 elements; 0 keeps loops serial)")
 
 if __name__ == "__main__":
     main()

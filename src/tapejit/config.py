@@ -7,10 +7,10 @@
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
 - `TAPEJIT_FAST_MATH=0`: generated loops call libm for exp, log, sin, ... instead of tapejit's
   vectorisable kernels (codegen/vmath.py; on by default, within 1.5 ulp of the exact result).
-- `TAPEJIT_PARALLEL_MIN_SIZE=n`: a fused loop nest of at least n elements runs its outermost
-  loop on threads (numba.prange; codegen/cpu.py); 0 (the default) keeps every loop serial.
-  bench/parallel.py measures where threads pay; on the shared 2-core machines this project
-  was measured on they did not (docs/performance.md), so parallel loops are opt-in.
+- `TAPEJIT_PARALLEL_MIN_SIZE=n`: a fused loop nest of at least n elements (default 131072)
+  runs its outermost loop on threads (numba.prange; codegen/cpu.py); 0 keeps every loop
+  serial. bench/parallel.py measures where threads pay: on 2 idle cores from 4096 elements on
+  (0.5x at 131072); on cores other jobs keep busy they cost up to 2x (docs/performance.md).
 - `TAPEJIT_NUM_THREADS=n`: how many threads parallel loops use (default: numba's, the cores).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
@@ -31,7 +31,7 @@ class Config:
     disable_jit: bool = False
     backend: str = "numba"
     dump_dir: Path | None = None
-    parallel_min_size: int = 0
+    parallel_min_size: int = 131072
     num_threads: int | None = None
     fast_math: bool = True
 
@@ -66,7 +66,7 @@ def _read() -> Config:
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
         backend=os.environ.get("TAPEJIT_BACKEND", "numba").strip() or "numba",
         dump_dir=Path(dump).expanduser() if dump else None,
-        parallel_min_size=_count("TAPEJIT_PARALLEL_MIN_SIZE", 0),
+        parallel_min_size=_count("TAPEJIT_PARALLEL_MIN_SIZE", 131072),
         num_threads=_count("TAPEJIT_NUM_THREADS", None),
         fast_math=os.environ.get("TAPEJIT_FAST_MATH", "1").strip().lower() not in _FALSE,
     )
