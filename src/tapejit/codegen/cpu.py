@@ -102,7 +102,7 @@ class _Program:
         if is_view(eqn):
             return view_expr(eqn, lambda k, parts: read(eqn.ins[k], parts), self.sizes, here)
         shape = eqn.outs[0].aval.shape
-        return scalar_expr(eqn, [read(a, _operand_parts(a.aval.shape, here, shape))
+        return scalar_expr(eqn, [read(a, operand_parts(a.aval.shape, here, shape))
                                  for a in eqn.ins])
 
 
@@ -224,7 +224,7 @@ def full_index(shape: tuple[int, ...], idx: list[str]) -> list[str]:
     return ["0" if n == 1 else next(loop) for n in shape]
 
 
-def _operand_parts(operand: tuple[int, ...], out: list[str], out_shape: tuple[int, ...]):
+def operand_parts(operand: tuple[int, ...], out: list[str], out_shape: tuple[int, ...]):
     """Index parts reading a broadcast operand at output position `out`."""
     offset = len(out_shape) - len(operand)
     return ["0" if n == 1 else out[offset + k] for k, n in enumerate(operand)]
@@ -236,7 +236,12 @@ _COMBINE = {"reduce_sum": "{0} + {1}", "reduce_max": "np.maximum({0}, {1})",
 _BOOL_COMBINE = {"reduce_max": "({0} or {1})", "reduce_min": "({0} and {1})"}
 
 
-def _init(eqn: Eqn) -> str:
+def combine_of(eqn: Eqn) -> str:
+    """How reduction `eqn` combines two partial results `{0}`, `{1}`."""
+    return (_BOOL_COMBINE if eqn.outs[0].aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+
+
+def reduction_init(eqn: Eqn) -> str:
     dtype = eqn.outs[0].aval.dtype
     value: Any = _INIT[eqn.op]
     if dtype.kind in "iu" and value != 0:
@@ -374,7 +379,7 @@ def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list
     name = name_of(out)
     here = full_index(x.shape, idx)
     operand = read(eqn.ins[0], here)
-    combine = (_BOOL_COMBINE if out.aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+    combine = combine_of(eqn)
     axes = eqn.kw["axes"]
     kept = [here[d] for d in range(x.ndim) if d not in axes]
     reduced = [here[d] for d in axes if here[d] != "0"]     # loop indices summed over
@@ -382,14 +387,14 @@ def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list
     level = rank - len(reduced)
     if reduced == idx[level:] and (inner_from is None or level == inner_from):
         acc = f"acc_{name}"
-        pre[level].append(f"{acc} = {_init(eqn)}")
+        pre[level].append(f"{acc} = {reduction_init(eqn)}")
         body.append(f"{acc} = {combine.format(acc, operand)}")
         post[level].append(f"t_{name} = {acc}")      # a local, read by later stages
         if out.name not in p.plan.scalar and out.name in p.plan.arrays:
             post[level].append(f"{target} = {acc}")
             w.line(p.allocate(out))
     else:
-        calls.filled(w, name, out.aval, _init(eqn), p.sizes)
+        calls.filled(w, name, out.aval, reduction_init(eqn), p.sizes)
         p.own(out)
         body.append(f"{target} = {combine.format(target, operand)}")
         if out.name in p.plan.scalar:       # complete once the whole nest has run

@@ -5,7 +5,7 @@ Part of codegen/cuda.py's backend (cuda_nest.py: loop nests; cuda_calls.py: barr
 from __future__ import annotations
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
-from .cpu import _BOOL_COMBINE, _COMBINE, _operand_parts, name_of
+from .cpu import name_of, operand_parts
 from .cuda_scalar import scalar_expr
 from .plan import Plan, plan
 from .schedule import steps
@@ -94,10 +94,7 @@ class Reads:
             return view_expr(eqn, lambda k, parts: self.read(eqn.ins[k], parts), self.g.sizes,
                              here)
         shape = eqn.outs[0].aval.shape
-        return scalar_expr(eqn, [self.read(a, _operand_parts(a.aval.shape, here, shape))
+        return scalar_expr(eqn, [self.read(a, operand_parts(a.aval.shape, here, shape))
                                  for a in eqn.ins])
 
 
-def combine_of(eqn: Eqn) -> str:
-    """How reduction `eqn` combines two partial results `{0}`, `{1}`."""
-    return (_BOOL_COMBINE if eqn.outs[0].aval.dtype.kind == "b" else _COMBINE)[eqn.op]

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..ir import Eqn, Var
 from ..ops.linalg import free_axes
-from .cpu import _init, comment
-from .cuda_base import Generator, Reads, combine_of, unravel, var_name
+from .cpu import combine_of, comment, reduction_init
+from .cuda_base import Generator, Reads, unravel, var_name
 from .writer import dtype_code, scalar
 
 
@@ -25,7 +25,7 @@ def emit_combine(g: Generator, name: str, eqn: Eqn) -> None:
     inner: list[str] = []
     unravel(inner, "t_f", idx, [g.sizes(m) for m in shape])
     part = f"{partial}[{', '.join(['t_j'] + idx)}]"
-    inner += [f"t_acc = {_init(eqn)}", f"for t_j in range({partial}.shape[0]):",
+    inner += [f"t_acc = {reduction_init(eqn)}", f"for t_j in range({partial}.shape[0]):",
               f"    t_acc = {combine.format('t_acc', part)}", f"{k.array(out, idx)} = t_acc"]
     g.add_kernel(name, [partial] + k.params,
                  [f"for t_f in range(cuda.grid(1), {n}, cuda.gridsize(1)):"]

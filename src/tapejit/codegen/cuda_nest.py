@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..ir import Eqn
 from ..passes.fuse import Loop
-from .cpu import _init, comment, full_index
-from .cuda_base import Generator, Reads, combine_of, unravel, var_name
+from .cpu import combine_of, comment, full_index, reduction_init
+from .cuda_base import Generator, Reads, unravel, var_name
 from .cuda_calls import emit_combine
 from .writer import dtype_code
 
@@ -164,7 +164,7 @@ class Kernel(Reads):
         lines = [f"for t_zf in range(t_tid, {self.g.sizes.product(shape)}, {threads}):"]
         inner: list[str] = []
         unravel(inner, "t_zf", names, [self.g.sizes(n) for n in shape])
-        inner.append(f"{self.target(eqn, names)} = {_init(eqn)}")
+        inner.append(f"{self.target(eqn, names)} = {reduction_init(eqn)}")
         return lines + ["    " + line for line in inner] + ["cuda.syncthreads()"]
 
     def emit_group(self, k: int, group: list[Eqn], threads: str) -> list[str]:
@@ -178,7 +178,7 @@ class Kernel(Reads):
                 self.emit_eqn(eqn, idx, lines, guard=True)
             return lines
         accs = [e for e in group if self.acc(e)]
-        lines = [f"acc_{var_name(e.outs[0])} = {_init(e)}" for e in accs]
+        lines = [f"acc_{var_name(e.outs[0])} = {reduction_init(e)}" for e in accs]
         start, step = ("cuda.blockIdx.x * TPB + t_tid", "TPB * cuda.gridDim.x") if self.split \
             else ("t_tid", threads)
         lines.append(f"for t_f{k} in range({start}, {self.extent(axes, stage)}, {step}):")
