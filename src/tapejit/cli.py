@@ -38,27 +38,31 @@ def _size(nbytes: float) -> str:
     raise AssertionError
 
 
-def _cuda() -> str:
-    """Whether numba sees a CUDA GPU (numba.cuda imported in a child: it can be slow)."""
-    code = "from numba import cuda; print(cuda.is_available())"
+def _in_child(code: str) -> subprocess.CompletedProcess | str:
+    """Run `code` in a child Python (importing numba.cuda can be slow or fail): the finished
+    process, or why it could not run."""
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"unknown ({err})"
+
+
+def _cuda() -> str:
+    """Whether numba sees a CUDA GPU."""
+    proc = _in_child("from numba import cuda; print(cuda.is_available())")
+    if isinstance(proc, str):
+        return proc
     if proc.returncode:
         return f"no (numba.cuda: {proc.stderr.strip().splitlines()[-1][:80]})"
     return "yes" if proc.stdout.strip() == "True" else "no GPU or driver found"
 
 
 def _cuda_backend() -> str:
-    """Whether backend="cuda" can run, and on what (in a child, as `_cuda`)."""
-    code = "from tapejit.cuda_support import cuda_status; print(cuda_status())"
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"unknown ({err})"
+    """Whether backend="cuda" can run, and on what."""
+    proc = _in_child("from tapejit.cuda_support import cuda_status; print(cuda_status())")
+    if isinstance(proc, str):
+        return proc
     return proc.stdout.strip() or proc.stderr.strip().splitlines()[-1][:120]
 
 

@@ -16,6 +16,7 @@ float32 operands go through the float64 kernel and round once.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import llvmlite.binding as llvm
 import numba
@@ -49,26 +50,23 @@ def _float(typingctx, n):
     return types.float64(types.int64), codegen
 
 
-@intrinsic
-def _fma(typingctx, a, b, c):
-    """a*b + c, fused where the CPU has FMA (llvm.fmuladd): Horner steps."""
-    def codegen(context, builder, sig, args):
-        f64 = ir.DoubleType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64, [f64] * 3),
-                                            "llvm.fmuladd.f64")
-        return builder.call(fn, args)
-    return types.float64(types.float64, types.float64, types.float64), codegen
+def _llvm_ternary(name: str, doc: str) -> Any:
+    """An intrinsic calling the LLVM float64 intrinsic `name` on three float64s."""
+    def typer(typingctx, a, b, c):
+        def codegen(context, builder, sig, args):
+            f64 = ir.DoubleType()
+            fn = cgutils.get_or_insert_function(builder.module,
+                                                ir.FunctionType(f64, [f64] * 3), name)
+            return builder.call(fn, args)
+        return types.float64(types.float64, types.float64, types.float64), codegen
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def _fma_exact(typingctx, a, b, c):
-    """a*b + c rounded once (llvm.fma: an instruction where the CPU has FMA, else libm)."""
-    def codegen(context, builder, sig, args):
-        f64 = ir.DoubleType()
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f64, [f64] * 3),
-                                            "llvm.fma.f64")
-        return builder.call(fn, args)
-    return types.float64(types.float64, types.float64, types.float64), codegen
+_fma = _llvm_ternary("llvm.fmuladd.f64",
+                     "a*b + c, fused where the CPU has FMA (llvm.fmuladd): Horner steps.")
+_fma_exact = _llvm_ternary("llvm.fma.f64", "a*b + c rounded once (llvm.fma: an instruction "
+                           "where the CPU has FMA, else libm).")
 
 
 # every function here is compiled once (cached) and marked alwaysinline for LLVM: a loop with a
