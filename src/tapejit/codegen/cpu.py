@@ -44,7 +44,7 @@ DECORATOR = '@numba.njit(cache=True, error_model="numpy"{})'
 def name_of(var: Var) -> str:
     """The Python name of a var: the tape's own name, clear of reserved words and of the
     prefixes of generated temporaries."""
-    clash = var.name in _RESERVED or var.name.startswith(("t_", "acc_", "h_"))
+    clash = var.name in _RESERVED or var.name.startswith(("t_", "acc_", "h_", "r_", "tot_"))
     return f"{var.name}_" if clash else var.name
 
 
@@ -159,9 +159,9 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
         p.step = number
         if isinstance(step, Loop):
             if p.plan.live[number]:
-                _emit_loop(p, step, p.plan.live[number],
-                           [f"i{d}_{number}" for d in range(len(step.domain))],
-                           number in p.parallel)
+                emit = _emit_rows if _by_rows(step) else _emit_loop
+                emit(p, step, p.plan.live[number],
+                     [f"i{d}_{number}" for d in range(len(step.domain))], number in p.parallel)
         else:
             _emit_call(p, step)
     outs = []
@@ -338,6 +338,147 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
     for stmt in p.after_nest:
         w.line(stmt)
     p.after_nest.clear()
+
+
+def _by_rows(loop: Loop) -> bool:
+    """Whether a nest runs row by row (_emit_rows): two or more loops and an inner stage."""
+    return len(loop.domain) >= 2 and any(len(s) > len(loop.domain) for s in loop.stages)
+
+
+def _emit_rows(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
+               parallel: bool = False) -> None:
+    """The loop nest computing `eqns` row by row: the domain's outer loops as in _emit_loop,
+    and inside them each stage as its own loop over the last axis (a row), with the stage's
+    inner axes outside that loop. Values that a later stage reads, and the reductions over an
+    inner stage's axes, live in row buffers. The innermost loop is then the long one over the
+    row, which vectorises, not a short one over inner axes (xyz in a pairwise nest)."""
+    w, rank, j = p.w, len(loop.domain), idx[-1]
+    row = p.sizes(loop.domain[-1])
+    groups = _stages(loop, eqns)
+    segment = {e.outs[0].name: s for s, (_, group) in enumerate(groups) for e in group}
+    buffers: dict[str, Var] = {}
+    for s, (stage, group) in enumerate(groups):
+        for e in group:
+            out = e.outs[0]
+            inner_total = out.name in loop.reductions and loop.complete(out.name) \
+                and loop.stages[stage] != loop.domain
+            if inner_total:
+                buffers[out.name] = out
+            for a in e.ins:
+                if isinstance(a, Var) and segment.get(a.name, s) < s \
+                        and loop.stages[loop.stage_of[a.name]] == loop.domain:
+                    buffers[a.name] = a
+    p.hoisted = {}
+    before, inside, after = [], [], []     # statements before, in and after the outer loops
+    allocations = [f"r_{name_of(v)} = np.empty(({row},), {dtype_code(v.aval.dtype)})"
+                   for v in buffers.values()]
+    (inside if parallel else before).extend(allocations)   # one set per thread
+    for s, (stage, group) in enumerate(groups):
+        domain = loop.stages[stage]
+        order = [f"{j}s{stage}_{k}" for k in range(len(domain) - rank)] + [j]
+        extents = [p.sizes(n) for n in domain[rank:]] + [row]
+        local: set[str] = set()
+        head: list[str] = []
+        opens: list[list[str]] = [[] for _ in order]
+        closes: list[list[str]] = [[] for _ in order]
+        lines: list[str] = []
+        tail: list[str] = []
+
+        def read(atom: Atom, parts: list[str]) -> str:
+            if isinstance(atom, Var) and atom.name in local:
+                return f"t_{name_of(atom)}"
+            if isinstance(atom, Var) and atom.name in buffers and segment[atom.name] < s:
+                return f"r_{name_of(atom)}[{j}]"
+            return p.read(atom, parts)
+
+        for eqn in group:
+            out = eqn.outs[0]
+            if eqn.op in _INIT and not is_view(eqn) and loop.reductions[out.name]:
+                lines.append(comment(eqn, p.sizes))
+                _row_reduction(p, eqn, idx + order[:-1], order, row, read,
+                               (head, opens, closes, lines, tail, before, after))
+                continue
+            _emit_eqn(p, eqn, idx + order[:-1], [], [], lines, read, local)
+            if eqn.op in _INIT and not is_view(eqn):   # over unit axes only: a copy
+                lines[-1] = f"t_{name_of(out)} = {read(eqn.ins[0], [])}"
+                local.add(out.name)
+            if out.name in buffers:
+                lines.append(f"r_{name_of(out)}[{j}] = t_{name_of(out)}")
+        inside.extend(head)
+        for depth, (index, extent) in enumerate(zip(order, extents)):
+            inside.extend("    " * depth + stmt for stmt in opens[depth])
+            inside.append("    " * depth + f"for {index} in range({extent}):")
+        inside.extend("    " * len(order) + line for line in lines)
+        for depth in reversed(range(len(order))):
+            inside.extend("    " * depth + stmt for stmt in closes[depth])
+        inside.extend(tail)
+    for stmt in list(p.hoisted.values()) + before:
+        w.line(stmt)
+    p.hoisted = None
+    for level in range(rank - 1):
+        loop_range = "numba.prange" if parallel and level == 0 else "range"
+        w.line(f"for {idx[level]} in {loop_range}({p.sizes(loop.domain[level])}):")
+        w.indent()
+    for stmt in inside:
+        w.line(stmt)
+    for _ in range(rank - 1):
+        w.dedent()
+    for stmt in after + p.after_nest:
+        w.line(stmt)
+    p.after_nest.clear()
+
+
+def _row_reduction(p: _Program, eqn: Eqn, idx: list[str], order: list[str], row: str,
+                   read: Any, parts: tuple[list, ...]) -> None:
+    """A reduction in a stage of _emit_rows, whose loops are `order` (the row's last):
+    - over exactly the stage's inner axes: into the row buffer, read by later stages;
+    - over the row and the loops inside which it is the innermost: into a scalar around them,
+      added after them to a scalar of the whole nest (it reduces every axis: a sum numba
+      splits per thread) or to an array element;
+    - otherwise: into an array element."""
+    head, opens, closes, lines, tail, before, after = parts
+    j = order[-1]
+    x, out = eqn.ins[0].aval, eqn.outs[0]
+    name = name_of(out)
+    here = full_index(x.shape, idx)
+    operand = read(eqn.ins[0], here)
+    combine, init = combine_of(eqn), reduction_init(eqn)
+    axes = eqn.kw["axes"]
+    reduced = {here[d] for d in axes if here[d] != "0"}
+    kept = [here[d] for d in range(x.ndim) if d not in axes]
+    target = f"{name}[{', '.join(kept) if kept else '()'}]"
+    if j not in reduced and reduced == set(order[:-1]):
+        head.append(f"for {j} in range({row}):")
+        head.append(f"    r_{name}[{j}] = {init}")
+        lines.append(f"r_{name}[{j}] = {combine.format(f'r_{name}[{j}]', operand)}")
+        if out.name in p.plan.arrays:
+            p.w.line(p.allocate(out))
+            tail.append(f"for {j} in range({row}):")
+            tail.append(f"    {target} = r_{name}[{j}]")
+        return
+    whole = set(here) - {"0"} == reduced
+    if j not in reduced:
+        accumulate, level, value = lines, None, operand
+    else:
+        level = len(order) - 1
+        while level > 0 and order[level - 1] in reduced:
+            level -= 1
+        opens[level].append(f"acc_{name} = {init}")
+        lines.append(f"acc_{name} = {combine.format(f'acc_{name}', operand)}")
+        accumulate, value = closes[level], f"acc_{name}"
+    if whole and level == 0:
+        before.append(f"tot_{name} = {init}")
+        accumulate.append(f"tot_{name} = {combine.format(f'tot_{name}', value)}")
+        after.append(f"t_{name} = tot_{name}")
+        if out.name not in p.plan.scalar and out.name in p.plan.arrays:
+            after.append(f"{target} = tot_{name}")
+            p.w.line(p.allocate(out))
+        return
+    calls.filled(p.w, name, out.aval, init, p.sizes)
+    p.own(out)
+    accumulate.append(f"{target} = {combine.format(target, value)}")
+    if out.name in p.plan.scalar:       # complete once the whole nest has run
+        p.after_nest.append(f"t_{name} = {name}[{', '.join(['0'] * out.aval.ndim) or '()'}]")
 
 
 def _stages(loop: Loop, eqns: list[Eqn]) -> list[tuple[int, list[Eqn]]]:
