@@ -1,6 +1,7 @@
 """Shared helpers for the compiler-issue benchmarks in bench/.
 
-Every script imports this module *before* numpy (importing it pins BLAS to one thread), then:
+Every script imports this module *before* numpy, jax or torch: importing it pins the whole
+process to one CPU and BLAS to one thread (see "one core" below), then:
 
     args = make_parser(__doc__).parse_args()
     print_header("elementwise gradient", args)
@@ -15,19 +16,94 @@ Every script imports this module *before* numpy (importing it pins BLAS to one t
 `ratio_line` prints one line starting with "ratio " (the smoke test looks for it). Timings are
 medians of repeated runs: the machines these run on are shared, so never look at one run.
 Nothing here asserts on a time; the scripts assert only on correctness (`check_close`).
+
+One core. Thread-count settings alone do not make a row single-threaded: JAX 0.10 ignores
+XLA_FLAGS' `--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1` (a jitted
+1797x256 @ 256x256 float64 product took 1.88 ms wall and 3.33 ms CPU on 2 cores). So importing
+this module pins the process with `os.sched_setaffinity` to one CPU, before numpy, jax or torch
+create their thread pools; child processes inherit the pin. $TAPEJIT_BENCH_CPUS chooses:
+  unset or "one"  pin to the CPU the process is running on now (the scheduler's pick);
+  "<n>"           pin to CPU n;
+  "all"           do not pin (bench/parallel.py sets this before importing the harness: it
+                  measures threads), and leave BLAS, XLA and tapejit's parallel loops at their
+                  defaults. A process a pinned bench started gets back every CPU its parent
+                  was allowed ($TAPEJIT_BENCH_ALLOWED_CPUS, set when pinning).
+The header (`print_header`) says which, and says so where `os.sched_setaffinity` is missing
+(macOS, Windows): there the JAX rows may use more than one core.
 """
 from __future__ import annotations
 
 import os
 
-# Single-threaded BLAS for every bench, unless the caller asked otherwise for a given row
-# (set before numpy is imported anywhere in the process: the scripts import this module first).
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["MKL_NUM_THREADS"] = "1"
-# JAX rows (where installed) run on one core too, and so do tapejit's loops (bench/parallel.py
-# measures what threads give).
-os.environ.setdefault("TAPEJIT_PARALLEL_MIN_SIZE", "0")
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+CPUS_ENV = "TAPEJIT_BENCH_CPUS"
+ALLOWED_ENV = "TAPEJIT_BENCH_ALLOWED_CPUS"
+# what a pinned bench sets (before numpy is imported anywhere in the process): single-threaded
+# BLAS and tapejit loops, and XLA's one-thread flags (kept although JAX 0.10 ignores them: the
+# pin is what holds JAX to one core)
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "TAPEJIT_PARALLEL_MIN_SIZE": "0",
+               "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+
+
+def _current_cpu() -> int | None:
+    """The CPU this process is running on (field 39 of /proc/self/stat), or None."""
+    try:
+        with open("/proc/self/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pin() -> tuple[bool, str]:
+    """Pin this process to one CPU, or (TAPEJIT_BENCH_CPUS=all) widen it to every allowed CPU.
+    Returns (pinned, what to print in the header)."""
+    want = os.environ.get(CPUS_ENV, "one").strip().lower() or "one"
+    if not hasattr(os, "sched_setaffinity"):
+        return False, ("NOT pinned to one CPU: os.sched_setaffinity is unavailable on this "
+                       "platform, so JAX and torch.compile rows may use more than one core")
+    allowed = set(os.sched_getaffinity(0))
+    if os.environ.get(ALLOWED_ENV):
+        allowed = {int(c) for c in os.environ[ALLOWED_ENV].split(",")}
+    if want == "all":
+        if ALLOWED_ENV in os.environ:        # started by a pinned bench: undo its settings too
+            for name, value in _ONE_THREAD.items():
+                if os.environ.get(name) == value:
+                    del os.environ[name]
+        try:
+            os.sched_setaffinity(0, allowed)
+        except OSError as err:
+            return False, f"not pinned ({CPUS_ENV}=all), but could not widen: {err}"
+        return False, (f"not pinned ({CPUS_ENV}=all): all {len(os.sched_getaffinity(0))} "
+                       f"allowed CPUs")
+    os.environ.setdefault(ALLOWED_ENV, ",".join(map(str, sorted(allowed))))
+    if want == "one":
+        now = set(os.sched_getaffinity(0))
+        cpu = _current_cpu()
+        if cpu not in now:
+            cpu = min(now)
+    else:
+        try:
+            cpu = int(want)
+        except ValueError:
+            raise SystemExit(f"{CPUS_ENV}={want!r}: expected 'one', 'all' or a CPU number")
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as err:
+        raise SystemExit(f"{CPUS_ENV}: cannot pin to CPU {cpu}: {err}")
+    return True, (f"process pinned to CPU {cpu}, one of {len(allowed)} allowed, with "
+                  f"sched_setaffinity: every row (JAX's and torch's threads too) shares one "
+                  f"core; {CPUS_ENV}=all to not pin")
+
+
+PINNED, PIN_NOTE = _pin()
+
+if PINNED or not hasattr(os, "sched_setaffinity"):
+    # Single-threaded BLAS and tapejit loops for every bench, unless the caller asked otherwise
+    # for a given row (bench/parallel.py, TAPEJIT_BENCH_CPUS=all, measures what threads give).
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    os.environ.setdefault("TAPEJIT_PARALLEL_MIN_SIZE", "0")
+    os.environ.setdefault("XLA_FLAGS", _ONE_THREAD["XLA_FLAGS"])
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -167,8 +243,9 @@ def print_header(title: str, args: argparse.Namespace | None = None, extra: str 
     print(f"   tapejit {tj.__version__} (rows: {rows}; TAPEJIT_CACHE_DIR="
           f"{os.environ.get('TAPEJIT_CACHE_DIR', 'default')}), numpy {np.__version__}, numba {numba_v}, "
           f"python {platform.python_version()}; {os.cpu_count()} cpus; "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {mode} run{reps}"
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; {mode} run{reps}"
           + (f"; {extra}" if extra else ""))
+    print(f"   {PIN_NOTE}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,14 +5,18 @@ installed"; see bench/README.md to install them), checks each gradient against t
 hand-written one), times them in interleaved rounds (each round runs every peer once, so load
 from other jobs falls on all alike), then prints per workload the median steady-state time, the
 ratio to tapejit and the first call (trace + compile, where there is one), and at the end one
-Markdown table of them all. Workloads (float64, single-threaded everywhere):
+Markdown table of them all, and `ratio <peer> / hand-written` lines (tapejit's against the
+issue's goal). Workloads (float64; one core: the harness pins the process to one CPU, so JAX's
+and torch's threads share it):
 
   elementwise     grad of sum(sin(x)*exp(-x*x) + tanh(x)*x), x of 10^6 elements
   dispatch        grad of sum(x*x), x of 10 elements (per-call overhead)
   mlp             grad of softmax cross-entropy of a 64-256-256-10 tanh MLP, 1,797 samples
   lennard_jones   grad of an all-pairs Lennard-Jones energy, 1,000 atoms (broadcasting)
   gmm             ADBench's GMM objective, d=10, K=25, n=10,000 random points: the gradient
-                  w.r.t. (alphas, means, icf), and the gradient / objective time ratio
+                  w.r.t. (alphas, means, icf), and the gradient / objective time ratio;
+                  hand-written: `gmm_grad_numpy` (numpy forward + backward, checked against
+                  tapejit's gradient to rtol 1e-10); goal: tapejit <= 1.0x it
 
 Peers: tapejit [numba] (`tj.grad`; objective: `tj.jit`; TAPEJIT_NUM_THREADS=1 unless set),
 JAX `jit(grad)`, PyTorch eager autograd and `torch.compile` (forward compiled, AOTAutograd
@@ -102,6 +106,45 @@ def gmm(xp, alphas, means, icf, x, tril_index, tril_mask, wishart_gamma, wishart
     return (xp.sum(_logsumexp(xp, inner, 1)) - n * _logsumexp(xp, alphas, 0) + prior + const)
 
 
+def gmm_grad_numpy(alphas, means, icf, x, tril_index, tril_mask, wishart_gamma, wishart_m):
+    """Hand-written numpy gradient of `gmm` w.r.t. (alphas, means, icf): one forward pass that
+    keeps what the backward needs, then the backward, vectorised over points and components
+    (the (K, n, d) layout lets the per-component products run as stacked BLAS matmuls).
+
+    With Q_k = diag(exp(icf[k, :d])) + L_k, xc = x_i - mu_k, qx = Q_k xc and
+    P[k, i] = softmax_k(alphas_k + sum_qs_k - |qx|^2 / 2) (the responsibilities):
+      d/d alphas_k = sum_i P[k, i] - n softmax(alphas)_k
+      d/d mu_k     = Q_k^T sum_i P[k, i] qx[k, i]
+      d/d Q_k      = -sum_i P[k, i] qx[k, i] xc[k, i]^T  (+ gamma^2 on the prior's entries)
+    and icf's diagonal part picks up exp() and the sum_qs term (sum_i P[k, i] - m)."""
+    n, d = x.shape
+    log_diag = icf[:, :d]
+    q_diag = np.exp(log_diag)                                     # (K, d)
+    q = icf[:, tril_index] * tril_mask                            # (K, d, d) strictly lower
+    q[:, np.arange(d), np.arange(d)] = q_diag                     # Q_k, lower triangular
+    xc = x[None, :, :] - means[:, None, :]                        # (K, n, d)
+    qx = xc @ q.transpose(0, 2, 1)                                # (K, n, d): Q_k xc
+    inner = (alphas + log_diag.sum(axis=1))[:, None] - 0.5 * np.einsum("kni,kni->kn", qx, qx)
+    top = inner.max(axis=0)                                       # (n,)
+    p = np.exp(inner - top)
+    p /= p.sum(axis=0)                                            # responsibilities (K, n)
+    # backward
+    resp = p.sum(axis=1)                                          # (K,)
+    a = np.exp(alphas - alphas.max())
+    d_alphas = resp - n * a / a.sum()
+    pq = p[:, :, None] * qx                                       # (K, n, d)
+    d_means = np.einsum("kij,ki->kj", q, pq.sum(axis=1))          # Q_k^T sum_i P qx
+    d_q = -(pq.transpose(0, 2, 1) @ xc)                           # (K, d, d)
+    gamma2 = wishart_gamma * wishart_gamma
+    d_icf = np.empty_like(icf)
+    d_icf[:, :d] = ((np.diagonal(d_q, axis1=1, axis2=2) + gamma2 * q_diag) * q_diag
+                    + (resp - wishart_m)[:, None])
+    rows, cols = np.nonzero(tril_mask)                            # strictly lower entries
+    lower = tril_index[rows, cols]                                # their columns of icf
+    d_icf[:, lower] = d_q[:, rows, cols] + gamma2 * icf[:, lower]
+    return d_alphas, d_means, d_icf
+
+
 class TorchNP:
     """The few numpy names the workloads use, on torch tensors."""
 
@@ -131,6 +174,8 @@ class Workload:
     hand_label: str = ""
     objective: bool = False        # also time the objective alone (gradient / objective)
     tiny: bool = False             # microsecond calls: loop each timed run
+    goal_vs_hand: float | None = None   # the issue's goal for tapejit / hand-written
+    tapejit_rtol: float = 1e-6     # tolerance of tapejit's gradient against the hand-written one
 
 
 def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
@@ -144,7 +189,7 @@ def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
         x = np.random.default_rng(0).uniform(-3.0, 3.0, size=n)
         return Workload("elementwise", f"grad of sum(sin(x)*exp(-x*x) + tanh(x)*x), n={n:,}",
                         elementwise, [x], (0,), lambda: (bench_ew.numba_grad(x),),
-                        "@njit fused loop")
+                        "@njit fused loop", goal_vs_hand=0.5)
 
     def make_dispatch() -> Workload:
         x = np.linspace(-1.0, 1.0, 10)
@@ -163,14 +208,15 @@ def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
             return tuple(grads[k] for k in keys)
         return Workload("mlp", f"grad of softmax cross-entropy, {'-'.join(map(str, sizes))} "
                         f"tanh MLP, {n} samples", mlp, [params[k] for k in keys] + [x, y],
-                        tuple(range(6)), hand, "numpy fwd+bwd")
+                        tuple(range(6)), hand, "numpy fwd+bwd", goal_vs_hand=bench_mlp.GOAL)
 
     def make_lj() -> Workload:
         x = bench_lj.positions(5 if quick else 10)
         eye = np.eye(len(x), dtype=bool)
         return Workload("lennard_jones", f"grad of all-pairs Lennard-Jones energy, {len(x)} "
                         f"atoms", lennard_jones, [x, eye], (0,),
-                        lambda: (-bench_lj.numba_energy_forces(x)[1],), "@njit pair loop")
+                        lambda: (-bench_lj.numba_energy_forces(x)[1],), "@njit pair loop",
+                        goal_vs_hand=3.0)
 
     return {"elementwise": make_ew, "dispatch": make_dispatch, "mlp": make_mlp,
             "lennard_jones": make_lj, "gmm": lambda: make_gmm(quick)}
@@ -193,9 +239,11 @@ def make_gmm(quick: bool) -> Workload:
         math.lgamma(0.5 * m_n + 0.5 * (1 - j)) for j in range(1, d + 1))
     const = (-n * d * 0.5 * math.log(2 * math.pi)
              - k * (m_n * d * (math.log(gamma) - 0.5 * math.log(2)) - log_gamma_d))
-    return Workload("gmm", f"ADBench GMM objective, d={d}, K={k}, n={n:,}", gmm,
-                    [alphas, means, icf, x, index, mask, gamma, m, const], (0, 1, 2),
-                    objective=True)
+    args = [alphas, means, icf, x, index, mask, gamma, m, const]
+    return Workload("gmm", f"ADBench GMM objective, d={d}, K={k}, n={n:,}", gmm, args,
+                    (0, 1, 2), hand=lambda: gmm_grad_numpy(*args[:8]),
+                    hand_label="numpy fwd+bwd", objective=True, goal_vs_hand=1.0,
+                    tapejit_rtol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,6 +347,10 @@ def prepare(peer: str, w: Workload, want: list | None) -> tuple[Result, list | N
         res.first = time.perf_counter() - t0
         if want is None:
             want = got
+        elif peer == "tapejit" and w.hand is not None:
+            H.check_close(f"{w.name}: {LABELS[peer]} vs {w.hand_label}, rtol "
+                          f"{w.tapejit_rtol:g}", got, want,
+                          rtol=w.tapejit_rtol, atol=1e-9 if w.tapejit_rtol >= 1e-6 else 0.0)
         else:
             H.check_close(f"{w.name}: {LABELS[peer]}", got, want, rtol=1e-6, atol=1e-9)
         if w.objective and objective is not None:
@@ -358,6 +410,19 @@ def print_workload(w: Workload, results: list[Result]) -> None:
                                for i, (c, n) in enumerate(zip(row, widths))).rstrip())
 
 
+def hand_ratios(w: Workload, results: list[Result]) -> None:
+    """`ratio <peer> / hand-written (<workload>)` lines: tapejit's against the issue's goal, the
+    others' for comparison."""
+    by = {r.peer: r for r in results if r.grad is not None}
+    if "hand-written" not in by:
+        return
+    hand = by["hand-written"].grad.median
+    for peer, r in by.items():
+        if peer != "hand-written":
+            H.ratio_line(f"{LABELS[peer]} / hand-written {w.hand_label} ({w.name})",
+                         r.grad.median, hand, w.goal_vs_hand if peer == "tapejit" else None)
+
+
 def markdown(all_results: dict[str, tuple[Workload, list[Result]]], peers: list[str]) -> str:
     """One table: a row per workload, a column per peer: median (x tapejit) / first call."""
     lines = ["| workload | " + " | ".join(LABELS[p] for p in peers) + " |",
@@ -413,6 +478,7 @@ def main() -> None:
             H.flush()
         time_all(results, w, args.repeats)
         print_workload(w, results)
+        hand_ratios(w, results)
         all_results[name] = (w, results)
     print(f"\nload average after: {run_all.loadavg()}")
     print("\nMedians of the gradient (x tapejit [numba]), first calls, and for gmm the ratio "

@@ -1,7 +1,9 @@
 """Run every compiler-issue benchmark in sequence and write one combined table, bench/RESULTS.md.
 
-Runs elementwise.py, dispatch.py, mlp.py, lennard_jones.py and compile.py (full sizes,
-`--repeats 5` by default), one after the other, each in its own process, with a fresh empty
+Runs elementwise.py, dispatch.py, mlp.py, lennard_jones.py, compile.py and first_call.py
+(full sizes, `--repeats 5` by default), one after the other, each in its own process pinned to
+one CPU (the harness's sched_setaffinity; this process pins itself and its children inherit the
+CPU; TAPEJIT_BENCH_CPUS=all runs them unpinned), with a fresh empty
 TAPEJIT_CACHE_DIR (so every "tapejit [numba]" first call in the notes is a real compile; pass
 --keep-cache to use the environment's cache instead). It benchmarks the *committed* src/ at git
 HEAD (exported with `git archive` into a temp dir, first on PYTHONPATH), so edits in progress in
@@ -17,7 +19,7 @@ sections) go into the file too.
 """
 from __future__ import annotations
 
-import _harness as H  # first: pins BLAS threads before numpy is imported
+import _harness as H  # first: pins the process (and the scripts it runs) to one CPU
 
 import argparse
 import datetime
@@ -31,7 +33,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py", "compile.py"]
+SCRIPTS = ["elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py", "compile.py",
+           "first_call.py"]
 
 
 def cpu_model() -> str:
@@ -46,6 +49,9 @@ def cpu_model() -> str:
 
 
 def nproc() -> str:
+    """The CPUs this run may use (before the harness pinned this process to one of them)."""
+    if os.environ.get(H.ALLOWED_ENV):
+        return str(len(os.environ[H.ALLOWED_ENV].split(",")))
     try:
         return subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -168,7 +174,7 @@ def main() -> None:
         f"{loadavg()} after (a shared machine: other jobs run too)",
         f"- versions: {version_line}",
         f"- run: {'--quick, ' if args.quick else 'full sizes, '}--repeats {args.repeats}, "
-        f"OPENBLAS_NUM_THREADS=1, "
+        f"OPENBLAS_NUM_THREADS=1, {H.PIN_NOTE.split(':')[0]}, "
         + ("the environment's TAPEJIT_CACHE_DIR" if args.keep_cache
            else "a fresh empty TAPEJIT_CACHE_DIR (first calls compile)"),
         "",

@@ -42,10 +42,39 @@ def test_bench_quick(name: str, flags: tuple[str, ...]) -> None:
         assert "jax jit(grad)" in out and "torch eager autograd" in out, out
 
 
+def test_first_call_quick() -> None:
+    out = run_bench("first_call.py")
+    assert RATIO.search(out) and "tapejit warm / JAX" in out, out
+    assert "check: every child's gradient checksums matched" in out, out
+    assert "check: every cold child compiled once" in out, out
+    assert "pinned to CPU" in out, out
+
+
+def test_parallel_quick_is_not_pinned() -> None:
+    out = run_bench("parallel.py", "--dtypes", "float64")
+    assert "not pinned (TAPEJIT_BENCH_CPUS=all)" in out, out
+    assert "ratio tapejit [numba] / JAX jit(grad), all cores (float64)" in out, out
+    assert re.search(r"check .+: ok", out), out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity")
+def test_harness_pins_to_one_cpu_unless_told_not_to() -> None:
+    code = "import _harness, os; print(len(os.sched_getaffinity(0)), _harness.PINNED)"
+    allowed = len(os.sched_getaffinity(0))
+
+    def affinity(**env: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, cwd=BENCH, env=dict(os.environ, **env)).stdout.split()
+
+    assert affinity(TAPEJIT_BENCH_CPUS="one") == ["1", "True"]
+    assert affinity(TAPEJIT_BENCH_CPUS="all") == [str(allowed), "False"]
+
+
 def test_harness_check_close_rejects_wrong_answers() -> None:
     saved = dict(os.environ)             # importing the harness pins BLAS threads in os.environ
     sys.path.insert(0, str(BENCH))
     try:
+        os.environ["TAPEJIT_BENCH_CPUS"] = "all"    # do not pin the test process to one CPU
         import _harness as H
     finally:
         sys.path.remove(str(BENCH))
