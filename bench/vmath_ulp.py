@@ -1,6 +1,7 @@
 """The ulp table of tapejit's vectorisable math kernels (codegen/vmath.py): for each function
 and dtype, the largest error over tests/test_vmath.py's sample of its domain, in ulp of the
-exact result (long double reference), next to numpy's own error on the same points.
+exact result (long double reference; float64 for float32), next to numpy's own error on the
+same points.
 
     .venv/bin/python bench/vmath_ulp.py
 """

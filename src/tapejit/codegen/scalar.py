@@ -4,7 +4,9 @@
 error_model="numpy", so division by zero and domain errors give inf/NaN as in numpy.
 With fast math on (the default; `TAPEJIT_FAST_MATH=0` turns it off), the float64 and float32
 transcendentals and powers in `VMATH_OPS` call the branch-free kernels of vmath.py, which
-vectorise, instead of libm; generated modules read that module as the global `tj_vmath`.
+vectorise, instead of libm: `tj_vmath.exp` for float64, `tj_vmath.exp_f32` for float32 (float32
+operands, computed in float64 and rounded once); generated modules read that module as the
+global `tj_vmath`.
 """
 from __future__ import annotations
 
@@ -49,10 +51,8 @@ def scalar_expr(eqn: Eqn, operands: list[str]) -> str:
             return f"({operands[0]} != 0)"
         return f"{dtype_code(target)}({operands[0]})"
     if _vmath(eqn):
-        if eqn.outs[0].aval.dtype == _F64:
-            return f"{VMATH}.{eqn.op}({', '.join(operands)})"
-        wide = ", ".join(f"np.float64({x})" for x in operands)  # float32: rounded once
-        return f"np.float32({VMATH}.{eqn.op}({wide}))"
+        suffix = "_f32" if eqn.outs[0].aval.dtype == _F32 else ""
+        return f"{VMATH}.{eqn.op}{suffix}({', '.join(operands)})"
     return TEMPLATES[eqn.op].format(*operands)
 
 

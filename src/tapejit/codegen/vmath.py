@@ -1,5 +1,5 @@
-"""Branch-free float64 math kernels (exp, expm1, log, log1p, sin, cos, tanh, pow) that LLVM's
-loop vectoriser turns into SIMD code.
+"""Branch-free math kernels (exp, expm1, log, log1p, sin, cos, tanh, pow; float64, and float32
+as exp_f32, ...) that LLVM's loop vectoriser turns into SIMD code.
 
 numba lowers `math.exp` & co. to libm calls or `llvm.exp`-style intrinsics that the backend
 splits back into one libm call per element, so a generated loop calling them runs one element
@@ -7,11 +7,15 @@ at a time. The kernels here are plain arithmetic, integer bit operations and sel
 into the generated loop, whose whole body then vectorises. Each follows the fdlibm scheme: an
 exact range reduction (Cody-Waite; Payne-Hanek for sin/cos of |x| > 2^20 pi/2), a polynomial
 on the reduced argument, a rescale (pow: exp of y log|x|, the log in double-double); special
-values (inf, NaN, signed zeros, overflow, gradual underflow) come out as numpy's. Errors in ulp (tests/test_vmath.py sweeps them against a
-long-double reference and numpy; bench/vmath_ulp.py prints them) are in docs/performance.md.
+values (inf, NaN, signed zeros, overflow, gradual underflow) come out as numpy's. Errors in ulp
+(tests/test_vmath.py sweeps them against a long-double reference and numpy; bench/vmath_ulp.py
+prints them) are in docs/performance.md.
 
-scalar.py writes the calls (generated modules read this module as the global `tj_vmath`);
-float32 operands go through the float64 kernel and round once.
+The float32 kernels compute in float64 with short polynomials (about 2^-42 relative) and round
+once, so their results are float32's correctly rounded ones but in rare near-ties; sin/cos
+reduce every float32, up to 3.4e38, without a table (see _sin_cos_f32).
+
+scalar.py writes the calls (generated modules read this module as the global `tj_vmath`).
 """
 from __future__ import annotations
 
@@ -258,11 +262,8 @@ def _reduce_pio2(x):
     return _bits(t) & 3, y0, (r - y0) + tail
 
 
-def _two_over_pi_table() -> np.ndarray:
-    """Rows e = -32 .. 971: (2^e 2/pi) mod 4 as four doubles holding its bits 2^1 .. 2^-210 in
-    53-bit chunks (from 2/pi to 1400 bits, by Machin's formula in integers)."""
-    bits = 1400
-
+def _two_over_pi(bits: int) -> tuple[int, int]:
+    """(2/pi 2^bits as an integer, bits), by Machin's formula in integers."""
     def arctan_inv(n: int) -> int:   # arctan(1/n) 2^bits
         total, term, k = 0, (1 << bits) // n, 1
         while term:
@@ -271,7 +272,13 @@ def _two_over_pi_table() -> np.ndarray:
             k += 2
         return total
     pi = 4 * (4 * arctan_inv(5) - arctan_inv(239))
-    two_over_pi = (2 << (2 * bits)) // pi   # 2/pi 2^bits
+    return (2 << (2 * bits)) // pi, bits
+
+
+def _two_over_pi_table() -> np.ndarray:
+    """Rows e = -32 .. 971: (2^e 2/pi) mod 4 as four doubles holding its bits 2^1 .. 2^-210 in
+    53-bit chunks (from 2/pi to 1400 bits)."""
+    two_over_pi, bits = _two_over_pi(1400)
     rows = []
     for e in range(-32, 972):
         w = ((two_over_pi << (e + 210)) >> bits) & ((1 << 212) - 1)  # (2^e 2/pi) mod 4, 2^-210
@@ -439,6 +446,28 @@ def _is_odd_integer(y):
 
 
 @_jit
+def _pow_special(x, y, v):
+    """v, or x**y by C99's (numpy's) special cases where x or y is 0, inf, NaN, a negative base
+    or 1; each a select."""
+    ax = abs(x)
+    odd = _is_odd_integer(y)
+    if ax == 0.0 or ax == math.inf:      # 0**y, inf**y: 0 or inf, odd y keeps x's sign
+        v = math.inf if (y < 0.0) == (ax == 0.0) else 0.0
+    if math.copysign(1.0, x) < 0.0:      # x < 0, -0.0 or -inf
+        if ax > 0.0 and ax < math.inf and y != np.floor(y) and abs(y) < math.inf:
+            v = math.nan                  # finite negative base, fractional exponent
+        elif odd:
+            v = -v
+    if abs(y) == math.inf:
+        v = 1.0 if ax == 1.0 else (math.inf if (ax > 1.0) == (y > 0.0) else 0.0)
+    if x != x or y != y:
+        v = math.nan
+    if y == 0.0 or x == 1.0:
+        v = 1.0
+    return v
+
+
+@_jit
 def pow(x, y):
     """x**y for float64 x, y, with C99's (numpy's) special cases."""
     ax = abs(x)
@@ -455,19 +484,220 @@ def pow(x, y):
     k1 = k >> 1
     v = (p * _pow2(k1)) * _pow2(k - k1)
     v = math.inf if big else (0.0 if tiny else v)
-    # the special cases, each a select
-    odd = _is_odd_integer(y)
-    if ax == 0.0 or ax == math.inf:      # 0**y, inf**y: 0 or inf, odd y keeps x's sign
-        v = math.inf if (y < 0.0) == (ax == 0.0) else 0.0
-    if math.copysign(1.0, x) < 0.0:      # x < 0, -0.0 or -inf
-        if ax > 0.0 and ax < math.inf and y != np.floor(y) and abs(y) < math.inf:
-            v = math.nan                  # finite negative base, fractional exponent
-        elif odd:
-            v = -v
-    if abs(y) == math.inf:
-        v = 1.0 if ax == 1.0 else (math.inf if (ax > 1.0) == (y > 0.0) else 0.0)
-    if x != x or y != y:
-        v = math.nan
-    if y == 0.0 or x == 1.0:
-        v = 1.0
-    return v
+    return _pow_special(x, y, v)
+
+
+# ---- float32 --------------------------------------------------------------------------------
+# The float32 kernels compute in float64 and round once. Each float64 step is exact or good to
+# about 2^-42 of the result, far below float32's half ulp (2^-24): the result is the correctly
+# rounded one but in rare near-ties. Every float32, subnormals included, is a normal float64,
+# and float32 overflow and underflow happen in that last rounding. So the reductions are short
+# and the polynomials low-degree (mpmath.chebyfit on the interval; error noted). Native float32
+# arithmetic would fill twice the lanes but could not keep half an ulp so simply (not tried).
+# (e^r - 1 - r) / r^2 on |r| <= ln2/2 (error 4.7e-13)
+EQ0, EQ1, EQ2 = 0.49999999999954975, 0.16666666666662575, 0.04166666678652787
+EQ3, EQ4, EQ5 = 0.008333333344226802, 0.0013888839037847843, 0.0001984122453356812
+EQ6, EQ7 = 2.4867918601290165e-05, 2.7617608788569917e-06
+# (2 atanh(s) - 2 s) / s^3 in z = s^2 <= (3 - 2 sqrt 2)^2 (error 4.7e-14)
+LT0, LT1, LT2 = 0.6666666666666208, 0.4000000001121182, 0.2857142413663627
+LT3, LT4, LT5 = 0.22222862463799065, 0.18140185772958126, 0.16621938471804512
+# sin(pi/2 f) / f and cos(pi/2 f) in u = f^2 <= 1/4 (errors 6.8e-15, 5.6e-14)
+SP0, SP1, SP2 = 1.57079632679489, -0.6459640975043052, 0.07969262615560159
+SP3, SP4, SP5 = -0.004681752589609857, 0.00016042925554202335, -3.556369371360422e-06
+CP0, CP1, CP2 = 0.9999999999999443, -1.2337005501201272, 0.2536695071525108
+CP3, CP4, CP5 = -0.0208634679869731, 0.0009191616584395563, -2.485082381773045e-05
+LN2 = 0.6931471805599453
+SQRT1_2_M1, SQRT2_M1 = -0.2928932188134525, 0.41421356237309503
+
+
+@_jit
+def _exp_parts(x):
+    """(k, p) with e^x = 2^k (1 + p) for float64 |x| < 2^40: p = e^r - 1 to 2^-42 of it."""
+    t = x * LOG2E + SHIFT
+    k = t - SHIFT
+    r = (x - k * LN2_HI) - k * LN2_LO
+    q = _fma(EQ7, r, EQ6)
+    q = _fma(q, r, EQ5)
+    q = _fma(q, r, EQ4)
+    q = _fma(q, r, EQ3)
+    q = _fma(q, r, EQ2)
+    q = _fma(q, r, EQ1)
+    q = _fma(q, r, EQ0)
+    return _bits(t) - SHIFT_BITS, _fma(r * r, q, r)
+
+
+@_jit
+def _expm1_f64(x):
+    """e^x - 1 for float64 -40 < x < 200, to 2^-42 of it (no special values)."""
+    k, p = _exp_parts(x)
+    s = _pow2(k)
+    return _fma(s, p, s - 1.0)  # s - 1 exact; for k != 0 the result is at least 0.29
+
+
+@_jit
+def _log_f64(f, k):
+    """k ln2 + log(1 + f) for float64 sqrt(1/2) - 1 <= f < sqrt 2 - 1, to 2^-51 of it."""
+    s = f / (2.0 + f)
+    z = s * s
+    t = _fma(LT5, z, LT4)
+    t = _fma(t, z, LT3)
+    t = _fma(t, z, LT2)
+    t = _fma(t, z, LT1)
+    t = _fma(t, z, LT0)
+    return k * LN2 + _fma(s * z, t, 2.0 * s)
+
+
+@_jit
+def _log_split(u):
+    """(f, k) with u = 2^k (1 + f), sqrt(1/2) <= 1 + f < sqrt 2, for a positive normal u."""
+    hx = _bits(u) + (0x3FF0000000000000 - SQRT1_2_BITS)
+    return _float((hx & MANT) + SQRT1_2_BITS) - 1.0, float((hx >> 52) - 1023)
+
+
+@_jit
+def exp_f32(x):
+    """e**x for float32 x."""
+    xd = np.float64(x)
+    xc = min(max(xd, -104.0), 89.0)  # beyond: rounds to 0 or inf
+    k, p = _exp_parts(xc)
+    y = (1.0 + p) * _pow2(k)
+    return np.float32(y if xd == xd else xd)
+
+
+@_jit
+def expm1_f32(x):
+    """e**x - 1 for float32 x."""
+    xd = np.float64(x)
+    y = _expm1_f64(min(max(xd, -30.0), 89.0))  # beyond: rounds to -1 or inf
+    return np.float32(xd if (xd == 0.0 or xd != xd) else y)  # keeps -0.0
+
+
+@_jit
+def tanh_f32(x):
+    """tanh of float32 x: expm1(2|x|) / (expm1(2|x|) + 2), relative-accurate near 0."""
+    xd = np.float64(x)
+    m = _expm1_f64(2.0 * min(abs(xd), 10.0))  # tanh(10) rounds to 1
+    y = math.copysign(m / (m + 2.0), xd)
+    return np.float32(y if xd == xd else xd)
+
+
+@_jit
+def log_f32(x):
+    """Natural log of float32 x."""
+    xd = np.float64(x)
+    f, k = _log_split(xd if xd > 0.0 else 1.0)
+    y = _log_f64(f, k)
+    y = -math.inf if xd == 0.0 else y
+    y = math.nan if xd < 0.0 else y
+    return np.float32(xd if (xd == math.inf or xd != xd) else y)
+
+
+@_jit
+def log1p_f32(x):
+    """log(1 + x) for float32 x: 1 + x is exact in float64 but for x > 2^53 (where it does
+    not matter), and small x goes to the polynomial as it is."""
+    xd = np.float64(x)
+    u = 1.0 + xd
+    f, k = _log_split(u if u > 0.0 else 1.0)
+    small = xd >= SQRT1_2_M1 and xd < SQRT2_M1
+    y = _log_f64(xd if small else f, 0.0 if small else k)
+    y = -math.inf if xd == -1.0 else y
+    y = math.nan if xd < -1.0 else y
+    return np.float32(xd if (xd == math.inf or xd == 0.0 or xd != xd) else y)  # keeps -0.0
+
+
+@_jit
+def pow_f32(x, y):
+    """x**y for float32 x, y: e^(y log|x|) in float64 (|y log|x|| < 104 matters, so the log's
+    2^-51 costs at most 2^-44 of the result), then pow's special cases."""
+    xd, yd = np.float64(x), np.float64(y)
+    ax = abs(xd)
+    f, k = _log_split(ax if (ax > 0.0 and ax < math.inf) else 1.0)
+    t = min(max(yd * _log_f64(f, k), -110.0), 100.0)  # beyond: rounds to 0 or inf
+    kt, p = _exp_parts(t)
+    return np.float32(_pow_special(xd, yd, (1.0 + p) * _pow2(kt)))
+
+
+def _two_over_pi_chunks(scale: int) -> tuple[float, ...]:
+    """(2^scale 2/pi) mod 4 as six doubles holding its bits 2^1 .. 2^-128 in 26-bit chunks, then
+    2^-129 .. 2^-181."""
+    two_over_pi, bits = _two_over_pi(400)
+    w = ((two_over_pi << (scale + 181)) >> bits) & ((1 << 183) - 1)  # 2^-181 units
+    return tuple([math.ldexp((w >> (157 - 26 * i)) & ((1 << 26) - 1), -24 - 26 * i)
+                  for i in range(5)] + [math.ldexp(w & ((1 << 53) - 1), -181)])
+
+
+# float32 sin/cos: pi/2 in three parts, of 28, 28 and 53 bits (k PIO2F_1, k PIO2F_2 exact for
+# k < 2^25); 2/pi and 2^52 2/pi mod 4 in chunks, for the arguments from 2^25
+PIO2F_1, PIO2F_2, PIO2F_3 = 1.570796325802803, 9.920935739593517e-10, 5.721188726109832e-18
+TWO_OVER_PI_0, TWO_OVER_PI_52 = _two_over_pi_chunks(0), _two_over_pi_chunks(52)
+TWO_M52 = 2.0 ** -52
+
+
+@_jit
+def _mod4(a):
+    """a mod 4, exact for a float64 a >= 0."""
+    return a - 4.0 * np.floor(a * 0.25)
+
+
+@_jit
+def _sin_cos_f32(x):
+    """(sin, cos) of |x| for float32 x, or garbage for inf and NaN (callers select).
+
+    |x| 2/pi = n + f, n an integer, |f| <= 1/2, by two reductions, a select picking one: a table
+    lookup would be a vector gather, which costs as much as the rest and halves the vector
+    width. |x| < 2^25: Cody-Waite, |x| - k pi/2 to 2^-52 of it plus 2^-83. From 2^25: |x| =
+    M 2^(52 j), j = 0 or 1 (from 2^76), M of 24 bits and below 2^76, so |x| 2/pi = M C_j
+    (mod 4), C_j = (2^(52 j) 2/pi) mod 4; the products of M with C_j's chunks are exact and
+    reduced mod 4, their sum exact but for the last steps: f to 2^-53 of it plus 2^-80. A scan
+    of all float32s finds none with 0 < |f| < 1.03e-9 (2^-29.9, at x = 7.729179e28), so f is
+    good to 2^-50 of itself, and sin(pi/2 f), cos(pi/2 f) are polynomials in f."""
+    ax = abs(np.float64(x))
+    tc = ax * INV_PIO2 + SHIFT
+    k = tc - SHIFT
+    fc = (((ax - k * PIO2F_1) - k * PIO2F_2) - k * PIO2F_3) * INV_PIO2  # ax - k PIO2F_1 exact
+    hi = ax >= 2.0 ** 76
+    chunks = TWO_OVER_PI_52 if hi else TWO_OVER_PI_0
+    m = ax * TWO_M52 if hi else ax
+    s01 = _mod4(m * chunks[0]) + _mod4(m * chunks[1])   # exact: below 8, multiples of 2^-50
+    t2 = _mod4(m * chunks[2])
+    t3 = m * chunks[3]    # below 1
+    tb = ((s01 + t2) + t3) + SHIFT
+    n = tb - SHIFT
+    # each sum exact, or its rounding error below 2^-53 of f plus 2^-80 (what is left is tiny)
+    fb = (((s01 - n) + t2) + t3) + (m * chunks[4] + m * chunks[5])
+    big = ax >= 33554432.0   # 2^25
+    f = fb if big else fc
+    t = tb if big else tc
+    u = f * f
+    sp = _fma(SP5, u, SP4)
+    sp = _fma(sp, u, SP3)
+    sp = _fma(sp, u, SP2)
+    sp = _fma(sp, u, SP1)
+    sp = _fma(sp, u, SP0)
+    cp = _fma(CP5, u, CP4)
+    cp = _fma(cp, u, CP3)
+    cp = _fma(cp, u, CP2)
+    cp = _fma(cp, u, CP1)
+    cp = _fma(cp, u, CP0)
+    s, c = f * sp, cp
+    q = _bits(t) & 3   # sin(pi/2 (q + f)) and cos(pi/2 (q + f))
+    y_sin = s if (q & 1) == 0 else c
+    y_cos = c if (q & 1) == 0 else s
+    return (-y_sin if q >= 2 else y_sin), (-y_cos if (q == 1 or q == 2) else y_cos)
+
+
+@_jit
+def sin_f32(x):
+    """sin of float32 x."""
+    xd = np.float64(x)
+    s, _ = _sin_cos_f32(x)
+    s = -s if math.copysign(1.0, xd) < 0.0 else s  # odd: keeps -0.0
+    return np.float32(s if abs(xd) < math.inf else math.nan)
+
+
+@_jit
+def cos_f32(x):
+    """cos of float32 x."""
+    _, c = _sin_cos_f32(x)
+    return np.float32(c if abs(np.float64(x)) < math.inf else math.nan)
