@@ -9,6 +9,7 @@ from typing import Callable
 
 from ..ir import Tape
 from .bodies import in_bodies
+from .contract import small_contractions, sums_of_products
 from .cse import cse
 from .dce import dce
 from .fuse import fuse
@@ -17,6 +18,8 @@ from .simplify import simplify
 Pass = Callable[[Tape], Tape]
 
 PIPELINE: tuple[tuple[str, Pass, str], ...] = (
+    ("sums", sums_of_products, "sums of matrix products summed before the product"),
+    ("contract", small_contractions, "small matrix products as broadcast multiply and sum"),
     ("simplify", simplify, "algebraic rewrites (x*1, x+0, -(-x), no-op layout) and folding"),
     ("cse", cse, "reuse identical eqns"),
     ("dce", dce, "drop eqns and constants nothing reads"),

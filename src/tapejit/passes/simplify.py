@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..ir import Atom, Eqn, Lit, Tape, Var
+from ..ir import Atom, Eqn, Lit, Tape, Var, make_params
 from ..ops import OPS
 from .rewrite import forward_rewrite
 
@@ -66,6 +66,20 @@ def _double_negation(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> At
     return inner.ins[0] if inner is not None and inner.op == "neg" else None
 
 
+def _transpose_of_transpose(eqn: Eqn, ins: list[Atom],
+                            producers: dict[str, Eqn]) -> Atom | Eqn | None:
+    """transpose(transpose(x)) -> x, or one transpose of x."""
+    if eqn.op != "transpose" or not isinstance(ins[0], Var):
+        return None
+    inner = producers.get(ins[0].name)
+    if inner is None or inner.op != "transpose":
+        return None
+    perm = tuple(inner.kw["perm"][p] for p in eqn.kw["perm"])
+    if perm == tuple(range(len(perm))):
+        return _same(inner.ins[0], eqn)
+    return Eqn("transpose", inner.ins, eqn.outs, make_params({"perm": perm}), eqn.src)
+
+
 def simplify(tape: Tape) -> Tape:
     """Apply the rewrite table and constant folding in one forward walk."""
     producers: dict[str, Eqn] = {}
@@ -78,6 +92,12 @@ def simplify(tape: Tape) -> Tape:
         rule = RULES.get(eqn.op)
         replacement = (_fold(eqn, ins) or (rule(eqn, *seen) if rule else None)
                        or _double_negation(eqn, ins, producers))
+        composed = None
+        if replacement is None:
+            replacement = _transpose_of_transpose(eqn, ins, producers)
+            if isinstance(replacement, Eqn):
+                eqn = composed = replacement
+                replacement = None
         if replacement is None:
             out = eqn.outs[0]
             producers[out.name] = eqn
@@ -89,6 +109,7 @@ def simplify(tape: Tape) -> Tape:
             elif eqn.op == "div" and isinstance(ins[1], Var) and ins[1].name in reciprocals:
                 # a / b with 1 / b at hand: one multiplication instead of another division
                 return Eqn("mul", (ins[0], reciprocals[ins[1].name]), eqn.outs, (), eqn.src)
+            return composed
         return replacement
 
     return forward_rewrite(tape, decide)
