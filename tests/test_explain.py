@@ -111,7 +111,8 @@ def test_traceback_shows_generated_line(env):
     file_lines = path.read_text().splitlines()
     bad_sizes = compiled.sizes * 3                 # loop bounds past the arrays' ends
     with pytest.raises(IndexError) as info:        # the Python body: no numba compile
-        compiled.program.fn.py_func(*entry_args(compiled.tape, [x]), bad_sizes)
+        compiled.program.fn.py_func(*entry_args(compiled.tape, [x]), bad_sizes,
+                                    compiled.workspace)
     path.rename(path.with_suffix(".moved"))        # the file is gone: linecache still has it
     linecache.checkcache()
     frames = [f for f in traceback.extract_tb(info.tb) if f.filename == str(path)]

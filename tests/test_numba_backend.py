@@ -169,10 +169,28 @@ def test_dead_buffers_are_reused_but_not_while_a_view_of_them_lives():
     from tapejit.passes import optimize
     tape = optimize(tj.parse_tape(ALIASED))
     program = executable(tape, "numba")
-    # v6 must not take v1's buffer (v2, a view of it, is read later); v12 takes a dead one
-    assert "v6 = np.empty" in program.source and "v12 = v6 " in program.source
+    # v6 must not take v1's buffer (v2, a view of it, is read later): a slice of the
+    # workspace; v12, an output, is a new array (never the workspace, nor a dead slice of it)
+    assert "v6 = W[" in program.source and "v12 = np.empty" in program.source
     x = np.random.default_rng(0).uniform(0.5, 1.0, (3, 4))
     np.testing.assert_allclose(program([x])[0], interpret(tape, [x])[0], rtol=1e-14)
+
+
+def _tanh_loss(w, x):
+    return np.sum(np.tanh(x @ w) ** 2)
+
+
+def test_outputs_are_new_arrays_the_next_call_leaves_alone():
+    """Temporaries live in a workspace kept between calls; outputs never do."""
+    f = tj.value_and_grad(_tanh_loss, backend="numba")
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=(6, 4)), rng.normal(size=(4, 3))
+    value, grad = f(w, x)
+    kept = (float(value), grad.copy())
+    f(2 * w, x + 1)
+    assert float(value) == kept[0]
+    np.testing.assert_array_equal(grad, kept[1])
+    np.testing.assert_allclose(grad, tj.grad(_tanh_loss, backend="interpret")(w, x), rtol=1e-12)
 
 
 # ---- parallel loops ----------------------------------------------------------------------------

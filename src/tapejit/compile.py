@@ -38,13 +38,15 @@ class Compiled:
         threads = config().num_threads
         if threads:       # numba's setting is per thread: the one building programs
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        self.source, self.sizes = generate(tape)
+        self.source, self.sizes, workspace = generate(tape)
+        # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
+        self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
         self.program: Program = load_program(self.source, ENTRY)
         from .explain import dump  # TAPEJIT_DUMP (a late import: explain.py imports this module)
         dump(self)
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
-        outs = self.program(*entry_args(self.tape, leaves), self.sizes)
+        outs = self.program(*entry_args(self.tape, leaves), self.sizes, self.workspace)
         return [np.asarray(o) for o in outs]
 
 

@@ -384,7 +384,8 @@ def _fast_call(runner: Any, call: Any) -> tuple[Callable[..., Sequence[Any]], tu
     if not isinstance(runner, Compiled):
         return (lambda *args: runner([args[i] for i in positions])), ()
     fn, tape = runner.program.fn, runner.tape
-    tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes)
+    tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes,
+            runner.workspace)
     ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in call.leaves]
     if all(ready) and positions == tuple(range(len(positions))):
         return fn, tail

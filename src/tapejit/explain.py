@@ -152,7 +152,7 @@ def build(title: str, tapes: dict[str, Tape], backend: str = "numba",
     final = list(tapes.values())[-1]
     if backend != "numba":
         return Explanation(title, tapes, steps(final), "", np.zeros(0, np.int64), tuple(notes))
-    text, sizes = source if source is not None else generate(final)
+    text, sizes = source if source is not None else generate(final)[:2]
     return Explanation(title, tapes, steps(final), text, sizes, tuple(notes))
 
 

@@ -9,7 +9,7 @@
   array. Eqns of a loop whose results nobody needs are not emitted.
 - A value of an inner stage read by a later stage of its nest is stored in an array, unless it
   is one elementwise op on inputs (`x[i] - x[j]`): that is recomputed where it is read. So is a
-  value that loops of later steps read when at most two elementwise ops recompute it from
+  value that loops of later steps read when at most two arithmetic ops recompute it from
   arrays stored anyway (`1 - t*t` from `t`).
 - An array the program allocates is reused, once nothing reads it any more, for a later value
   of the same shape and dtype (`last_read`; codegen/cpu.py allocates).
@@ -90,16 +90,19 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
 
 
 REMAT_OPS = 2   # at most this many elementwise ops are recomputed instead of stored
+# ... and only arithmetic: a tanh recomputed costs more than the store and load it saves
+REMAT_KINDS = frozenset({"neg", "abs", "add", "sub", "mul", "max", "min", "select", "convert",
+                         "lt", "le", "gt", "ge", "eq", "ne"})
 
 
 def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays: set[str],
                    recomputed: dict[str, Eqn]) -> None:
-    """Values that loops of later steps read, computed by at most REMAT_OPS elementwise ops from
+    """Values that loops of later steps read, computed by at most REMAT_OPS arithmetic ops from
     arrays kept anyway (or inputs): recomputed by their readers instead of stored (tanh's
     derivative 1 - t*t from the stored t), saving an array written and read back. Not for
     outputs nor for values a call reads (calls take arrays)."""
     producers = {e.outs[0].name: e for step in steps if isinstance(step, Loop)
-                 for e in step.eqns if OPS[e.op].kind is Kind.ELEMENTWISE}
+                 for e in step.eqns if e.op in REMAT_KINDS}
     called = {a.name for step in steps if isinstance(step, Call) for a in step.eqn.ins
               if isinstance(a, Var)}
     outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
