@@ -286,6 +286,8 @@ def main() -> None:
                                                  f"(JAX {H.fmt_time(jax_g)})"})
     for fw in ("tapejit warm", "tapejit cold"):
         H.ratio_line(f"{fw} / JAX, spawn to first gradient", med(fw, "spawn_to_grad"), jax_g)
+    H.ratio_line("tapejit warm / tapejit cold, whole process", med("tapejit warm", "process"),
+                 med("tapejit cold", "process"))
     if "JAX warm cache" in runs:
         H.ratio_line("tapejit warm / JAX warm cache, whole process", med("tapejit warm", "process"),
                      med("JAX warm cache", "process"))
