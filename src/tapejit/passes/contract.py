@@ -14,7 +14,9 @@ so the loop nest walks memory in order and the transposes around it cancel (`sim
 transpose of transpose)."""
 from __future__ import annotations
 
+import itertools
 import math
+from typing import Callable
 
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
@@ -38,6 +40,19 @@ def _names(tape: Tape) -> set[str]:
     for eqn in tape.eqns:
         names.update(o.name for o in eqn.outs)
     return names
+
+
+def _namer(taken: set[str], sep: str) -> Callable[[str], str]:
+    """A function giving names `<base><sep><k>` not in `taken` (and adding them to it)."""
+    counter = itertools.count(1)
+
+    def fresh(base: str) -> str:
+        while True:
+            name = f"{base}{sep}{next(counter)}"
+            if name not in taken:
+                taken.add(name)
+                return name
+    return fresh
 
 
 def _merge(order: list[str], other: list[str]) -> list[str]:
@@ -66,15 +81,7 @@ def small_contractions(tape: Tape) -> Tape:
             if isinstance(a, Var):
                 readers.setdefault(a.name, []).append(eqn)
     outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
-    counter = [0]
-
-    def fresh(base: str) -> str:
-        while True:
-            counter[0] += 1
-            name = f"{base}_c{counter[0]}"
-            if name not in taken:
-                taken.add(name)
-                return name
+    fresh = _namer(taken, "_c")
 
     out: list[Eqn] = []
     reverse_start = None
@@ -334,15 +341,7 @@ def sums_of_products(tape: Tape) -> Tape:
     if not any(e.op == "dot_general" for e in tape.eqns):
         return tape
     taken = _names(tape)
-    counter = [0]
-
-    def fresh(base: str) -> str:
-        while True:
-            counter[0] += 1
-            name = f"{base}{counter[0]}"
-            if name not in taken:
-                taken.add(name)
-                return name
+    fresh = _namer(taken, "")
 
     sums = _Sums(tape, fresh)
     out: list[Eqn] = []
