@@ -66,8 +66,7 @@ class _Program:
         # the workspace `W` (entry point only): arrays the caller allocates once and passes
         # to every call, for the values no output can alias
         self.workspace = workspace
-        self.slots: list[str] = []        # the names that took them, in order
-        self.workspace_avals: list[Aval] = []
+        self.slots: dict[str, Aval] = {}  # the names that took them, in order
 
     def own(self, var: Var) -> None:
         """`var`'s array was allocated here: reusable once it is dead."""
@@ -91,8 +90,7 @@ class _Program:
         elif self.workspace and not kept and aval.ndim:
             # a new array per call costs page faults: 14% of an MLP gradient's time
             self.w.line(f"{name} = W[{len(self.slots)}]    # the workspace's array")
-            self.slots.append(name)
-            self.workspace_avals.append(aval)
+            self.slots[name] = aval
         else:
             self.w.line(f"{name} = np.empty({self.sizes.shape(aval.shape)}, "
                         f"{dtype_code(aval.dtype)})")
@@ -156,7 +154,7 @@ class Generated(NamedTuple):
 
 
 def generate(tape: Tape) -> Generated:
-    """The module source for `tape`, its size table and workspace size."""
+    """The module source for `tape`, its size table and workspace arrays."""
     module = Module()
     entry = _function(module, tape, ENTRY, scalars=False)
     parts = [HEADER] + module.functions + [entry]
@@ -201,7 +199,7 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
             outs.append(name_of(atom))
     w.line(f"return ({''.join(o + ', ' for o in outs)})")
     if not scalars:
-        module.workspace = tuple(p.workspace_avals)
+        module.workspace = tuple(p.slots.values())
     return w.source()
 
 
