@@ -39,6 +39,7 @@ import numpy as np
 '''
 # parallel=True only for programs with a parallel loop: numba's parfor pass costs compile time
 DECORATOR = '@numba.njit(cache=True, error_model="numpy"{})'
+FIXED = 16          # inputs' trailing sizes up to this are numbers in the source (fixed_sizes)
 
 
 def name_of(var: Var) -> str:
@@ -123,8 +124,8 @@ class Module:
     """One generated module: the entry point, one function per sub-tape of a control-flow
     eqn (codegen/control.py calls them in its loops) and fixed helpers; one size table."""
 
-    def __init__(self) -> None:
-        self.sizes = Sizes()
+    def __init__(self, fixed: frozenset[int] = frozenset()) -> None:
+        self.sizes = Sizes(fixed)
         self.functions: list[str] = []
         self.names: dict[Any, str] = {}
         self.workspace: tuple[Aval, ...] = ()
@@ -155,11 +156,23 @@ class Generated(NamedTuple):
 
 def generate(tape: Tape) -> Generated:
     """The module source for `tape`, its size table and workspace arrays."""
-    module = Module()
+    module = Module(fixed_sizes(tape))
     entry = _function(module, tape, ENTRY, scalars=False)
     parts = [HEADER] + module.functions + [entry]
     return Generated("\n\n".join(part.strip("\n") + "\n" for part in parts),
                      module.sizes.values(), module.workspace)
+
+
+def fixed_sizes(tape: Tape) -> frozenset[int]:
+    """The sizes written into the source as numbers: those up to `FIXED` of the inputs'
+    trailing axes (features, components, coordinates), unless a floating-point input leads
+    with that size and has it nowhere else (a batch or point count: it stays a run-time value,
+    so a new batch size reuses the program; a square matrix or an integer table has a fixed
+    shape). A loop of known small extent unrolls and vectorises; a change of such a size gives
+    new source, so a new program (the cache key is the source)."""
+    inputs = [v.aval for v in tape.invars + tape.constvars if v.aval.shape]
+    batch = {a.shape[0] for a in inputs if a.dtype.kind in "fc" and a.shape[0] not in a.shape[1:]}
+    return frozenset(n for a in inputs for n in a.shape[1:] if 1 < n <= FIXED) - batch
 
 
 def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
@@ -183,7 +196,7 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
         p.step = number
         if isinstance(step, Loop):
             if p.plan.live[number]:
-                emit = _emit_rows if _by_rows(step) else _emit_loop
+                emit = _emit_rows if _by_rows(step, p.sizes) else _emit_loop
                 emit(p, step, p.plan.live[number],
                      [f"i{d}_{number}" for d in range(len(step.domain))], number in p.parallel)
         else:
@@ -371,9 +384,12 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
     p.after_nest.clear()
 
 
-def _by_rows(loop: Loop) -> bool:
-    """Whether a nest runs row by row (_emit_rows): two or more loops and an inner stage."""
-    return len(loop.domain) >= 2 and any(len(s) > len(loop.domain) for s in loop.stages)
+def _by_rows(loop: Loop, sizes: Sizes) -> bool:
+    """Whether a nest runs row by row (_emit_rows): two or more loops and an inner stage, and a
+    row not of a small fixed size (a short row gains nothing from a vector loop over it, and
+    its buffers cost a store and a load per element where an inner sum stays in a register)."""
+    return (len(loop.domain) >= 2 and any(len(s) > len(loop.domain) for s in loop.stages)
+            and loop.domain[-1] not in sizes.fixed)
 
 
 def _emit_rows(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],

@@ -40,14 +40,16 @@ class Writer:
 
 
 class Sizes:
-    """The size table: each distinct size > 1 of the tape gets a slot `S[k]`."""
+    """The size table: each distinct size > 1 of the tape gets a slot `S[k]`, except the
+    `fixed` sizes, written as numbers."""
 
-    def __init__(self) -> None:
+    def __init__(self, fixed: frozenset[int] = frozenset()) -> None:
         self.slots: dict[int, int] = {}
+        self.fixed = fixed
 
     def __call__(self, n: int) -> str:
         n = int(n)
-        if n in (0, 1):
+        if n in (0, 1) or n in self.fixed:
             return str(n)
         if n not in self.slots:
             self.slots[n] = len(self.slots)
