@@ -9,8 +9,8 @@
   array. Eqns of a loop whose results nobody needs are not emitted.
 - A value of an inner stage read by a later stage of its nest is stored in an array, unless it
   is one elementwise op on inputs (`x[i] - x[j]`): that is recomputed where it is read. So is a
-  value that loops of later steps read when at most two arithmetic ops recompute it from
-  arrays stored anyway (`1 - t*t` from `t`).
+  value of at least 2^15 elements that loops of later steps read when at most two arithmetic
+  ops recompute it from arrays stored anyway, inputs or views of them (`1 - t*t` from `t`).
 - An array the program allocates is reused, once nothing reads it any more, for a later value
   of the same shape and dtype (`last_read`; codegen/cpu.py allocates).
 """
@@ -82,7 +82,7 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
                         arrays.add(atom.name)
                     use(atom.name, index, stage)
     arrays -= scalar          # (a scalar output becomes an array only at the return)
-    _rematerialize(tape, steps, where, arrays, recomputed)
+    _rematerialize(tape, steps, where, arrays, inline, recomputed)
     live = {index: _live(step, arrays, scalar) for index, step in enumerate(steps)
             if isinstance(step, Loop)}
     return Plan(arrays, inline, scalar, live,
@@ -90,23 +90,33 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
 
 
 REMAT_OPS = 2   # at most this many elementwise ops are recomputed instead of stored
+REMAT_MIN_SIZE = 1 << 15   # ... of a value this large: a smaller array stays in cache
 # ... and only arithmetic: a tanh recomputed costs more than the store and load it saves
 REMAT_KINDS = frozenset({"neg", "abs", "add", "sub", "mul", "max", "min", "select", "convert",
                          "lt", "le", "gt", "ge", "eq", "ne"})
 
 
 def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays: set[str],
-                   recomputed: dict[str, Eqn]) -> None:
+                   inline: dict[str, Eqn], recomputed: dict[str, Eqn]) -> None:
     """Values that loops of later steps read, computed by at most REMAT_OPS arithmetic ops from
-    arrays kept anyway (or inputs): recomputed by their readers instead of stored (tanh's
-    derivative 1 - t*t from the stored t), saving an array written and read back. Not for
-    outputs nor for values a call reads (calls take arrays)."""
+    arrays kept anyway, inputs or views of them: recomputed by their readers instead of stored
+    (tanh's derivative 1 - t*t from the stored t), saving an array written and read back. Not
+    for outputs nor for values a call reads (calls take arrays)."""
     producers = {e.outs[0].name: e for step in steps if isinstance(step, Loop)
                  for e in step.eqns if e.op in REMAT_KINDS}
     called = {a.name for step in steps if isinstance(step, Call) for a in step.eqn.ins
               if isinstance(a, Var)}
     outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
-    candidates = {n for n in arrays if n in producers and n not in called | outputs}
+    candidates = {n for n in arrays if n in producers and n not in called | outputs
+                  and producers[n].outs[0].aval.size >= REMAT_MIN_SIZE}
+
+    def kept(atom: Atom) -> bool:
+        """Readable by any later step as it is: a literal, an input, a kept array, a view."""
+        if isinstance(atom, Lit) or atom.name not in where:
+            return True
+        if atom.name in inline:
+            return all(kept(a) for a in inline[atom.name].ins)
+        return atom.name in arrays and atom.name not in candidates
 
     def tree(name: str, budget: int) -> dict[str, Eqn] | None:
         """The eqns recomputing `name` from kept arrays, inputs and literals, within budget."""
@@ -115,9 +125,7 @@ def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays:
             return None
         nodes = {name: eqn}
         for atom in eqn.ins:
-            if isinstance(atom, Lit) or atom.name not in where:
-                continue
-            if atom.name in arrays and atom.name not in candidates:
+            if kept(atom):
                 continue
             sub = tree(atom.name, budget - len(nodes))
             if sub is None:
