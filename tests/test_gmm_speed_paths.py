@@ -39,7 +39,7 @@ def test_small_products_become_loops_and_sums_move_before_products():
 
 
 def test_compiled_gradient_matches_interpreter_for_other_sizes():
-    g = tj.value_and_grad(_gmm_like, argnums=(0, 1, 2))
+    g = tj.value_and_grad(_gmm_like, argnums=(0, 1, 2), backend="numba")
     ref = tj.value_and_grad(_gmm_like, argnums=(0, 1, 2), backend="interpret")
     for n, k, d in ((40, 3, 4), (7, 1, 20), (33, 17, 2)):
         args = _args(n, k, d)
@@ -53,3 +53,69 @@ def test_large_products_stay_blas():
     x, w = rng.normal(size=(50, 40)), rng.normal(size=(40, 30))
     tape = tj.make_tape(lambda x, w: np.sum(np.tanh(x @ w)))(x, w)
     assert small_contractions(tape) is tape
+
+
+def test_a_broadcast_of_cheap_arithmetic_reads_its_operands():
+    from tapejit.passes import spread_broadcasts
+    args = _args()
+    joint = small_contractions(tj.make_tape(_gmm_like)(*args))
+    spread = spread_broadcasts(joint)
+    tj.typecheck(spread)
+    # the contraction reads xc = x - mu along its contracted axis: broadcast x and mu instead
+    producers = {o.name: e for e in spread.eqns for o in e.outs}
+    subs = [e for e in spread.eqns if e.op == "sub"
+            and all(producers[a.name].op == "broadcast_in_dim" for a in e.ins)]
+    assert subs and not any(e.op == "broadcast_in_dim" and producers.get(e.ins[0].name, e).op
+                            == "sub" for e in spread.eqns)
+    np.testing.assert_allclose(interpret(spread, args), interpret(joint, args), rtol=1e-12)
+    # ... so xc is never stored: the contraction's loop nest recomputes it
+    bodies = [e.kw["body"] for e in optimize(joint).eqns if e.op == "fused"]
+    contraction = [b for b in bodies
+                   if any(e.op == "reduce_sum" and e.ins[0].aval.ndim == 4 for e in b.eqns)]
+    assert len(contraction) == 1 and any(e.op == "sub" for e in contraction[0].eqns)
+    assert not any(e.op == "sub" and e.outs[0] in b.outvars for b in bodies for e in b.eqns)
+
+
+def test_small_trailing_sizes_are_fixed_and_a_new_batch_keeps_the_program():
+    from tapejit.codegen.cpu import fixed_sizes
+    tape = tj.make_tape(_gmm_like)(*_args(n=40, k=5, d=4))
+    assert fixed_sizes(tape) == {4}          # d; not the points n nor the components k
+    g = tj.value_and_grad(_gmm_like, argnums=(0, 2), backend="numba")
+    g(*_args(n=40, k=5, d=4))
+    g(*_args(n=50, k=6, d=4))                # new point and component counts: same program
+    assert g.cache_info()["compiles"] + g.cache_info()["disk_loads"] == 1
+    args = _args(n=40, k=5, d=5)             # a new dimension: new source, a new program
+    value, grads = g(*args)
+    assert g.cache_info()["compiles"] + g.cache_info()["disk_loads"] == 2
+    ref = tj.value_and_grad(_gmm_like, argnums=(0, 2), backend="interpret")(*args)
+    for a, b in zip(grads, ref[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+
+
+def _split_cases():
+    """Products of a sum or difference of broadcasts, the difference on either side."""
+    x, mu, a = rng.normal(size=(30, 4)), rng.normal(size=(3, 4)), rng.normal(size=(30, 3, 5))
+    yield (lambda a, x, mu: np.einsum("nki,nkj->kij", a, x[:, None, :] - mu[None]), (a, x, mu))
+    yield (lambda a, x, mu: np.einsum("nkj,nki->kji", x[:, None, :] + mu[None], a), (a, x, mu))
+    yield (lambda a, x, mu: np.einsum("kin,nkj->kij", np.transpose(a, (1, 2, 0)),
+                                      x[:, None, :] - mu[None]), (a, x, mu))  # through a .T
+    w = rng.normal(size=(30, 5))                  # unbatched: contracted over n only
+    yield (lambda w, x, c: w.T @ (x - c[None, :]), (w, x, mu[0]))
+
+
+def test_long_products_of_differences_split_into_blas_products():
+    from tapejit.passes import split_products
+    for fn, args in _split_cases():
+        tape = tj.make_tape(fn)(*args)
+        split = split_products(tape)
+        tj.typecheck(split)
+        products = [e for e in split.eqns if e.op == "dot_general"]
+        assert len(products) == 2 and not any(e.op == "dot_general" and e.kw["batch"][0]
+                                              and e.ins[0].aval.shape[0] == 30
+                                              for e in split.eqns)
+        np.testing.assert_allclose(interpret(split, args), interpret(tape, args), rtol=1e-12)
+        np.testing.assert_allclose(tj.jit(fn)(*args), fn(*args), rtol=1e-12)
+    # a short contraction stays one product (contract.py makes it a loop)
+    x, mu, a = rng.normal(size=(8, 4)), rng.normal(size=(3, 4)), rng.normal(size=(8, 3, 5))
+    tape = tj.make_tape(lambda a, x, mu: np.einsum("nki,nkj->kij", a, x[:, None] - mu))(a, x, mu)
+    assert split_products(tape) is tape

@@ -109,6 +109,23 @@ def blas_operands(eqn: Eqn, ins: list[str]) -> tuple[str, str] | None:
     return (ins[0] if lc == (1,) else f"{ins[0]}.T", ins[1] if rc == (0,) else f"{ins[1]}.T")
 
 
+def _matrix(w: Writer, src: str, aval: Aval, rows: tuple[int, ...], cols: tuple[int, ...],
+            dst: str, extents: tuple[str, str], sizes: Sizes) -> str:
+    """`src` as the matrix of its axes `rows` by its axes `cols`: a reshape when its memory
+    holds them in that order, the transpose of one when in the other (BLAS reads it in place:
+    a (10000, 25, 10) GMM cotangent contracted over its first axis is not copied), else a
+    copy (each reshape call site costs numba ~50 ms of compile time: only where needed)."""
+    order = rows + cols
+    if order != tuple(range(aval.ndim)) and cols + rows == tuple(range(aval.ndim)):
+        if (len(rows), len(cols)) == (1, 1):
+            return f"{src}.T"
+        return f"{src}.reshape(({extents[1]}, {extents[0]})).T"
+    src = permuted(w, src, aval, order, dst, sizes)
+    if (len(rows), len(cols)) == (1, 1):
+        return src
+    return f"{src}.reshape(({extents[0]}, {extents[1]}))"
+
+
 @emitter("dot_general", fresh=True)
 def _dot_general(w, eqn, ins, out, sizes):
     (lc, rc), (lb, rb) = eqn.kw["contract"], eqn.kw["batch"]
@@ -121,16 +138,15 @@ def _dot_general(w, eqn, ins, out, sizes):
     if product is not None:
         w.line(f"{out} = np.dot({product[0]}, {product[1]})")
         return
-    a = permuted(w, ins[0], lhs, tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
-    c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
     if not lb and dtype.kind == "f":   # one BLAS call
-        # (each reshape call site costs numba ~50 ms of compile time: only where needed)
-        lhs2 = a if (len(lf), len(lc)) == (1, 1) else f"{a}.reshape(({m}, {k}))"
-        rhs2 = c if (len(rc), len(rf)) == (1, 1) else f"{c}.reshape(({k}, {n}))"
+        lhs2 = _matrix(w, ins[0], lhs, lf, tuple(lc), f"{out}_lhs", (m, k), sizes)
+        rhs2 = _matrix(w, ins[1], rhs, tuple(rc), rf, f"{out}_rhs", (k, n), sizes)
         result = f"np.dot({lhs2}, {rhs2})"
         w.line(f"{out} = {result}" if len(lf) == len(rf) == 1 else
                f"{out} = {result}.reshape({shape})")
         return
+    a = permuted(w, ins[0], lhs, tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
+    c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
     w.line(f"{out}_a = {a}.reshape(({b}, {m}, {k}))")
     w.line(f"{out}_b = {c}.reshape(({b}, {k}, {n}))")
     w.line(f"{out}_c = np.empty(({b}, {m}, {n}), {dtype_code(dtype)})")

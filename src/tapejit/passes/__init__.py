@@ -12,14 +12,18 @@ from .bodies import in_bodies
 from .contract import small_contractions, sums_of_products
 from .cse import cse
 from .dce import dce
+from .distribute import split_products
 from .fuse import fuse
 from .simplify import simplify
+from .spread import spread_broadcasts
 
 Pass = Callable[[Tape], Tape]
 
 PIPELINE: tuple[tuple[str, Pass, str], ...] = (
-    ("sums", sums_of_products, "sums of matrix products summed before the product"),
+    ("split", split_products, "long products of a difference of broadcasts as two products"),
+    ("sums", sums_of_products, "sums moved before matrix products and constant factors"),
     ("contract", small_contractions, "small matrix products as broadcast multiply and sum"),
+    ("spread", spread_broadcasts, "broadcasts of cheap arithmetic broadcast its operands"),
     ("simplify", simplify, "algebraic rewrites (x*1, x+0, -(-x), no-op layout) and folding"),
     ("cse", cse, "reuse identical eqns"),
     ("dce", dce, "drop eqns and constants nothing reads"),
@@ -37,4 +41,5 @@ def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) 
     return tape
 
 
-__all__ = ["PIPELINE", "optimize", "cse", "dce", "fuse", "simplify"]
+__all__ = ["PIPELINE", "optimize", "cse", "dce", "fuse", "simplify", "small_contractions",
+           "split_products", "spread_broadcasts", "sums_of_products"]

@@ -213,7 +213,8 @@ class _Sums:
     summing a product's free axes sums that operand before the product (and a summed batch
     axis is contracted), so the product shrinks by the summed length. A GMM's gradient
     w.r.t. the means sums (Q_k^T ct_qx) over 10,000 points: one (25, 10) product of the summed
-    cotangent instead of a (10000, 25, 10) one."""
+    cotangent instead of a (10000, 25, 10) one. A sum of a product by a factor constant along
+    the summed axes becomes the factor times the sum (`factors`), product or not."""
 
     def __init__(self, tape: Tape, fresh) -> None:
         self.fresh = fresh
@@ -260,6 +261,14 @@ class _Sums:
             return self.reaches_product(eqn.ins[0], tuple(sorted(perm[a] for a in axes)))
         return False
 
+    def factors(self, atom, axes: tuple[int, ...]) -> bool:
+        """Whether `atom` is a term times a factor constant along `axes`: its sum is the
+        factor times the term's sum (one multiply per sum, not per element; and the term's
+        sum is often computed anyway, so CSE shares it)."""
+        eqn = self._through(atom)
+        return bool(axes) and eqn is not None and eqn.op == "mul" and any(
+            self._factor(eqn, k, axes) for k in (0, 1))
+
     @staticmethod
     def _factor(eqn: Eqn, k: int, axes: tuple[int, ...]) -> bool:
         """Whether in mul `eqn`, operand k is the term and the other a factor constant along
@@ -291,15 +300,15 @@ class _Sums:
             if new_perm == tuple(range(len(new_perm))):
                 return summed
             return self._emit("transpose", (summed,), aval, {"perm": new_perm}, src)
-        if eqn is not None and self.reaches_product(atom, axes):
+        if eqn is not None and (self.reaches_product(atom, axes) or self.factors(atom, axes)):
             if eqn.op == "neg":
                 return self._emit("neg", (self.sum(eqn.ins[0], axes, src),), aval, {}, src)
             if eqn.op in ("add", "sub"):
                 terms = tuple(self.sum(a, axes, src) for a in eqn.ins)
                 return self._emit(eqn.op, terms, aval, {}, src)
             if eqn.op == "mul":
-                k = next(k for k in (0, 1) if self._factor(eqn, k, axes)
-                         and self.reaches_product(eqn.ins[k], axes))
+                terms = [k for k in (0, 1) if self._factor(eqn, k, axes)]
+                k = next((k for k in terms if self.reaches_product(eqn.ins[k], axes)), terms[0])
                 factor = eqn.ins[1 - k]
                 if factor.aval.ndim:
                     factor = self._emit("reshape", (factor,), Aval(tuple(
@@ -337,9 +346,8 @@ class _Sums:
 
 
 def sums_of_products(tape: Tape) -> Tape:
-    """Move each reduce_sum that sums a matrix product's free axes into its operands."""
-    if not any(e.op == "dot_general" for e in tape.eqns):
-        return tape
+    """Move each reduce_sum that sums a matrix product's free axes into its operands, and each
+    that sums a product by a factor constant along the summed axes before the factor."""
     taken = _names(tape)
     fresh = _namer(taken, "")
 
@@ -350,7 +358,8 @@ def sums_of_products(tape: Tape) -> Tape:
     for i, eqn in enumerate(tape.eqns):
         if i == tape.reverse_start:
             reverse_start = len(out)
-        if eqn.op == "reduce_sum" and sums.reaches_product(eqn.ins[0], eqn.kw["axes"]):
+        axes = eqn.kw["axes"] if eqn.op == "reduce_sum" else ()
+        if axes and (sums.reaches_product(eqn.ins[0], axes) or sums.factors(eqn.ins[0], axes)):
             result = sums.sum(eqn.ins[0], tuple(sorted(eqn.kw["axes"])), eqn.src)
             last = sums.emitted[-1]
             sums.emitted[-1] = Eqn(last.op, last.ins, eqn.outs, last.params, last.src)

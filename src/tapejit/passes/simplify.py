@@ -80,6 +80,17 @@ def _transpose_of_transpose(eqn: Eqn, ins: list[Atom],
     return Eqn("transpose", inner.ins, eqn.outs, make_params({"perm": perm}), eqn.src)
 
 
+def _reshape_of_reshape(eqn: Eqn, ins: list[Atom],
+                        producers: dict[str, Eqn]) -> Atom | Eqn | None:
+    """reshape(reshape(x)) -> x, or one reshape of x."""
+    if eqn.op != "reshape" or not isinstance(ins[0], Var):
+        return None
+    inner = producers.get(ins[0].name)
+    if inner is None or inner.op != "reshape":
+        return None
+    return _same(inner.ins[0], eqn) or Eqn("reshape", inner.ins, eqn.outs, eqn.params, eqn.src)
+
+
 def simplify(tape: Tape) -> Tape:
     """Apply the rewrite table and constant folding in one forward walk."""
     producers: dict[str, Eqn] = {}
@@ -94,7 +105,8 @@ def simplify(tape: Tape) -> Tape:
                        or _double_negation(eqn, ins, producers))
         composed = None
         if replacement is None:
-            replacement = _transpose_of_transpose(eqn, ins, producers)
+            replacement = (_transpose_of_transpose(eqn, ins, producers)
+                           or _reshape_of_reshape(eqn, ins, producers))
             if isinstance(replacement, Eqn):
                 eqn = composed = replacement
                 replacement = None

@@ -1,0 +1,144 @@
+"""A long matrix product of a difference of broadcasts, as a difference of products:
+`dot(a, x[:, None, :] - mu[None])` (contracted over the points, batched over the components)
+becomes `dot(a, x) - dot(sum(a), mu)`.
+
+A term broadcast along a batch axis drops that batch axis: the other operand's batch axis
+becomes one of its free axes, so the batched product of small matrices is one large BLAS
+product (a GMM's covariance gradient: 25 products of 10 x 10000 by 10000 x 10, as a loop
+accumulating 2,500 sums for each of 10,000 points, become one 250 x 10000 by 10000 x 10
+product). A term broadcast along a contracted axis is constant there: the other operand is
+summed over it first. Only products contracting more than `SMALL` elements are split; a short
+contraction stays the loop nest contract.py makes of it."""
+from __future__ import annotations
+
+import math
+
+from ..avals import Aval
+from ..ir import Eqn, Tape, Var, make_params
+from .contract import SMALL, _names, _namer
+
+
+def split_products(tape: Tape) -> Tape:
+    """Rewrite each long product one of whose operands is `add`/`sub` of broadcast terms."""
+    producers = {o.name: e for e in tape.eqns for o in e.outs}
+    fresh = None
+    out: list[Eqn] = []
+    reverse_start = None
+    for i, eqn in enumerate(tape.eqns):
+        if i == tape.reverse_start:
+            reverse_start = len(out)
+        side = _splittable(eqn, producers) if eqn.op == "dot_general" else None
+        if side is None:
+            out.append(eqn)
+            continue
+        fresh = fresh or _namer(_names(tape), "_d")
+        difference = producers[eqn.ins[side].name]
+        terms = [_product(eqn, side, term, producers, fresh, out) for term in difference.ins]
+        out.append(Eqn(difference.op, tuple(terms), eqn.outs, (), eqn.src))
+    if fresh is None:
+        return tape
+    if tape.reverse_start is not None and reverse_start is None:
+        reverse_start = len(out)
+    return Tape(tape.invars, tuple(out), tape.outvars, tape.constvars, tape.consts,
+                reverse_start)
+
+
+def _axes(eqn: Eqn, side: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    (lc, rc), (lb, rb) = eqn.kw["contract"], eqn.kw["batch"]
+    return (lc, lb) if side == 0 else (rc, rb)
+
+
+def _broadcast_axes(term: Var, operand: Var) -> tuple[int, ...]:
+    """The axes of `operand` along which `term` (numpy-aligned to it) is broadcast."""
+    shape = (1,) * (operand.aval.ndim - term.aval.ndim) + term.aval.shape
+    return tuple(d for d, n in enumerate(shape) if n == 1 and operand.aval.shape[d] != 1)
+
+
+def _splittable(eqn: Eqn, producers: dict[str, Eqn]) -> int | None:
+    """The side whose operand is a difference (or sum) of terms broadcast along batch or
+    contracted axes only (one of them at least), in a product contracting more than SMALL
+    elements; else None. (At most one term is whole: two whole terms would double the
+    product's work.)"""
+    for side in (0, 1):
+        operand = eqn.ins[side]
+        contract, batch = _axes(eqn, side)
+        if not isinstance(operand, Var) or \
+                math.prod(operand.aval.shape[d] for d in contract) <= SMALL:
+            continue
+        difference = producers.get(operand.name)
+        if difference is None or difference.op not in ("add", "sub") or \
+                not all(isinstance(t, Var) for t in difference.ins):
+            continue
+        spans = [_broadcast_axes(t, operand) for t in difference.ins]
+        if any(spans) and all(set(axes) <= set(contract + batch) for axes in spans):
+            return side
+    return None
+
+
+def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
+             out: list[Eqn]) -> Var:
+    """`eqn`'s product with `term` in place of operand `side` (out: the eqns computing it).
+    The other operand is read through a transpose producing it (BLAS reads any axis order
+    of a matrix; a transposed copy of a (10000, 25, 10) cotangent is 20 MB moved)."""
+    operand, other = eqn.ins[side], eqn.ins[1 - side]
+    contract, batch = _axes(eqn, side)
+    o_contract, o_batch = _axes(eqn, 1 - side)
+    base, axis = other, list(range(other.aval.ndim))     # other's axis a is base's axis[a]
+    producer = producers.get(other.name) if isinstance(other, Var) else None
+    if producer is not None and producer.op == "transpose":
+        base, axis = producer.ins[0], list(producer.kw["perm"])
+    other_axis = {b: a for a, b in enumerate(axis)}
+    dtype, src = eqn.outs[0].aval.dtype, eqn.src
+    gone = _broadcast_axes(term, operand)
+
+    def emit(op: str, x: Var, result: tuple[int, ...], **params) -> Var:
+        v = Var(fresh(eqn.outs[0].name), Aval(result, dtype))
+        out.append(Eqn(op, (x,), (v,), make_params(params), src))
+        return v
+
+    # the term without its broadcast axes
+    aligned = (1,) * (operand.aval.ndim - term.aval.ndim) + term.aval.shape
+    kept = [d for d in range(operand.aval.ndim) if d not in gone]
+    t = term
+    if tuple(aligned[d] for d in kept) != term.aval.shape:
+        t = emit("reshape", term, tuple(aligned[d] for d in kept),
+                 shape=tuple(aligned[d] for d in kept))
+    # the other operand summed over the axes contracted with the term's broadcast ones
+    summed = tuple(sorted(axis[o_contract[k]] for k, d in enumerate(contract) if d in gone))
+    o = base
+    if summed:
+        o = emit("reduce_sum", base, tuple(n for d, n in enumerate(base.aval.shape)
+                                           if d not in summed), axes=summed)
+    o_kept = [d for d in range(base.aval.ndim) if d not in summed]      # base's axes
+    pairs_c = [(d, axis[od]) for d, od in zip(contract, o_contract) if d not in gone]
+    pairs_b = [(d, axis[od]) for d, od in zip(batch, o_batch) if d not in gone]
+    # output axes labelled by where they come from: ("b", k) batch pair k, ("t", d) the
+    # term's free axis d, ("o", d) the other operand's free axis d; the original order ...
+    free = [d for d in range(operand.aval.ndim) if d not in contract + batch]
+    o_free = [d for d in range(other.aval.ndim) if d not in o_contract + o_batch]
+    mine, theirs = [("t", d) for d in free], [("o", d) for d in o_free]
+    original = [("b", k) for k in range(len(batch))] + (
+        mine + theirs if side == 0 else theirs + mine)
+    # the new product's: the kept batch pairs, then each side's free axes in memory order (the
+    # other operand's unpaired batch axes are free now)
+    paired = {bd for _, bd in pairs_c + pairs_b}
+    o_new_free = [("o", other_axis[bd]) if other_axis[bd] in o_free
+                  else ("b", o_batch.index(other_axis[bd])) for bd in o_kept if bd not in paired]
+    new = [("b", k) for k, d in enumerate(batch) if d not in gone] + (
+        mine + o_new_free if side == 0 else o_new_free + mine)
+    mine_c = tuple(kept.index(d) for d, _ in pairs_c)
+    theirs_c = tuple(o_kept.index(bd) for _, bd in pairs_c)
+    mine_b = tuple(kept.index(d) for d, _ in pairs_b)
+    theirs_b = tuple(o_kept.index(bd) for _, bd in pairs_b)
+    ins = (t, o) if side == 0 else (o, t)
+    params = {"contract": (mine_c, theirs_c) if side == 0 else (theirs_c, mine_c),
+              "batch": (mine_b, theirs_b) if side == 0 else (theirs_b, mine_b)}
+    shape = {**{("b", k): operand.aval.shape[d] for k, d in enumerate(batch)},
+             **{("t", d): operand.aval.shape[d] for d in free},
+             **{("o", d): other.aval.shape[d] for d in o_free}}
+    product = Var(fresh(eqn.outs[0].name), Aval(tuple(shape[label] for label in new), dtype))
+    out.append(Eqn("dot_general", ins, (product,), make_params(params), src))
+    perm = tuple(new.index(label) for label in original)
+    if perm == tuple(range(len(perm))):
+        return product
+    return emit("transpose", product, eqn.outs[0].aval.shape, perm=perm)
