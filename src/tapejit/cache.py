@@ -60,9 +60,11 @@ def _tag() -> str:
             parts.append(dist + metadata.version(dist))
         except metadata.PackageNotFoundError:
             parts.append(dist + "0")
-    # numba's cache does not see changes to the kernels generated code inlines from vmath.py
-    vmath = Path(__file__).with_name("codegen") / "vmath.py"
-    parts.append("vmath" + hashlib.sha256(vmath.read_bytes()).hexdigest()[:8])
+    # numba's cache does not see changes to the functions generated code calls in vmath.py
+    # (kernels it inlines) and blas.py (matrix products it links)
+    for helper in ("vmath", "blas"):
+        source = Path(__file__).with_name("codegen") / f"{helper}.py"
+        parts.append(helper + hashlib.sha256(source.read_bytes()).hexdigest()[:8])
     return "-".join(parts)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ..avals import Aval
 from ..ir import Eqn
 from ..ops.linalg import free_axes
+from . import blas
 from .writer import Sizes, Writer, dtype_code, scalar
 
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
@@ -97,33 +98,34 @@ def _reshape(w, eqn, ins, out, sizes):
     w.line(f"{out} = {ins[0]}.reshape({sizes.shape(eqn.kw['shape'])})")
 
 
-def blas_operands(eqn: Eqn, ins: list[str]) -> tuple[str, str] | None:
-    """`(a, b)` when `eqn` is the one BLAS product `np.dot(a, b)` of two float matrices (a
-    transposed operand is passed as `x.T`: BLAS reads it in place, where a copy loop measured
-    3.5 ms of an MLP's 1797x256 gradient product, against 4 ms for the product itself)."""
+def blas_operands(eqn: Eqn, ins: list[str]) -> tuple[tuple[str, bool], ...] | None:
+    """The operands `(matrix, transposed)` when `eqn` is one BLAS product of two float
+    matrices (a transposed operand is read in place, where a copy loop measured 3.5 ms of an
+    MLP's 1797x256 gradient product, against 4 ms for the product itself)."""
     (lc, rc), (lb, _) = eqn.kw["contract"], eqn.kw["batch"]
     lhs, rhs = eqn.ins[0].aval, eqn.ins[1].aval
     if lb or eqn.outs[0].aval.dtype.kind != "f" or \
             (lhs.ndim, rhs.ndim, len(lc), len(rc)) != (2, 2, 1, 1):
         return None
-    return (ins[0] if lc == (1,) else f"{ins[0]}.T", ins[1] if rc == (0,) else f"{ins[1]}.T")
+    return (ins[0], lc != (1,)), (ins[1], rc != (0,))
 
 
 def _matrix(w: Writer, src: str, aval: Aval, rows: tuple[int, ...], cols: tuple[int, ...],
-            dst: str, extents: tuple[str, str], sizes: Sizes) -> str:
-    """`src` as the matrix of its axes `rows` by its axes `cols`: a reshape when its memory
-    holds them in that order, the transpose of one when in the other (BLAS reads it in place:
-    a (10000, 25, 10) GMM cotangent contracted over its first axis is not copied), else a
-    copy (each reshape call site costs numba ~50 ms of compile time: only where needed)."""
+            dst: str, extents: tuple[str, str], sizes: Sizes) -> tuple[str, bool]:
+    """`src` as the matrix of its axes `rows` by its axes `cols`, as (matrix, transposed): a
+    reshape when its memory holds them in that order, the transpose of one when in the other
+    (BLAS reads it in place: a (10000, 25, 10) GMM cotangent contracted over its first axis
+    is not copied), else a copy (each reshape call site costs numba ~50 ms of compile time:
+    only where needed)."""
     order = rows + cols
     if order != tuple(range(aval.ndim)) and cols + rows == tuple(range(aval.ndim)):
         if (len(rows), len(cols)) == (1, 1):
-            return f"{src}.T"
-        return f"{src}.reshape(({extents[1]}, {extents[0]})).T"
+            return src, True
+        return f"{src}.reshape(({extents[1]}, {extents[0]}))", True
     src = permuted(w, src, aval, order, dst, sizes)
     if (len(rows), len(cols)) == (1, 1):
-        return src
-    return f"{src}.reshape(({extents[0]}, {extents[1]}))"
+        return src, False
+    return f"{src}.reshape(({extents[0]}, {extents[1]}))", False
 
 
 @emitter("dot_general", fresh=True)
@@ -134,16 +136,15 @@ def _dot_general(w, eqn, ins, out, sizes):
     b, m = sizes.product(lhs.shape[a] for a in lb), sizes.product(lhs.shape[a] for a in lf)
     k, n = sizes.product(lhs.shape[a] for a in lc), sizes.product(rhs.shape[a] for a in rf)
     shape = sizes.shape(eqn.outs[0].aval.shape)
-    product = blas_operands(eqn, ins)
-    if product is not None:
-        w.line(f"{out} = np.dot({product[0]}, {product[1]})")
-        return
     if not lb and dtype.kind == "f":   # one BLAS call
         lhs2 = _matrix(w, ins[0], lhs, lf, tuple(lc), f"{out}_lhs", (m, k), sizes)
         rhs2 = _matrix(w, ins[1], rhs, tuple(rc), rf, f"{out}_rhs", (k, n), sizes)
-        result = f"np.dot({lhs2}, {rhs2})"
-        w.line(f"{out} = {result}" if len(lf) == len(rf) == 1 else
-               f"{out} = {result}.reshape({shape})")
+        flat = len(lf) == len(rf) == 1
+        result = out if flat else f"{out}_m"
+        w.line(f"{result} = np.empty(({m}, {n}), {dtype_code(dtype)})")
+        w.line(blas.call(lhs2, rhs2, result))
+        if not flat:
+            w.line(f"{out} = {result}.reshape({shape})")
         return
     a = permuted(w, ins[0], lhs, tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
     c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
@@ -153,7 +154,8 @@ def _dot_general(w, eqn, ins, out, sizes):
     jb, jm, jn, jk, acc = (f"{out}_{t}" for t in ("jb", "jm", "jn", "jk", "acc"))
     w.line(f"for {jb} in range({b}):")
     if dtype.kind == "f":
-        w.line(f"    np.dot({out}_a[{jb}], {out}_b[{jb}], {out}_c[{jb}])")
+        w.line("    " + blas.call((f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False),
+                              f"{out}_c[{jb}]"))
     else:  # BLAS has no integer product
         w.line(f"    for {jm} in range({m}):")
         w.line(f"        for {jn} in range({n}):")
