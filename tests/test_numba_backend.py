@@ -240,3 +240,26 @@ def test_row_by_row_nests_match_the_interpreter(threads, monkeypatch):
     want = tj.pytree.flatten(tj.value_and_grad(_row_reductions, argnums=(0, 1))(*args))[0]
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_shared_matmul_helper_reads_transposes_in_place():
+    import numba
+    from tapejit.codegen import blas
+
+    @numba.njit
+    def products(a, b, c, d, out):
+        blas.matmul(a, b, out[0], False, False)
+        blas.matmul(c, b, out[1], True, False)
+        blas.matmul(a, d, out[2], False, True)
+        blas.matmul(c, d, out[3], True, True)
+
+    rng = np.random.default_rng(3)
+    for dtype, rtol in ((np.float64, 1e-13), (np.float32, 1e-5)):
+        a, b, c, d = (rng.normal(size=s).astype(dtype) for s in ((5, 4), (4, 3), (4, 5), (3, 4)))
+        out = np.empty((4, 5, 3), dtype)
+        products(a, b, c, d, out)
+        for got, want in zip(out, (a @ b, c.T @ b, a @ d.T, c.T @ d.T)):
+            np.testing.assert_allclose(got, want, rtol=rtol)
+    out = np.full((2, 3), np.nan)
+    blas.matmul(np.empty((2, 0)), np.empty((0, 3)), out, False, False)   # an empty sum: zeros
+    assert not out.any()
