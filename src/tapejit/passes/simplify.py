@@ -60,35 +60,27 @@ def _fold(eqn: Eqn, ins: list[Atom]) -> Atom | None:
     return Lit(eqn.outs[0].aval.dtype.type(value).item(), eqn.outs[0].aval)
 
 
-def _double_negation(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> Atom | None:
-    """neg(neg(x)) -> x."""
-    inner = producers.get(ins[0].name) if eqn.op == "neg" and isinstance(ins[0], Var) else None
-    return inner.ins[0] if inner is not None and inner.op == "neg" else None
+def _twice(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> Eqn | None:
+    """The eqn producing `eqn`'s operand when it is the same op: op(op(x))."""
+    inner = producers.get(ins[0].name) if ins and isinstance(ins[0], Var) else None
+    return inner if inner is not None and inner.op == eqn.op else None
 
 
-def _transpose_of_transpose(eqn: Eqn, ins: list[Atom],
-                            producers: dict[str, Eqn]) -> Atom | Eqn | None:
-    """transpose(transpose(x)) -> x, or one transpose of x."""
-    if eqn.op != "transpose" or not isinstance(ins[0], Var):
+def _op_of_op(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> Atom | Eqn | None:
+    """neg(neg(x)) -> x; transpose(transpose(x)) and reshape(reshape(x)) -> x, or one
+    transpose (reshape) of x."""
+    inner = _twice(eqn, ins, producers) if eqn.op in ("neg", "transpose", "reshape") else None
+    if inner is None:
         return None
-    inner = producers.get(ins[0].name)
-    if inner is None or inner.op != "transpose":
-        return None
+    if eqn.op == "neg":
+        return inner.ins[0]
+    if eqn.op == "reshape":
+        return _same(inner.ins[0], eqn) or Eqn("reshape", inner.ins, eqn.outs, eqn.params,
+                                                eqn.src)
     perm = tuple(inner.kw["perm"][p] for p in eqn.kw["perm"])
     if perm == tuple(range(len(perm))):
         return _same(inner.ins[0], eqn)
     return Eqn("transpose", inner.ins, eqn.outs, make_params({"perm": perm}), eqn.src)
-
-
-def _reshape_of_reshape(eqn: Eqn, ins: list[Atom],
-                        producers: dict[str, Eqn]) -> Atom | Eqn | None:
-    """reshape(reshape(x)) -> x, or one reshape of x."""
-    if eqn.op != "reshape" or not isinstance(ins[0], Var):
-        return None
-    inner = producers.get(ins[0].name)
-    if inner is None or inner.op != "reshape":
-        return None
-    return _same(inner.ins[0], eqn) or Eqn("reshape", inner.ins, eqn.outs, eqn.params, eqn.src)
 
 
 def simplify(tape: Tape) -> Tape:
@@ -101,12 +93,10 @@ def simplify(tape: Tape) -> Tape:
         ins = list(eqn.ins)
         seen = [splats.get(a.name, a) if isinstance(a, Var) else a for a in ins]
         rule = RULES.get(eqn.op)
-        replacement = (_fold(eqn, ins) or (rule(eqn, *seen) if rule else None)
-                       or _double_negation(eqn, ins, producers))
+        replacement = _fold(eqn, ins) or (rule(eqn, *seen) if rule else None)
         composed = None
         if replacement is None:
-            replacement = (_transpose_of_transpose(eqn, ins, producers)
-                           or _reshape_of_reshape(eqn, ins, producers))
+            replacement = _op_of_op(eqn, ins, producers)
             if isinstance(replacement, Eqn):
                 eqn = composed = replacement
                 replacement = None
