@@ -14,12 +14,11 @@ so the loop nest walks memory in order and the transposes around it cancel (`sim
 transpose of transpose)."""
 from __future__ import annotations
 
-import itertools
 import math
-from typing import Callable
 
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
+from .rewrite import fresh_names
 
 SMALL = 16          # a matrix size at most this is "tiny"
 
@@ -33,26 +32,6 @@ def _small(eqn: Eqn) -> bool:
     cols = math.prod(n for d, n in enumerate(rhs.shape) if d not in rc and d not in rb)
     inner = math.prod(lhs.shape[d] for d in lc)
     return sum(1 for n in (rows, cols, inner) if n <= SMALL) >= 2
-
-
-def _names(tape: Tape) -> set[str]:
-    names = {v.name for v in tape.invars + tape.constvars}
-    for eqn in tape.eqns:
-        names.update(o.name for o in eqn.outs)
-    return names
-
-
-def _namer(taken: set[str], sep: str) -> Callable[[str], str]:
-    """A function giving names `<base><sep><k>` not in `taken` (and adding them to it)."""
-    counter = itertools.count(1)
-
-    def fresh(base: str) -> str:
-        while True:
-            name = f"{base}{sep}{next(counter)}"
-            if name not in taken:
-                taken.add(name)
-                return name
-    return fresh
 
 
 def _merge(order: list[str], other: list[str]) -> list[str]:
@@ -71,7 +50,6 @@ def small_contractions(tape: Tape) -> Tape:
     """Rewrite each small `dot_general` of `tape` into broadcast, mul and reduce_sum."""
     if not any(e.op == "dot_general" and _small(e) for e in tape.eqns):
         return tape
-    taken = _names(tape)
     producers: dict[str, Eqn] = {}
     readers: dict[str, list[Eqn]] = {}
     for eqn in tape.eqns:
@@ -81,7 +59,7 @@ def small_contractions(tape: Tape) -> Tape:
             if isinstance(a, Var):
                 readers.setdefault(a.name, []).append(eqn)
     outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
-    fresh = _namer(taken, "_c")
+    fresh = fresh_names(tape, "_c")
 
     out: list[Eqn] = []
     reverse_start = None
@@ -348,8 +326,7 @@ class _Sums:
 def sums_of_products(tape: Tape) -> Tape:
     """Move each reduce_sum that sums a matrix product's free axes into its operands, and each
     that sums a product by a factor constant along the summed axes before the factor."""
-    taken = _names(tape)
-    fresh = _namer(taken, "")
+    fresh = fresh_names(tape, "")
 
     sums = _Sums(tape, fresh)
     out: list[Eqn] = []

@@ -15,7 +15,8 @@ import math
 
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
-from .contract import SMALL, _names, _namer
+from .contract import SMALL
+from .rewrite import fresh_names
 
 
 def split_products(tape: Tape) -> Tape:
@@ -31,7 +32,7 @@ def split_products(tape: Tape) -> Tape:
         if side is None:
             out.append(eqn)
             continue
-        fresh = fresh or _namer(_names(tape), "_d")
+        fresh = fresh or fresh_names(tape, "_d")
         difference = producers[eqn.ins[side].name]
         terms = [_product(eqn, side, term, producers, fresh, out) for term in difference.ins]
         out.append(Eqn(difference.op, tuple(terms), eqn.outs, (), eqn.src))

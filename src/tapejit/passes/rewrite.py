@@ -1,8 +1,9 @@
-"""The forward walk shared by the rewriting passes: each eqn (its inputs already substituted)
-is kept, replaced by an existing atom (which its readers then use), or rewritten into another
-eqn computing the same outputs."""
+"""What the rewriting passes share: the forward walk, where each eqn (its inputs already
+substituted) is kept, replaced by an existing atom (which its readers then use), or rewritten
+into another eqn computing the same outputs; and fresh names for the eqns a pass adds."""
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 from ..ir import Atom, Eqn, Tape, Var
@@ -35,3 +36,19 @@ def forward_rewrite(tape: Tape, decide: Decide) -> Tape:
         reverse_start = len(eqns)
     return Tape(tape.invars, tuple(eqns), tuple(read(o) for o in tape.outvars),
                 tape.constvars, tape.consts, reverse_start)
+
+
+def fresh_names(tape: Tape, sep: str) -> Callable[[str], str]:
+    """A function giving names `<base><sep><k>` that no var of `tape`, nor an earlier call,
+    has."""
+    taken = {v.name for v in tape.invars + tape.constvars}
+    taken.update(o.name for eqn in tape.eqns for o in eqn.outs)
+    counter = itertools.count(1)
+
+    def fresh(base: str) -> str:
+        while True:
+            name = f"{base}{sep}{next(counter)}"
+            if name not in taken:
+                taken.add(name)
+                return name
+    return fresh

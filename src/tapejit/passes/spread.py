@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..avals import Aval
 from ..ir import Atom, Eqn, Lit, Tape, Var, make_params
 from ..ops import OPS, Kind
-from .contract import _names, _namer
+from .rewrite import fresh_names
 
 CHEAP = frozenset({"neg", "add", "sub", "mul", "convert"})   # one instruction each
 
@@ -38,7 +38,7 @@ def spread_broadcasts(tape: Tape) -> Tape:
                  if eqn.op == "broadcast_in_dim" and isinstance(eqn.ins[0], Var) else None)
         if inner is not None and inner.op in CHEAP and inner.outs[0].aval.ndim \
                 and all(free(a) for a in inner.ins):     # (a splat of a scalar stays one)
-            fresh = fresh or _namer(_names(tape), "_b")
+            fresh = fresh or fresh_names(tape, "_b")
             shape, dims = eqn.kw["shape"], eqn.kw["dims"]
             rank = inner.outs[0].aval.ndim
             operands: list[Atom] = []
