@@ -69,6 +69,7 @@ class _Program:
         # to every call, for the values no output can alias
         self.workspace = workspace
         self.slots: dict[str, Aval] = {}  # the names that took them, in order
+        self.in_workspace: set[str] = set()   # names whose buffer is one of them (reused too)
 
     def own(self, var: Var) -> None:
         """`var`'s array was allocated here: reusable once it is dead."""
@@ -84,15 +85,18 @@ class _Program:
             self.free.setdefault(self.owned.pop(name), []).append(name)
         self.own(var)
         kept = last.get(var.name, -1) == math.inf
-        spare = [n for n in self.free.get(var.aval, []) if not (kept and n in self.slots)]
+        spare = [n for n in self.free.get(var.aval, []) if not (kept and n in self.in_workspace)]
         name, aval = name_of(var), var.aval
         if spare:
             self.free[aval].remove(spare[-1])
             self.w.line(f"{name} = {spare[-1]}    # {spare[-1]} is dead: reuse its buffer")
+            if spare[-1] in self.in_workspace:
+                self.in_workspace.add(var.name)
         elif self.workspace and not kept and aval.ndim:
             # a new array per call costs page faults: 14% of an MLP gradient's time
             self.w.line(f"{name} = W[{len(self.slots)}]    # the workspace's array")
             self.slots[name] = aval
+            self.in_workspace.add(var.name)
         else:
             self.w.line(f"{name} = np.empty({self.sizes.shape(aval.shape)}, "
                         f"{dtype_code(aval.dtype)})")
