@@ -85,7 +85,10 @@ def _blas() -> list[str]:
     chosen = os.environ.get("OPENBLAS_CORETYPE")
     lines = []
     for path in paths:
-        lib = ctypes.CDLL(path)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:          # e.g. a mapping of a file since deleted
+            continue
         name = next((getattr(lib, n) for n in ("scipy_openblas_get_corename64_",
                                                "scipy_openblas_get_corename",
                                                "openblas_get_corename") if hasattr(lib, n)), None)
