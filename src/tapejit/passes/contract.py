@@ -18,7 +18,7 @@ import math
 
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
-from .rewrite import fresh_names
+from .rewrite import expand, fresh_names
 
 SMALL = 16          # a matrix size at most this is "tiny"
 
@@ -61,19 +61,14 @@ def small_contractions(tape: Tape) -> Tape:
     outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
     fresh = fresh_names(tape, "_c")
 
-    out: list[Eqn] = []
-    reverse_start = None
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            reverse_start = len(out)
-        if eqn.op == "dot_general" and _small(eqn):
-            _rewrite(eqn, producers, readers, outputs, fresh, out)
-        else:
-            out.append(eqn)
-    if tape.reverse_start is not None and reverse_start is None:
-        reverse_start = len(out)
-    return Tape(tape.invars, tuple(out), tape.outvars, tape.constvars, tape.consts,
-                reverse_start)
+    def rewrite(eqn: Eqn) -> list[Eqn] | None:
+        if eqn.op != "dot_general" or not _small(eqn):
+            return None
+        eqns: list[Eqn] = []
+        _rewrite(eqn, producers, readers, outputs, fresh, eqns)
+        return eqns
+
+    return expand(tape, rewrite)
 
 
 def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
@@ -326,29 +321,18 @@ class _Sums:
 def sums_of_products(tape: Tape) -> Tape:
     """Move each reduce_sum that sums a matrix product's free axes into its operands, and each
     that sums a product by a factor constant along the summed axes before the factor."""
-    fresh = fresh_names(tape, "")
+    sums = _Sums(tape, fresh_names(tape, ""))
 
-    sums = _Sums(tape, fresh)
-    out: list[Eqn] = []
-    reverse_start = None
-    changed = False
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            reverse_start = len(out)
+    def rewrite(eqn: Eqn) -> list[Eqn] | None:
         axes = eqn.kw["axes"] if eqn.op == "reduce_sum" else ()
-        if axes and (sums.reaches_product(eqn.ins[0], axes) or sums.factors(eqn.ins[0], axes)):
-            result = sums.sum(eqn.ins[0], tuple(sorted(eqn.kw["axes"])), eqn.src)
-            last = sums.emitted[-1]
-            sums.emitted[-1] = Eqn(last.op, last.ins, eqn.outs, last.params, last.src)
-            assert last.outs[0] == result
-            out.extend(sums.emitted)
-            sums.emitted.clear()
-            changed = True
-        else:
-            out.append(eqn)
-    if not changed:
-        return tape
-    if tape.reverse_start is not None and reverse_start is None:
-        reverse_start = len(out)
-    return Tape(tape.invars, tuple(out), tape.outvars, tape.constvars, tape.consts,
-                reverse_start)
+        if not axes or not (sums.reaches_product(eqn.ins[0], axes)
+                            or sums.factors(eqn.ins[0], axes)):
+            return None
+        result = sums.sum(eqn.ins[0], tuple(sorted(axes)), eqn.src)
+        last = sums.emitted[-1]
+        assert last.outs[0] == result
+        eqns = sums.emitted[:-1] + [Eqn(last.op, last.ins, eqn.outs, last.params, last.src)]
+        sums.emitted.clear()
+        return eqns
+
+    return expand(tape, rewrite)

@@ -16,32 +16,24 @@ import math
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
 from .contract import SMALL
-from .rewrite import fresh_names
+from .rewrite import expand, fresh_names
 
 
 def split_products(tape: Tape) -> Tape:
     """Rewrite each long product one of whose operands is `add`/`sub` of broadcast terms."""
     producers = {o.name: e for e in tape.eqns for o in e.outs}
-    fresh = None
-    out: list[Eqn] = []
-    reverse_start = None
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            reverse_start = len(out)
+    fresh = fresh_names(tape, "_d")
+
+    def rewrite(eqn: Eqn) -> list[Eqn] | None:
         side = _splittable(eqn, producers) if eqn.op == "dot_general" else None
         if side is None:
-            out.append(eqn)
-            continue
-        fresh = fresh or fresh_names(tape, "_d")
+            return None
         difference = producers[eqn.ins[side].name]
-        terms = [_product(eqn, side, term, producers, fresh, out) for term in difference.ins]
-        out.append(Eqn(difference.op, tuple(terms), eqn.outs, (), eqn.src))
-    if fresh is None:
-        return tape
-    if tape.reverse_start is not None and reverse_start is None:
-        reverse_start = len(out)
-    return Tape(tape.invars, tuple(out), tape.outvars, tape.constvars, tape.consts,
-                reverse_start)
+        eqns: list[Eqn] = []
+        terms = [_product(eqn, side, term, producers, fresh, eqns) for term in difference.ins]
+        return eqns + [Eqn(difference.op, tuple(terms), eqn.outs, (), eqn.src)]
+
+    return expand(tape, rewrite)
 
 
 def _axes(eqn: Eqn, side: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

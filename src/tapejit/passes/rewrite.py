@@ -1,6 +1,7 @@
 """What the rewriting passes share: the forward walk, where each eqn (its inputs already
 substituted) is kept, replaced by an existing atom (which its readers then use), or rewritten
-into another eqn computing the same outputs; and fresh names for the eqns a pass adds."""
+into another eqn computing the same outputs; the expansion of eqns into several; and fresh
+names for the eqns a pass adds."""
 from __future__ import annotations
 
 import itertools
@@ -36,6 +37,26 @@ def forward_rewrite(tape: Tape, decide: Decide) -> Tape:
         reverse_start = len(eqns)
     return Tape(tape.invars, tuple(eqns), tuple(read(o) for o in tape.outvars),
                 tape.constvars, tape.consts, reverse_start)
+
+
+def expand(tape: Tape, rewrite: Callable[[Eqn], "list[Eqn] | None"]) -> Tape:
+    """`tape` with each eqn for which `rewrite` returns eqns (computing its outputs, in order)
+    replaced by them; the same tape when it returns None for every eqn."""
+    eqns: list[Eqn] = []
+    reverse_start = None
+    changed = False
+    for i, eqn in enumerate(tape.eqns):
+        if i == tape.reverse_start:
+            reverse_start = len(eqns)
+        replacement = rewrite(eqn)
+        changed |= replacement is not None
+        eqns.extend([eqn] if replacement is None else replacement)
+    if not changed:
+        return tape
+    if tape.reverse_start is not None and reverse_start is None:
+        reverse_start = len(eqns)
+    return Tape(tape.invars, tuple(eqns), tape.outvars, tape.constvars, tape.consts,
+                reverse_start)
 
 
 def fresh_names(tape: Tape, sep: str) -> Callable[[str], str]:

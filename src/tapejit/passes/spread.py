@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..avals import Aval
 from ..ir import Atom, Eqn, Lit, Tape, Var, make_params
 from ..ops import OPS, Kind
-from .rewrite import fresh_names
+from .rewrite import expand, fresh_names
 
 CHEAP = frozenset({"neg", "add", "sub", "mul", "convert"})   # one instruction each
 
@@ -19,9 +19,7 @@ CHEAP = frozenset({"neg", "add", "sub", "mul", "convert"})   # one instruction e
 def spread_broadcasts(tape: Tape) -> Tape:
     """Rewrite each broadcast of a cheap arithmetic eqn on free operands (see module doc)."""
     producers: dict[str, Eqn] = {}
-    fresh = None
-    out: list[Eqn] = []
-    reverse_start = None
+    fresh = fresh_names(tape, "_b")
 
     def free(atom: Atom) -> bool:
         """A literal scalar, an input, or a view of free values: readable anywhere."""
@@ -31,29 +29,27 @@ def spread_broadcasts(tape: Tape) -> Tape:
         return producer is None or (OPS[producer.op].kind is Kind.LAYOUT
                                     and all(free(a) for a in producer.ins))
 
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            reverse_start = len(out)
+    def rewrite(eqn: Eqn) -> list[Eqn] | None:
         inner = (producers.get(eqn.ins[0].name)
                  if eqn.op == "broadcast_in_dim" and isinstance(eqn.ins[0], Var) else None)
-        if inner is not None and inner.op in CHEAP and inner.outs[0].aval.ndim \
-                and all(free(a) for a in inner.ins):     # (a splat of a scalar stays one)
-            fresh = fresh or fresh_names(tape, "_b")
-            shape, dims = eqn.kw["shape"], eqn.kw["dims"]
-            rank = inner.outs[0].aval.ndim
-            operands: list[Atom] = []
-            for a in inner.ins:      # numpy broadcasting: a's axes are the trailing ones
-                if isinstance(a, Lit):
-                    operands.append(a)
-                    continue
-                b = Var(fresh(a.name), Aval(shape, a.aval.dtype))
-                out.append(Eqn("broadcast_in_dim", (a,), (b,), make_params(
-                    {"shape": shape, "dims": dims[rank - a.aval.ndim:]}), eqn.src))
-                operands.append(b)
-            eqn = Eqn(inner.op, tuple(operands), eqn.outs, inner.params, eqn.src)
-        producers.update((o.name, eqn) for o in eqn.outs)
-        out.append(eqn)
-    if tape.reverse_start is not None and reverse_start is None:
-        reverse_start = len(out)
-    return Tape(tape.invars, tuple(out), tape.outvars, tape.constvars, tape.consts,
-                reverse_start)
+        if inner is None or inner.op not in CHEAP or not inner.outs[0].aval.ndim \
+                or not all(free(a) for a in inner.ins):     # (a splat of a scalar stays one)
+            producers.update((o.name, eqn) for o in eqn.outs)
+            return None
+        shape, dims = eqn.kw["shape"], eqn.kw["dims"]
+        rank = inner.outs[0].aval.ndim
+        eqns: list[Eqn] = []
+        operands: list[Atom] = []
+        for a in inner.ins:      # numpy broadcasting: a's axes are the trailing ones
+            if isinstance(a, Lit):
+                operands.append(a)
+                continue
+            b = Var(fresh(a.name), Aval(shape, a.aval.dtype))
+            eqns.append(Eqn("broadcast_in_dim", (a,), (b,), make_params(
+                {"shape": shape, "dims": dims[rank - a.aval.ndim:]}), eqn.src))
+            operands.append(b)
+        eqns.append(Eqn(inner.op, tuple(operands), eqn.outs, inner.params, eqn.src))
+        producers.update((o.name, eqns[-1]) for o in eqn.outs)
+        return eqns
+
+    return expand(tape, rewrite)
