@@ -192,38 +192,51 @@ def main_label(variants: Sequence[tuple[str, dict]]) -> str:
 
 @dataclasses.dataclass
 class FirstCall:
-    """The first call of a fresh transform: its result, seconds, and what `cache_info()` says
-    happened (a numba compile, a load from the disk cache, or a program this process had
+    """The first two calls of a fresh transform: the second call's result (by default the first
+    ran on the interpreter and the second compiled: the result of compiled code is the one to
+    check), each call's seconds, and what `cache_info()` says each did (run on the
+    interpreter, a numba compile, a load from the disk cache, or a program this process had
     already compiled for another transform)."""
 
     result: Any
     seconds: float
-    info: dict
-    compiled: bool = True        # False for the interpreter (nothing to compile or load)
+    second: float
+    how: tuple[str, str]
 
     @property
     def note(self) -> str:
-        c, d = self.info.get("compiles", 0), self.info.get("disk_loads", 0)
-        if not self.compiled:
-            how = "trace + differentiate + run"
-        elif c:
-            how = f"{c} compile{'s' if c > 1 else ''}"
-        elif d:
-            how = f"{d} disk load{'s' if d > 1 else ''}"
-        else:
-            how = "no compile: program already in this process"
-        return f"first call {fmt_time(self.seconds)} ({how})"
+        return (f"first call {fmt_time(self.seconds)} ({self.how[0]}), second "
+                f"{fmt_time(self.second)} ({self.how[1]})")
+
+
+def _what_ran(before: dict, after: dict) -> str:
+    new = {k: after.get(k, 0) - before.get(k, 0)
+           for k in ("interpreted", "compiles", "disk_loads", "hits")}
+    done = [f"{n} {what}{'s' if n > 1 else ''}" for what, n in (
+        ("interpreted", new["interpreted"]), ("compile", new["compiles"]),
+        ("disk load", new["disk_loads"])) if n]
+    if done:
+        return " + ".join(done)
+    return "no compile: program already in this process" if not new["hits"] else "cache hit"
 
 
 def first_call(label: str, fn: Callable[..., Any], *call_args: Any) -> FirstCall:
-    """Call a fresh transform once (trace + differentiate + compile or disk load + run), timed,
-    and print one line with its `cache_info()`."""
-    t0 = time.perf_counter()
-    result = fn(*call_args)
-    dt = time.perf_counter() - t0
-    info = dict(fn.cache_info()) if hasattr(fn, "cache_info") else {}
-    fc = FirstCall(result, dt, info, compiled="[interpret]" not in label)
-    counts = {k: info[k] for k in ("traces", "compiles", "disk_loads") if k in info}
+    """Call a fresh transform twice (trace + differentiate + run on the interpreter or compile
+    or disk load; then compile or disk load or a plain call), each timed, and print one line
+    with its `cache_info()`."""
+    infos, times = [dict(getattr(fn, "cache_info", dict)())], []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        result = fn(*call_args)
+        times.append(time.perf_counter() - t0)
+        infos.append(dict(getattr(fn, "cache_info", dict)()))
+    if "[interpret]" in label:
+        how = ("trace + differentiate + run", "run")
+    else:
+        how = (_what_ran(infos[0], infos[1]), _what_ran(infos[1], infos[2]))
+    fc = FirstCall(result, times[0], times[1], how)
+    counts = {k: infos[2][k] for k in ("traces", "interpreted", "compiles", "disk_loads")
+              if k in infos[2]}
     print(f"   {label}: {fc.note}; cache_info {counts}")
     return fc
 

@@ -11,8 +11,10 @@ parent also times the whole process (interpreter start and imports included). Pe
     compiled code from anywhere else is reused): expect compiles=1;
   - warm: the same dir again, straight after: expect compiles=0, disk_loads=1.
 Medians over --repeats (default 3) pairs. Goal: warm first call <= 0.35x the cold first call.
-A `backend="interpret"` child (nothing to compile) is a row too, and JAX's first
-`jit(value_and_grad)` call in a fresh process where JAX is installed (that child imports
+The children set TAPEJIT_FIRST_CALL=compile: this bench measures the compile and the disk
+cache (by default a new program's first call runs on the interpreter and its second compiles;
+bench/first_call.py measures that). A `backend="interpret"` child (nothing to compile) is a
+row too, and JAX's first `jit(value_and_grad)` call in a fresh process where JAX is installed (that child imports
 bench/mlp.py, and so tapejit too: its whole-process time is not JAX's alone). The issue's
 whole-process goal against JAX (imports included, each library alone in its process) is
 measured by bench/first_call.py.
@@ -83,7 +85,7 @@ def child(quick: bool, framework: str) -> None:
 
 
 def spawn(quick: bool, framework: str, cache_dir: str | None) -> dict:
-    env = dict(os.environ)
+    env = dict(os.environ, TAPEJIT_FIRST_CALL="compile")   # the first call compiles
     if cache_dir is not None:
         env["TAPEJIT_CACHE_DIR"] = cache_dir
         env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")

@@ -4,7 +4,8 @@ One process runs every workload on every peer that is installed (the others prin
 installed"; see bench/README.md to install them), checks each gradient against tapejit's (or the
 hand-written one), times them in interleaved rounds (each round runs every peer once, so load
 from other jobs falls on all alike), then prints per workload the median steady-state time, the
-ratio to tapejit and the first call (trace + compile, where there is one), and at the end one
+ratio to tapejit and the first two calls (trace + compile, where there is one: tapejit runs its
+first call on the numpy interpreter and compiles on the second), and at the end one
 Markdown table of them all, and `ratio <peer> / hand-written` lines (tapejit's against the
 issue's goal). Workloads (float64; one core: the harness pins the process to one CPU, so JAX's
 and torch's threads share it):
@@ -327,14 +328,16 @@ class Result:
     peer: str
     grad: H.Timing | None = None
     first: float | None = None          # seconds of the first gradient call
+    second: float | None = None         # ... and of the second (tapejit compiles on it)
     objective: H.Timing | None = None
     note: str = ""
     calls: tuple[Callable, Callable | None] | None = None   # (gradient, objective) to time
 
 
 def prepare(peer: str, w: Workload, want: list | None) -> tuple[Result, list | None]:
-    """Build one peer on one workload, make its first call and check its gradient (the first
-    peer's answer is the reference when there is no hand-written one); never raises."""
+    """Build one peer on one workload, make its first two calls and check the second's
+    gradient (the first peer's answer is the reference when there is no hand-written one);
+    never raises."""
     res = Result(peer)
     module = MODULES.get(peer)
     if module and not H.have(module):
@@ -345,6 +348,9 @@ def prepare(peer: str, w: Workload, want: list | None) -> tuple[Result, list | N
         t0 = time.perf_counter()
         got = [np.asarray(g) for g in grad()]
         res.first = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got = [np.asarray(g) for g in grad()]
+        res.second = time.perf_counter() - t0
         if want is None:
             want = got
         elif peer == "tapejit" and w.hand is not None:
@@ -396,17 +402,19 @@ def print_workload(w: Workload, results: list[Result]) -> None:
         label = LABELS[r.peer] + (f" ({w.hand_label})" if w.hand_label and
                                    r.peer == "hand-written" else "")
         if r.grad is None:
-            rows.append((label, "-", "-", "-", "-", r.note))
+            rows.append((label, "-", "-", "-", "-", "-", r.note))
             continue
         ratio = f"{r.grad.median / ref:.2f}x" if ref else "-"
         obj = (f"{H.fmt_time(r.objective.median)} ({r.grad.median / r.objective.median:.1f}x)"
                if r.objective else "-")
-        rows.append((label, H.fmt_time(r.grad.median), ratio, H.fmt_time(r.first), obj, r.note))
-    heads = ("peer", "gradient", "x tapejit", "first call", "objective (grad/obj)", "note")
+        rows.append((label, H.fmt_time(r.grad.median), ratio, H.fmt_time(r.first),
+                     H.fmt_time(r.second), obj, r.note))
+    heads = ("peer", "gradient", "x tapejit", "first call", "second call", "objective (grad/obj)",
+             "note")
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
     print(f"\n{w.title}")
     for row in (heads, tuple("-" * n for n in widths), *rows):
-        print("  " + "  ".join(c.rjust(n) if 0 < i < 5 else c.ljust(n)
+        print("  " + "  ".join(c.rjust(n) if 0 < i < 6 else c.ljust(n)
                                for i, (c, n) in enumerate(zip(row, widths))).rstrip())
 
 
@@ -424,7 +432,8 @@ def hand_ratios(w: Workload, results: list[Result]) -> None:
 
 
 def markdown(all_results: dict[str, tuple[Workload, list[Result]]], peers: list[str]) -> str:
-    """One table: a row per workload, a column per peer: median (x tapejit) / first call."""
+    """One table: a row per workload, a column per peer: median (x tapejit) / first call /
+    second call."""
     lines = ["| workload | " + " | ".join(LABELS[p] for p in peers) + " |",
              "|---|" + "---:|" * len(peers)]
     for w, results in all_results.values():
@@ -437,7 +446,8 @@ def markdown(all_results: dict[str, tuple[Workload, list[Result]]], peers: list[
                 cells.append("n/a" if r is None or r.note.startswith("none") else r.note[:20])
                 continue
             ratio = f" ({r.grad.median / ref:.2f}x)" if ref else ""
-            first = f"<br>first {H.fmt_time(r.first)}" if p != "hand-written" else ""
+            first = (f"<br>first {H.fmt_time(r.first)}, 2nd {H.fmt_time(r.second)}"
+                     if p != "hand-written" else "")
             obj = (f"<br>grad/obj {r.grad.median / r.objective.median:.1f}x"
                    if r.objective else "")
             cells.append(f"{H.fmt_time(r.grad.median)}{ratio}{first}{obj}")

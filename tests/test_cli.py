@@ -31,6 +31,7 @@ def test_info(tmp_path: Path) -> None:
     assert out.startswith("tapejit ")
     assert "numba " in out and "backends: interpret, numba" in out
     assert "CUDA: " in out
+    assert "first call of a new numba program: " in out
     assert "BLAS: " in out and " kernels" in out or not sys.platform.startswith("linux")
     assert f"cache directory: {tmp_path}" in out and "0 programs" in out
 

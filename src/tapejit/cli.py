@@ -121,6 +121,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"{dist} {_version(dist)}")
     print(f"backends: {', '.join(BACKENDS)}; default {settings.backend}"
           + (" (TAPEJIT_DISABLE_JIT=1: interpret)" if settings.disable_jit else ""))
+    print(f"first call of a new numba program: {settings.first_call} (TAPEJIT_FIRST_CALL)")
     for line in _blas():
         print(f"BLAS: {line}")
     print(f"CUDA: {_cuda()}")

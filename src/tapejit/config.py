@@ -5,6 +5,10 @@
 - `TAPEJIT_BACKEND`: the backend of transforms not given one: "numba" (the default) or
   "interpret".
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
+- `TAPEJIT_FIRST_CALL=compile`: a new numba program compiles on its first call. By default
+  ("interpret") a new program's first call runs on the numpy interpreter and the program
+  compiles on its second call (dispatch.py `interpret_first`): a script that needs one
+  gradient never waits for numba.
 - `TAPEJIT_FAST_MATH=0`: generated loops call libm for exp, log, sin, ... instead of tapejit's
   vectorisable kernels (codegen/vmath.py; on by default, within 1.5 ulp of the exact result).
 - `TAPEJIT_PARALLEL_MIN_SIZE=n`: a fused loop nest of at least n elements (default 131072)
@@ -30,6 +34,7 @@ class Config:
     cache_dir: Path
     disable_jit: bool = False
     backend: str = "numba"
+    first_call: str = "interpret"
     dump_dir: Path | None = None
     parallel_min_size: int = 131072
     num_threads: int | None = None
@@ -53,6 +58,14 @@ def _count(name: str, default: int | None) -> int | None:
     return value
 
 
+def _choice(name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (the first is the default)."""
+    text = os.environ.get(name, "").strip().lower() or choices[0]
+    if text not in choices:
+        raise ValueError(f"{name}={text!r}: expected one of {', '.join(choices)}")
+    return text
+
+
 def _default_cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tapejit"
@@ -65,6 +78,7 @@ def _read() -> Config:
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
         backend=os.environ.get("TAPEJIT_BACKEND", "numba").strip() or "numba",
+        first_call=_choice("TAPEJIT_FIRST_CALL", ("interpret", "compile")),
         dump_dir=Path(dump).expanduser() if dump else None,
         parallel_min_size=_count("TAPEJIT_PARALLEL_MIN_SIZE", 131072),
         num_threads=_count("TAPEJIT_NUM_THREADS", None),

@@ -14,6 +14,12 @@ A transform (`value_and_grad`, `jit`, ...) is a `CachedTransform`. A call is loo
   gets it an executable for the chosen backend (compile.py). The first call of a new program
   runs under the transform's lock, so concurrent first calls trace and compile once.
 
+Tiers: on the numba backend a new program's first call runs on the numpy interpreter (its
+tape is already optimized; nothing is generated or compiled), and the program compiles on its
+second call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=compile` turns it off).
+A script that needs one gradient never waits for numba, and which calls ran where does not
+depend on timing or on what the disk cache holds: call 1 interpreted, calls 2 on compiled.
+
 Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
 most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
 it has been re-traced more than `RETRACE_WARNING` times. `cache_info()` reports what happened,
@@ -38,12 +44,17 @@ from .compile import BACKENDS, Compiled, Interpreted, executable
 from .config import config
 from .errors import ArgumentError, TapejitWarning, at_source
 from .interpret import inline, interpret
-from .ir import Tape
+from .ir import Tape, sub_tapes
 from .pytree import TreeDef
 from .trace import Tracer, _stack, current_trace, user_source
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
+# A first call runs on the interpreter only if the arrays it makes total at most this many
+# bytes (the interpreter keeps every value of the tape until the call ends) ...
+INTERPRET_FIRST_MAX_BYTES = 256 * 2**20
+# ... and the tape has none of these (the interpreter runs a loop's body op by op, each step)
+LOOPS = frozenset({"scan", "loop_grad", "while"})
 
 _transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
 _STATIC = object()     # marks a static argument's part of a fast key
@@ -58,6 +69,39 @@ def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
         return inline(tape, leaves)
     outs = program(leaves) if program is not None else interpret(tape, leaves)
     return [o[()] if o.ndim == 0 else o for o in outs]
+
+
+def interpret_first(tape: Tape) -> bool:
+    """Whether a new numba program runs its first call on the interpreter (see the module
+    docstring): when `TAPEJIT_FIRST_CALL` allows it, the tape has no loop, and the interpreter's
+    arrays are small enough."""
+    if config().first_call != "interpret":
+        return False
+    made = _interpreted_bytes(tape)
+    return made is not None and made <= INTERPRET_FIRST_MAX_BYTES
+
+
+def _interpreted_bytes(tape: Tape) -> int | None:
+    """The bytes of every array the interpreter makes running `tape` (None: it has a loop)."""
+    total = 0
+    for eqn in tape.eqns:
+        if eqn.op in LOOPS:
+            return None
+        total += sum(o.aval.size * o.aval.dtype.itemsize for o in eqn.outs)
+        for _, body in sub_tapes(eqn):
+            inner = _interpreted_bytes(body)
+            if inner is None:
+                return None
+            total += inner
+    return total
+
+
+class Pending:
+    """The runner of a numba program whose first call ran on the interpreter: the program
+    compiles on its next call (`CachedTransform._lookup`)."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
 
 
 def default_backend(backend: str | None) -> str:
@@ -89,7 +133,7 @@ class Program:
 
     tape: Tape
     aux: TreeDef | None
-    run: Any = None           # Interpreted | Compiled, None when built inside a trace
+    run: Any = None           # Interpreted | Compiled | Pending; None when built in a trace
     out: TreeDef | None = None
     names: tuple[str, ...] = ()
 
@@ -143,7 +187,8 @@ class CachedTransform:
         self._cache: OrderedDict[tuple, Program] = OrderedDict()
         self._fast: dict[tuple, tuple] = {}     # fast key -> (key, fn, tail, finish)
         self._lock = threading.Lock()
-        self._info = {"traces": 0, "compiles": 0, "disk_loads": 0, "hits": 0}
+        self._info = {"traces": 0, "interpreted": 0, "compiles": 0, "disk_loads": 0,
+                      "hits": 0}
         self._last_miss: str | None = None
         self._retraces = 0           # traces since the first (since the last clear)
         self._warned = False
@@ -152,8 +197,8 @@ class CachedTransform:
         _transforms.add(self)
 
     def cache_info(self) -> dict[str, Any]:
-        """Counts of traces, compiles, disk loads and cache hits, how many programs are kept,
-        and why the last call missed the cache."""
+        """Counts of traces, first calls run on the interpreter, compiles, disk loads and cache
+        hits, how many programs are kept, and why the last call missed the cache."""
         return {**self._info, "programs": len(self._cache), "last_miss": self._last_miss}
 
     def clear(self) -> None:
@@ -244,15 +289,16 @@ class CachedTransform:
             outs = program.run(call.leaves)
         finish = self._finisher(program, call, False)
         result = finish(outs)
-        if fast_key is not None:
+        if fast_key is not None and not isinstance(program.run, Pending):
             self._fast[fast_key] = (key, *_fast_call(program.run, call), finish)
         return result
 
     def _lookup(self, key: tuple, call: Any, build: Callable[[], Program],
                 ) -> tuple[Program, list[Any] | None]:
-        """The program for `key`, and its outputs on `call` when this call made it."""
+        """The program for `key`, and its outputs on `call` when this call made it (or
+        compiled it: the second call of a program whose first ran on the interpreter)."""
         program = self._cache.get(key)
-        if program is not None:
+        if program is not None and not isinstance(program.run, Pending):
             try:
                 self._cache.move_to_end(key)
             except KeyError:
@@ -263,7 +309,11 @@ class CachedTransform:
             program = self._cache.get(key)
             if program is not None:
                 self._info["hits"] += 1
-                return program, None
+                if not isinstance(program.run, Pending):
+                    return program, None
+                runner, outs = self._compile(program.tape, call.leaves)
+                program = self._cache[key] = dataclasses.replace(program, run=runner)
+                return program, outs
             self._last_miss = self._miss_reason(key, call.names)
             self._info["traces"] += 1
             if self._cache:
@@ -280,8 +330,15 @@ class CachedTransform:
         return program, outs
 
     def _start(self, tape: Tape, leaves: Sequence[Any]) -> tuple[Any, list[Any]]:
-        """The runner for a new program and its first outputs. A program the numba backend
-        cannot compile runs on the interpreter, with a warning, rather than failing."""
+        """The runner for a new program and its first outputs."""
+        if default_backend(self.backend) == "numba" and interpret_first(tape):
+            self._info["interpreted"] += 1
+            return Pending(tape), interpret(tape, leaves)
+        return self._compile(tape, leaves)
+
+    def _compile(self, tape: Tape, leaves: Sequence[Any]) -> tuple[Any, list[Any]]:
+        """The backend's runner for a program and its outputs on `leaves`. A program the numba
+        backend cannot compile runs on the interpreter, with a warning, rather than failing."""
         backend = default_backend(self.backend)
         try:
             runner = executable(tape, backend)

@@ -1,0 +1,124 @@
+"""Tiers: by default a new numba program's first call runs on the numpy interpreter and its
+second call compiles (dispatch.py `interpret_first`, `TAPEJIT_FIRST_CALL`).
+
+The rest of the suite sets TAPEJIT_FIRST_CALL=compile (conftest.py) so that its numba tests
+check compiled code from the first call on; here it is set per test. Counted by events
+(`cache_info()`), never timed.
+"""
+import threading
+
+import numba
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import config
+from tapejit.dispatch import INTERPRET_FIRST_MAX_BYTES, interpret_first
+
+
+@pytest.fixture(autouse=True)
+def _settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "tjcache"))
+    monkeypatch.setenv("TAPEJIT_FIRST_CALL", "interpret")
+    config.reload()
+    yield
+    monkeypatch.undo()
+    config.reload()
+
+
+def _loss(w, x):
+    return np.sum(np.tanh(x @ w) ** 2)
+
+
+def _args(rng, n=6):
+    return rng.normal(size=(3, 2)), rng.normal(size=(n, 3))
+
+
+def _counts(f):
+    info = f.cache_info()
+    return {k: info[k] for k in ("traces", "interpreted", "compiles", "disk_loads", "hits")}
+
+
+def test_the_first_call_is_interpreted_and_the_second_compiles():
+    f = tj.value_and_grad(_loss, backend="numba")
+    reference = tj.value_and_grad(_loss, backend="interpret")
+    w, x = _args(np.random.default_rng(0))
+    value, grad = f(w, x)
+    want_value, want_grad = reference(w, x)
+    assert value == want_value and np.array_equal(grad, want_grad)   # the interpreter's bits
+    assert _counts(f) == {"traces": 1, "interpreted": 1, "compiles": 0, "disk_loads": 0,
+                          "hits": 0}
+    value, grad = f(w, x)
+    assert _counts(f) == {"traces": 1, "interpreted": 1, "compiles": 1, "disk_loads": 0,
+                          "hits": 1}
+    np.testing.assert_allclose(value, want_value, rtol=1e-13)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-15)
+    # from now on calls take the fast path straight into the compiled function
+    [entry] = f._fast.values()
+    assert isinstance(entry[1], numba.core.dispatcher.Dispatcher)
+    f(w, x)
+    assert _counts(f)["hits"] == 2 and _counts(f)["compiles"] == 1
+
+
+def test_a_new_batch_size_is_interpreted_once_then_reuses_the_compiled_program():
+    f = tj.grad(_loss, backend="numba")
+    rng = np.random.default_rng(1)
+    w, x = _args(rng)
+    f(w, x)
+    f(w, x)
+    compiled = _counts(f)["compiles"] + _counts(f)["disk_loads"]
+    x2 = rng.normal(size=(11, 3))
+    want = tj.grad(_loss, backend="interpret")(w, x2)
+    np.testing.assert_array_equal(f(w, x2), want)                            # interpreted
+    np.testing.assert_allclose(f(w, x2), want, rtol=1e-12, atol=1e-15)       # compiled
+    info = _counts(f)
+    assert (info["traces"], info["interpreted"]) == (2, 2)
+    assert info["compiles"] + info["disk_loads"] == compiled      # the same source: no compile
+
+
+def test_compile_mode_compiles_on_the_first_call(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_FIRST_CALL", "compile")
+    config.reload()
+    f = tj.grad(lambda w, x: np.sum(np.sin(x @ w)), backend="numba")
+    w, x = _args(np.random.default_rng(2))
+    f(w, x)
+    assert _counts(f)["interpreted"] == 0 and _counts(f)["compiles"] == 1
+
+
+def test_eight_threads_making_the_first_calls_trace_interpret_and_compile_once():
+    f = tj.grad(lambda w, x: np.sum(np.cos(x @ w) * x[:, :2]), backend="numba")
+    w, x = _args(np.random.default_rng(3))
+    want = tj.grad(lambda w, x: np.sum(np.cos(x @ w) * x[:, :2]), backend="interpret")(w, x)
+    n = 8
+    barrier, results = threading.Barrier(n), [None] * n
+
+    def work(i):
+        barrier.wait()
+        results[i] = f(w, x)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        np.testing.assert_allclose(r, want, rtol=1e-12, atol=1e-15)
+    assert _counts(f) == {"traces": 1, "interpreted": 1, "compiles": 1, "disk_loads": 0,
+                          "hits": n - 1}
+
+
+def test_which_programs_run_their_first_call_on_the_interpreter():
+    small = tj.make_tape(_loss)(*_args(np.random.default_rng(4)))
+    assert interpret_first(small)
+    looped = tj.make_tape(lambda x: tj.fori_loop(0, 3, lambda i, c: c * 1.5, x))(np.ones(4))
+    assert not interpret_first(looped)          # the interpreter would run the body per step
+    n = int(np.sqrt(INTERPRET_FIRST_MAX_BYTES / 8)) + 1
+    huge = np.broadcast_to(np.ones(1), (n, n))  # a large array's shape, not its memory
+    assert not interpret_first(tj.make_tape(lambda x: np.sum(np.sin(x)))(huge))
+
+
+def test_an_unknown_first_call_setting_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_FIRST_CALL", "later")
+    with pytest.raises(ValueError, match="TAPEJIT_FIRST_CALL='later': expected one of "
+                                         "interpret, compile"):
+        config.reload()
