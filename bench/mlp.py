@@ -8,7 +8,13 @@ data of the same shape. Rows:
   - a hand-written numpy forward + backward (the ratio reference; checked against tapejit's
     gradient at startup);
   - JAX `jit(grad)`, PyTorch eager autograd and `torch.compile`
-    where installed.
+    where installed;
+  - tapejit [numba] and the hand-written numpy again, each alone in a fresh process (a child
+    that builds the same data and times the same calls): numpy's time depends on the
+    process's allocation history. Its temporaries of 3.7 MB each come from the heap that
+    earlier work left behind (as in this process, after the interpreter's rows) or from fresh
+    pages that fault in on every call (as in a script that only runs this loop). tapejit's
+    temporaries live in a workspace allocated once.
 Goal: tapejit <= 0.95x the hand-written numpy. Single-threaded BLAS.
 
     .venv/bin/python bench/mlp.py [--repeats 9] [--quick [--with-numba]] [--no-numba]
@@ -19,11 +25,18 @@ from __future__ import annotations
 
 import _harness as H  # first: pins BLAS threads before numpy is imported
 
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import numpy as np
 
 import tapejit as tj
 
 GOAL = 0.95
+MARK = "RESULT "
+OWN = ", own process"    # the label suffix of the rows measured in a fresh process
 SIZES = (64, 256, 256, 10)
 N_SAMPLES = 1797
 QUICK_SIZES = (64, 32, 32, 10)
@@ -100,7 +113,36 @@ def numpy_value_and_grad(params, x, y_onehot):
 
 
 
+def child(which: str, repeats: int, digits: bool) -> None:
+    """In a fresh process: time `which` ("numpy" or "tapejit") and print the runs."""
+    x, y, _ = make_data(N_SAMPLES, SIZES, digits=digits)
+    params = init_params(SIZES)
+    if which == "numpy":
+        fn = numpy_value_and_grad
+    else:
+        fn = tj.value_and_grad(loss, backend="numba")
+    timing = H.measure(lambda: fn(params, x, y), repeats)
+    print(MARK + json.dumps(timing.runs), flush=True)
+
+
+def own_process(which: str, repeats: int, digits: bool) -> H.Timing:
+    """`child(which)` in a fresh process (it inherits the pin and the single-thread settings)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", which, "--repeats",
+           str(repeats)] + ([] if digits else ["--random-data"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))
+    if proc.returncode != 0:
+        raise SystemExit(f"child {which} failed:\n{proc.stdout}{proc.stderr}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)][-1]
+    return H.Timing.of(json.loads(line[len(MARK):]))
+
+
 def main() -> None:
+    if "--child" in sys.argv:
+        i = sys.argv.index("--child")
+        repeats = int(sys.argv[sys.argv.index("--repeats") + 1])
+        child(sys.argv[i + 1], repeats, "--random-data" not in sys.argv)
+        return
     parser = H.make_parser(__doc__, repeats=9)
     parser.add_argument("--random-data", action="store_true", help="random data, not digits")
     args = H.parse_args(parser)
@@ -154,6 +196,11 @@ def main() -> None:
 
     H.framework_rows(table, flat, range(nk), [ref_g[k] for k in keys], args.repeats,
                      make_jax=make_jax, make_torch=make_torch, rtol=1e-7, atol=1e-12)
+    own = not args.quick and main_label == H.NUMBA_LABEL
+    if own:
+        for label, which in ((main_label, "tapejit"), (ref_label, "numpy")):
+            table.add(label + OWN, own_process(which, args.repeats, not args.random_data),
+                      note="alone in a fresh process")
     table.print()
     H.ratio_line(f"{main_label} / numpy fwd+bwd", table.seconds(main_label),
                  table.seconds(ref_label), GOAL,
@@ -161,6 +208,9 @@ def main() -> None:
                          "row": main_label, "reference": "hand-written numpy fwd+bwd",
                          "interpret_seconds": table.seconds(H.INTERPRET_LABEL),
                          "first_call": notes[main_label]})
+    if own:
+        H.ratio_line(f"{main_label} / numpy fwd+bwd, each alone in a fresh process",
+                     table.seconds(main_label + OWN), table.seconds(ref_label + OWN))
 
 
 def _framework_loss(mod, logsumexp_rows, sum_rows, params, x, y):
