@@ -210,7 +210,11 @@ def main() -> None:
                          "first_call": notes[main_label]})
     if own:
         H.ratio_line(f"{main_label} / numpy fwd+bwd, each alone in a fresh process",
-                     table.seconds(main_label + OWN), table.seconds(ref_label + OWN))
+                     table.seconds(main_label + OWN), table.seconds(ref_label + OWN),
+                     record={"workload": f"mlp {'-'.join(map(str, sizes))}, {n} samples, each "
+                                         f"alone in a fresh process",
+                             "row": main_label + OWN,
+                             "reference": "hand-written numpy fwd+bwd, own process"})
 
 
 def _framework_loss(mod, logsumexp_rows, sum_rows, params, x, y):
