@@ -18,7 +18,7 @@ Tiers: on the numba backend a new program's first call runs on the numpy interpr
 tape is already optimized; nothing is generated or compiled), and the program compiles on its
 second call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=compile` turns it off).
 A script that needs one gradient never waits for numba, and which calls ran where does not
-depend on timing or on what the disk cache holds: call 1 interpreted, calls 2 on compiled.
+depend on timing or on what the disk cache holds: call 1 interpreted, the rest compiled.
 
 Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
 most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
