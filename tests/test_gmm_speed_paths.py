@@ -101,6 +101,10 @@ def _split_cases():
                                       x[:, None, :] - mu[None]), (a, x, mu))  # through a .T
     w = rng.normal(size=(30, 5))                  # unbatched: contracted over n only
     yield (lambda w, x, c: w.T @ (x - c[None, :]), (w, x, mu[0]))
+    # a short contraction whose terms lose the batch axis (x) or a free one (mu): a GMM's
+    # forward Q_k (x_i - mu_k) becomes one x @ Q^T product and K small ones
+    q = rng.normal(size=(3, 4, 4))
+    yield (lambda q, x, mu: np.einsum("kij,nkj->nki", q, x[:, None, :] - mu[None]), (q, x, mu))
 
 
 def test_long_products_of_differences_split_into_blas_products():
@@ -113,6 +117,7 @@ def test_long_products_of_differences_split_into_blas_products():
         assert len(products) == 2 and not any(e.op == "dot_general" and e.kw["batch"][0]
                                               and e.ins[0].aval.shape[0] == 30
                                               for e in split.eqns)
+        assert any(not e.kw["batch"][0] for e in products)      # one unbatched BLAS product
         np.testing.assert_allclose(interpret(split, args), interpret(tape, args), rtol=1e-12)
         np.testing.assert_allclose(tj.jit(fn)(*args), fn(*args), rtol=1e-12)
     # a short contraction stays one product (contract.py makes it a loop)

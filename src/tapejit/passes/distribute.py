@@ -1,4 +1,4 @@
-"""A long matrix product of a difference of broadcasts, as a difference of products:
+"""A matrix product of a difference of broadcasts, as a difference of products:
 `dot(a, x[:, None, :] - mu[None])` (contracted over the points, batched over the components)
 becomes `dot(a, x) - dot(sum(a), mu)`.
 
@@ -6,9 +6,13 @@ A term broadcast along a batch axis drops that batch axis: the other operand's b
 becomes one of its free axes, so the batched product of small matrices is one large BLAS
 product (a GMM's covariance gradient: 25 products of 10 x 10000 by 10000 x 10, as a loop
 accumulating 2,500 sums for each of 10,000 points, become one 250 x 10000 by 10000 x 10
-product). A term broadcast along a contracted axis is constant there: the other operand is
-summed over it first. Only products contracting more than `SMALL` elements are split; a short
-contraction stays the loop nest contract.py makes of it."""
+product; its forward `Q_k (x_i - mu_k)`: 25 products of 10 x 10 by 10 x 10000, a loop of
+25 million multiply-adds, become one 10000 x 10 by 10 x 250 product and 25 matrix-vector
+products). A term broadcast along a contracted axis is constant there: the other operand is
+summed over it first. A term broadcast along a free axis gives a product without that axis,
+broadcast back by the difference. Products that keep their batch axes in every term are split
+only when they contract more than `SMALL` elements; a short contraction stays the loop nest
+contract.py makes of it."""
 from __future__ import annotations
 
 import math
@@ -48,22 +52,24 @@ def _broadcast_axes(term: Var, operand: Var) -> tuple[int, ...]:
 
 
 def _splittable(eqn: Eqn, producers: dict[str, Eqn]) -> int | None:
-    """The side whose operand is a difference (or sum) of terms broadcast along batch or
-    contracted axes only (one of them at least), in a product contracting more than SMALL
-    elements; else None. (At most one term is whole: two whole terms would double the
-    product's work.)"""
+    """The side whose operand is a difference (or sum) of terms, one of them broadcast at
+    least, in a product that either contracts more than SMALL elements or has more than
+    SMALL^2 results and loses a batch axis in some term's product; else None. (At most one term is whole: two whole terms would
+    double the product's work.)"""
     for side in (0, 1):
         operand = eqn.ins[side]
-        contract, batch = _axes(eqn, side)
-        if not isinstance(operand, Var) or \
-                math.prod(operand.aval.shape[d] for d in contract) <= SMALL:
+        if not isinstance(operand, Var):
             continue
         difference = producers.get(operand.name)
         if difference is None or difference.op not in ("add", "sub") or \
                 not all(isinstance(t, Var) for t in difference.ins):
             continue
-        spans = [_broadcast_axes(t, operand) for t in difference.ins]
-        if any(spans) and all(set(axes) <= set(contract + batch) for axes in spans):
+        contract, batch = _axes(eqn, side)
+        spans = [set(_broadcast_axes(t, operand)) for t in difference.ins]
+        long = math.prod(operand.aval.shape[d] for d in contract) > SMALL
+        unbatches = any(axes & set(batch) for axes in spans) and \
+            math.prod(eqn.outs[0].aval.shape) > SMALL * SMALL     # not a tiny result
+        if any(spans) and (long or unbatches):
             return side
     return None
 
@@ -109,9 +115,10 @@ def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
     # term's free axis d, ("o", d) the other operand's free axis d; the original order ...
     free = [d for d in range(operand.aval.ndim) if d not in contract + batch]
     o_free = [d for d in range(other.aval.ndim) if d not in o_contract + o_batch]
-    mine, theirs = [("t", d) for d in free], [("o", d) for d in o_free]
+    theirs = [("o", d) for d in o_free]
     original = [("b", k) for k in range(len(batch))] + (
-        mine + theirs if side == 0 else theirs + mine)
+        [("t", d) for d in free] + theirs if side == 0 else theirs + [("t", d) for d in free])
+    mine = [("t", d) for d in free if d not in gone]      # a free axis the term lacks is 1
     # the new product's: the kept batch pairs, then each side's free axes in memory order (the
     # other operand's unpaired batch axes are free now)
     paired = {bd for _, bd in pairs_c + pairs_b}
@@ -121,10 +128,13 @@ def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
     theirs_c = tuple(o_kept.index(bd) for _, bd in pairs_c)
     mine_b = tuple(kept.index(d) for d, _ in pairs_b)
     theirs_b = tuple(o_kept.index(bd) for _, bd in pairs_b)
-    # the other operand (the large one) goes right when its contracted axes lead its memory,
-    # left when they trail: BLAS then packs it without transposing it (a transposed pack of
-    # the GMM's 20 MB cotangent took 3 ms, twice the product itself)
-    term_left = theirs_c == tuple(range(len(theirs_c)))
+    # the larger operand goes right when its contracted axes lead its memory, left when they
+    # trail: BLAS then packs it without transposing it (a transposed pack of the GMM's 20 MB
+    # cotangent took 3 ms, twice the product itself)
+    if math.prod(o.aval.shape) >= math.prod(t.aval.shape):
+        term_left = theirs_c == tuple(range(len(theirs_c)))
+    else:
+        term_left = mine_c == tuple(range(len(kept) - len(mine_c), len(kept)))
     new = [("b", k) for k, d in enumerate(batch) if d not in gone] + (
         mine + o_new_free if term_left else o_new_free + mine)
     ins = (t, o) if term_left else (o, t)
@@ -135,7 +145,12 @@ def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
              **{("o", d): other.aval.shape[d] for d in o_free}}
     product = Var(fresh(eqn.outs[0].name), Aval(tuple(shape[label] for label in new), dtype))
     out.append(Eqn("dot_general", ins, (product,), make_params(params), src))
-    perm = tuple(new.index(label) for label in original)
-    if perm == tuple(range(len(perm))):
-        return product
-    return emit("transpose", product, eqn.outs[0].aval.shape, perm=perm)
+    present = [label for label in original if label in new]
+    perm = tuple(new.index(label) for label in present)
+    if perm != tuple(range(len(perm))):
+        product = emit("transpose", product, tuple(shape[label] for label in present),
+                       perm=perm)
+    if len(present) < len(original):
+        broadcastable = tuple(shape[label] if label in new else 1 for label in original)
+        product = emit("reshape", product, broadcastable, shape=broadcastable)
+    return product
