@@ -90,7 +90,7 @@ def fmt(seconds: float | None) -> str:
 
 def table(entries: list[dict]) -> list[str]:
     lines = ["| workload | tapejit [numba] | tapejit [interpret] | reference | reference time "
-             "| ratio (numba / reference) | goal | met? | numba first call |",
+             "| ratio (numba / reference) | goal | met? | numba first calls |",
              "|---|---:|---:|---|---:|---:|---|---|---|"]
     for e in entries:
         ratio = f"{e['ratio']:.2f}x" if e.get("ratio") is not None else "n/a"
@@ -165,7 +165,9 @@ def main() -> None:
         "",
         "Written by `bench/run_all.py` (do not edit by hand; rerun it). "
         "Times are medians of repeated runs after warm-up calls; the tapejit [numba] row's first "
-        "(compiling) call is made before timing and shown in the last column. Ratios are "
+        "two calls (by default the first runs on the interpreter and the second compiles; "
+        "programs with loops or over 128 MiB of interpreter arrays compile on the first) are "
+        "made before timing and shown in the last column. Ratios are "
         "tapejit [numba] / the reference; the goals are those of the compiler issue "
         "(see [README.md](README.md)).",
         "",
