@@ -102,8 +102,8 @@ class Pending:
     """The runner of a numba program whose first call ran on the interpreter: the program
     compiles on its next call (`CachedTransform._lookup`)."""
 
-    def __init__(self, tape: Tape) -> None:
-        self.tape = tape
+
+PENDING = Pending()
 
 
 def default_backend(backend: str | None) -> str:
@@ -135,7 +135,7 @@ class Program:
 
     tape: Tape
     aux: TreeDef | None
-    run: Any = None           # Interpreted | Compiled | Pending; None when built in a trace
+    run: Any = None           # Interpreted | Compiled | PENDING; None when built in a trace
     out: TreeDef | None = None
     names: tuple[str, ...] = ()
 
@@ -291,7 +291,7 @@ class CachedTransform:
             outs = program.run(call.leaves)
         finish = self._finisher(program, call, False)
         result = finish(outs)
-        if fast_key is not None and not isinstance(program.run, Pending):
+        if fast_key is not None and program.run is not PENDING:
             self._fast[fast_key] = (key, *_fast_call(program.run, call), finish)
         return result
 
@@ -300,7 +300,7 @@ class CachedTransform:
         """The program for `key`, and its outputs on `call` when this call made it (or
         compiled it: the second call of a program whose first ran on the interpreter)."""
         program = self._cache.get(key)
-        if program is not None and not isinstance(program.run, Pending):
+        if program is not None and program.run is not PENDING:
             try:
                 self._cache.move_to_end(key)
             except KeyError:
@@ -311,7 +311,7 @@ class CachedTransform:
             program = self._cache.get(key)
             if program is not None:
                 self._info["hits"] += 1
-                if not isinstance(program.run, Pending):
+                if program.run is not PENDING:
                     return program, None
                 runner, outs = self._compile(program.tape, call.leaves)
                 program = self._cache[key] = dataclasses.replace(program, run=runner)
@@ -335,7 +335,7 @@ class CachedTransform:
         """The runner for a new program and its first outputs."""
         if default_backend(self.backend) == "numba" and interpret_first(tape):
             self._info["interpreted"] += 1
-            return Pending(tape), interpret(tape, leaves)
+            return PENDING, interpret(tape, leaves)
         return self._compile(tape, leaves)
 
     def _compile(self, tape: Tape, leaves: Sequence[Any]) -> tuple[Any, list[Any]]:
