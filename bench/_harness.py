@@ -209,17 +209,6 @@ class FirstCall:
                 f"{fmt_time(self.second)} ({self.how[1]})")
 
 
-def _what_ran(before: dict, after: dict) -> str:
-    new = {k: after.get(k, 0) - before.get(k, 0)
-           for k in ("interpreted", "compiles", "disk_loads", "hits")}
-    done = [f"{n} {what}{'s' if n > 1 else ''}" for what, n in (
-        ("interpreted", new["interpreted"]), ("compile", new["compiles"]),
-        ("disk load", new["disk_loads"])) if n]
-    if done:
-        return " + ".join(done)
-    return "no compile: program already in this process" if not new["hits"] else "cache hit"
-
-
 def first_call(label: str, fn: Callable[..., Any], *call_args: Any) -> FirstCall:
     """Call a fresh transform twice (trace + differentiate + run on the interpreter or compile
     or disk load; then compile or disk load or a plain call), each timed, and print one line
@@ -233,7 +222,8 @@ def first_call(label: str, fn: Callable[..., Any], *call_args: Any) -> FirstCall
     if "[interpret]" in label:
         how = ("trace + differentiate + run", "run")
     else:
-        how = (_what_ran(infos[0], infos[1]), _what_ran(infos[1], infos[2]))
+        from tapejit.dispatch import what_ran
+        how = (what_ran(infos[0], infos[1]), what_ran(infos[1], infos[2]))
     fc = FirstCall(result, times[0], times[1], how)
     counts = {k: infos[2][k] for k in ("traces", "interpreted", "compiles", "disk_loads")
               if k in infos[2]}

@@ -21,6 +21,7 @@ import numpy as np
 
 import tapejit as tj
 from tapejit import optimizers
+from tapejit.dispatch import what_ran
 
 SIZES = (64, 128, 10)
 SEED = 0
@@ -162,15 +163,6 @@ def main(argv: Sequence[str] | None = None) -> float:
           f"compiles {calls['compiles']}, "
           f"disk loads {calls['disk_loads']}, hits {calls['hits']}")
     return test_acc
-
-
-def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """What a call did, from the `cache_info()` counts before and after it."""
-    new = {k: after[k] - before[k] for k in ("traces", "interpreted", "compiles", "disk_loads")}
-    done = [what for k, what in (("interpreted", "run on the numpy interpreter"),
-                                 ("compiles", "numba compile"),
-                                 ("disk_loads", "loaded from the disk cache")) if new[k]]
-    return " + ".join((["trace + differentiate"] if new["traces"] else []) + done) or "cache hit"
 
 
 if __name__ == "__main__":

@@ -106,6 +106,17 @@ class Pending:
 PENDING = Pending()
 
 
+def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """What calls of a transform did, from its `cache_info()` before and after them."""
+    new = {k: after[k] - before[k] for k in ("traces", "interpreted", "compiles", "disk_loads")}
+    done = [what for k, what in (("interpreted", "run on the numpy interpreter"),
+                                 ("compiles", "numba compile"),
+                                 ("disk_loads", "loaded from the disk cache")) if new[k]]
+    if new["traces"]:
+        done = ["trace + differentiate"] + (done or ["a program compiled before"])
+    return " + ".join(done) or "cache hit"
+
+
 def default_backend(backend: str | None) -> str:
     """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "numba";
     TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
