@@ -124,3 +124,29 @@ def test_long_products_of_differences_split_into_blas_products():
     x, mu, a = rng.normal(size=(8, 4)), rng.normal(size=(3, 4)), rng.normal(size=(8, 3, 5))
     tape = tj.make_tape(lambda a, x, mu: np.einsum("nki,nkj->kij", a, x[:, None] - mu))(a, x, mu)
     assert split_products(tape) is tape
+
+
+def test_two_cheap_ops_read_after_a_product_are_recomputed_not_stored():
+    """`q * (x - mu)` (the sub recomputed too), read by the nest after a BLAS product: its
+    readers recompute it instead of storing an (n, K, d) array (the GMM's forward)."""
+    from tapejit.codegen.plan import plan
+    from tapejit.codegen.schedule import steps
+    n, k, d = 256, 25, 10                    # (n, K, d) values large enough to recompute
+
+    def f(q, x, mu, w):
+        scaled = q[None] * (x[:, None, :] - mu[None])
+        return np.sum((scaled + (x @ w).reshape(n, k, d)) ** 2)
+
+    args = (rng.normal(size=(k, d)), rng.normal(size=(n, d)), rng.normal(size=(k, d)),
+            rng.normal(size=(d, k * d)))
+    vg = tj.value_and_grad(f, argnums=(0, 2))     # the reverse sweep reads x - mu again
+    tape = optimize(tj.make_tape(vg)(*args))
+    body_eqns = [e for g in tape.eqns if g.op == "fused" for e in g.kw["body"].eqns]
+    scaled = next(e.outs[0].name for e in body_eqns if e.op == "mul"
+                  and e.outs[0].aval.shape == (n, k, d))
+    program = plan(tape, steps(tape))
+    assert scaled not in program.arrays and scaled in program.recomputed
+    got, want = tj.value_and_grad(f, argnums=(0, 2), backend="numba")(*args), vg(*args)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10)

@@ -100,8 +100,9 @@ def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays:
                    inline: dict[str, Eqn], recomputed: dict[str, Eqn]) -> None:
     """Values that loops of later steps read, computed by at most REMAT_OPS arithmetic ops from
     arrays kept anyway, inputs or views of them: recomputed by their readers instead of stored
-    (tanh's derivative 1 - t*t from the stored t), saving an array written and read back. Not
-    for outputs nor for values a call reads (calls take arrays)."""
+    (tanh's derivative 1 - t*t from the stored t), saving an array written and read back. The
+    ops may include values recomputed already (the GMM's q * (x - mu), with x - mu recomputed
+    too). Not for outputs nor for values a call reads (calls take arrays)."""
     producers = {e.outs[0].name: e for step in steps if isinstance(step, Loop)
                  for e in step.eqns if e.op in REMAT_KINDS}
     called = {a.name for step in steps if isinstance(step, Call) for a in step.eqn.ins
@@ -133,9 +134,9 @@ def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays:
             nodes.update(sub)
         return nodes if len(nodes) <= budget else None
 
-    for name in sorted(candidates):
+    for name in [n for n in producers if n in candidates]:      # in the order they run
         nodes = tree(name, REMAT_OPS)
-        if nodes is not None and not (set(nodes) - {name}) & candidates:
+        if nodes is not None and not (set(nodes) - {name}) & (candidates - set(recomputed)):
             arrays.discard(name)
             recomputed.update(nodes)
 
