@@ -51,9 +51,9 @@ from .trace import Tracer, _stack, current_trace, user_source
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
 # A first call runs on the interpreter only if the arrays it makes total at most this many
-# bytes (the interpreter keeps every value of the tape until the call ends). Fresh memory
-# costs page faults: 160 MB of them took 0.16-0.37 s in a new process, what numba takes to
-# compile a small program, so the bound is set below that ...
+# bytes (an upper bound of what it holds at once: it drops each value after its last reader).
+# Fresh memory costs page faults: a first call making 160 MB took 0.13-0.37 s in a new
+# process, what numba takes to compile a small program, so the bound is set below that ...
 INTERPRET_FIRST_MAX_BYTES = 128 * 2**20
 # ... and the tape has none of these (the interpreter runs a loop's body op by op, each step)
 LOOPS = frozenset({"scan", "loop_grad", "while"})

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .ir import Atom, Eqn, Lit, Tape
+from .ir import Atom, Eqn, Lit, Tape, Var
 from .ops import OPS, Kind
 from .trace import bind_recorded, current_trace, recording_source
 
@@ -29,12 +29,21 @@ def evaluate(tape: Tape, args: Sequence[Any], apply: Callable[[Eqn, list[Any]], 
     def read(atom: Atom) -> Any:
         return _lit_value(atom) if isinstance(atom, Lit) else env[atom.name]
 
-    for eqn in tape.eqns:
+    # a value is dropped after its last reader, so its memory serves later values
+    last_read = {a.name: k for k, eqn in enumerate(tape.eqns) for a in eqn.ins
+                 if isinstance(a, Var)}
+    for o in tape.outvars:
+        if isinstance(o, Var):
+            last_read[o.name] = len(tape.eqns)
+    for k, eqn in enumerate(tape.eqns):
         result = apply(eqn, [read(a) for a in eqn.ins])
         if OPS[eqn.op].multiple_results:
             env.update((o.name, r) for o, r in zip(eqn.outs, result))
         else:
             env[eqn.outs[0].name] = result
+        for a in eqn.ins:
+            if isinstance(a, Var) and last_read[a.name] == k:
+                env.pop(a.name, None)
     return [read(o) for o in tape.outvars]
 
 
