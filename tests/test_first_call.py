@@ -5,6 +5,9 @@ The rest of the suite sets TAPEJIT_FIRST_CALL=compile (conftest.py) so that its 
 check compiled code from the first call on; here it is set per test. Counted by events
 (`cache_info()`), never timed.
 """
+import os
+import subprocess
+import sys
 import threading
 
 import numba
@@ -122,3 +125,13 @@ def test_an_unknown_first_call_setting_is_a_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="TAPEJIT_FIRST_CALL='later': expected one of "
                                          "interpret, compile"):
         config.reload()
+
+
+def test_a_one_gradient_script_never_imports_numba():
+    script = ("import sys, numpy as np, tapejit as tj\n"
+              "g = tj.grad(lambda x: np.sum(np.tanh(x) ** 2), backend='numba')(np.ones(3))\n"
+              "print('numba' in sys.modules, g.shape)")
+    env = {k: v for k, v in os.environ.items() if k != "TAPEJIT_FIRST_CALL"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["False", "(3,)"]

@@ -41,6 +41,9 @@ _load_lock = threading.RLock()
 _programs: dict[tuple[Path, str], "Program"] = {}
 # names every generated module can read besides math/numba/np (user kernels, from custom.py)
 GLOBALS: dict[str, Any] = {}
+# ... and modules it reads by a name (tj_vmath, tj_blas): imported when the first program loads,
+# so that `import tapejit` does not import numba
+MODULES: dict[str, str] = {}
 
 
 class CacheEntry(NamedTuple):
@@ -135,6 +138,7 @@ def _import(path: Path, modname: str, data: bytes) -> ModuleType:
     text = data.decode("utf-8")
     linecache.cache[str(path)] = (len(text), None, text.splitlines(True), str(path))
     sys.modules[modname] = module
+    module.__dict__.update((name, importlib.import_module(path)) for name, path in MODULES.items())
     module.__dict__.update(GLOBALS)
     try:
         exec(code, module.__dict__)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numba
 import numpy as np
 
 from .cache import Program, load_program
@@ -37,6 +36,7 @@ class Compiled:
         self.tape = tape
         threads = config().num_threads
         if threads:       # numba's setting is per thread: the one building programs
+            import numba
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
         self.source, self.sizes, workspace = generate(tape)
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)

@@ -6,7 +6,7 @@ first compile. Generated code calls `tj_blas.matmul(a, b, out, ta, tb)` instead,
 C-contiguous operands and flags saying which to transpose. It calls the BLAS `gemm` numba
 itself uses (`numba_xxgemm`, scipy's BLAS) directly, with the transposes as BLAS flags, and is
 compiled once per dtype into numba's cache, like the vmath kernels: a new program only types a
-call to it."""
+call to it. Generated code reads this module as `tj_blas` (calls.py `blas_call`)."""
 from __future__ import annotations
 
 import numba
@@ -14,10 +14,6 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind, make_constant_slot
-
-from .. import cache
-
-BLAS = "tj_blas"     # the name generated code knows this module by
 
 _char, _intp, _ptr = ir.IntType(8), cgutils.intp_t, ir.IntType(8).as_pointer()
 
@@ -69,11 +65,3 @@ def matmul(a, b, out, ta, tb):
                 out[i, j] = 0
         return
     _gemm(ta, tb, m, n, k, a, b, out)
-
-
-def call(a: tuple[str, bool], b: tuple[str, bool], out: str) -> str:
-    """The statement computing `out` from operands given as (expression, transposed)."""
-    return f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
-
-
-cache.GLOBALS[BLAS] = __import__(__name__, fromlist=["matmul"])

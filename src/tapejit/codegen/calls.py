@@ -13,8 +13,16 @@ from typing import Any, Callable
 from ..avals import Aval
 from ..ir import Eqn
 from ..ops.linalg import free_axes
-from . import blas
+from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
+
+BLAS = "tj_blas"     # generated code's name for codegen/blas.py (imported when a program loads)
+cache.MODULES[BLAS] = "tapejit.codegen.blas"
+
+
+def blas_call(a: tuple[str, bool], b: tuple[str, bool], out: str) -> str:
+    """The statement computing `out` from operands given as (expression, transposed)."""
+    return f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
 
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
 Emitter = Callable[[Writer, Eqn, list[str], Any, Sizes], None]
@@ -142,7 +150,7 @@ def _dot_general(w, eqn, ins, out, sizes):
         flat = len(lf) == len(rf) == 1
         result = out if flat else f"{out}_m"
         w.line(f"{result} = np.empty(({m}, {n}), {dtype_code(dtype)})")
-        w.line(blas.call(lhs2, rhs2, result))
+        w.line(blas_call(lhs2, rhs2, result))
         if not flat:
             w.line(f"{out} = {result}.reshape({shape})")
         return
@@ -154,7 +162,7 @@ def _dot_general(w, eqn, ins, out, sizes):
     jb, jm, jn, jk, acc = (f"{out}_{t}" for t in ("jb", "jm", "jn", "jk", "acc"))
     w.line(f"for {jb} in range({b}):")
     if dtype.kind == "f":
-        w.line("    " + blas.call((f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False),
+        w.line("    " + blas_call((f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False),
                               f"{out}_c[{jb}]"))
     else:  # BLAS has no integer product
         w.line(f"    for {jm} in range({m}):")

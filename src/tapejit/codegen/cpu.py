@@ -18,7 +18,7 @@ from ..avals import Aval
 from ..config import config
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops import OPS
-from . import blas, calls, control  # noqa: F401  (control registers its emitters)
+from . import calls, control  # noqa: F401  (control registers its emitters)
 from .scalar import scalar_expr
 from .plan import plan
 from .schedule import Call, Loop, steps
@@ -260,7 +260,7 @@ def _emit_call(p: _Program, step: Call) -> None:
     product = calls.blas_operands(eqn, ins) if eqn.op == "dot_general" else None
     if product is not None:          # a product into a dead buffer or the workspace
         p.allocate(eqn.outs[0])
-        p.w.line(blas.call(product[0], product[1], name_of(eqn.outs[0])))
+        p.w.line(calls.blas_call(product[0], product[1], name_of(eqn.outs[0])))
         return
     calls.emit(p.w, eqn, ins, name_of(eqn.outs[0]), p.sizes)
     if eqn.op in calls.FRESH:

@@ -16,11 +16,10 @@ from .. import cache
 from ..avals import DTYPES_BY_NAME
 from ..config import config
 from ..ir import Eqn, Lit
-from . import vmath
 from .writer import dtype_code
 
 VMATH = "tj_vmath"
-cache.GLOBALS[VMATH] = vmath
+cache.MODULES[VMATH] = "tapejit.codegen.vmath"
 VMATH_OPS = frozenset({"exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "pow"})
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
