@@ -50,6 +50,13 @@ def test_first_call_quick() -> None:
     assert "pinned to CPU" in out, out
 
 
+def test_gemm_quick() -> None:
+    out = run_bench("gemm.py")
+    assert "ratio tapejit kernel / BLAS (tj_blas) (float64)" in out, out
+    assert "ratio tapejit kernel / BLAS (tj_blas) (float32)" in out, out
+    assert len(re.findall(r"check .+: ok", out)) >= 8, out
+
+
 def test_parallel_quick_is_not_pinned() -> None:
     out = run_bench("parallel.py", "--dtypes", "float64")
     assert "not pinned (TAPEJIT_BENCH_CPUS=all)" in out, out

@@ -103,6 +103,17 @@ def _blas() -> list[str]:
     return lines
 
 
+def _matmul(choice: str) -> str:
+    """Who computes float matrix products in compiled code (TAPEJIT_MATMUL)."""
+    import numpy as np
+    from .codegen import calls, gemm
+    if not calls.own_matmul(np.dtype(np.float64)):
+        return f"BLAS (TAPEJIT_MATMUL={choice})"
+    return (f"tapejit's kernel from {gemm.SMALL:,} multiply-adds on, BLAS below "
+            f"(TAPEJIT_MATMUL={choice}; numba targets "
+            f"{'AVX-512' if gemm.AVX512 else f'{gemm.VECTOR_BYTES * 8}-bit vectors'})")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
     demo.main(args.rest)
@@ -122,6 +133,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"backends: {', '.join(BACKENDS)}; default {settings.backend}"
           + (" (TAPEJIT_DISABLE_JIT=1: interpret)" if settings.disable_jit else ""))
     print(f"first call of a new numba program: {settings.first_call} (TAPEJIT_FIRST_CALL)")
+    print(f"matrix products: {_matmul(settings.matmul)}")
     for line in _blas():
         print(f"BLAS: {line}")
     print(f"CUDA: {_cuda()}")

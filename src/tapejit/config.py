@@ -15,6 +15,11 @@
   runs its outermost loop on threads (numba.prange; codegen/cpu.py); 0 keeps every loop
   serial. bench/parallel.py measures where threads pay: on 2 idle cores from 4096 elements on
   (0.5x at 131072); on cores other jobs keep busy they cost up to 2x (docs/performance.md).
+- `TAPEJIT_MATMUL=auto|tapejit|blas`: who computes float matrix products in compiled code:
+  tapejit's packed SIMD kernel (codegen/gemm.py) or BLAS (scipy's OpenBLAS, through numba).
+  `auto` (the default) takes tapejit's where numba targets AVX-512, where it measured 0.55x
+  OpenBLAS's AVX2 kernels and 0.8x its AVX-512 ones, and BLAS elsewhere (on AVX2 they tie).
+  tapejit's kernel runs a product on threads from 32 x TAPEJIT_PARALLEL_MIN_SIZE multiply-adds.
 - `TAPEJIT_NUM_THREADS=n`: how many threads parallel loops use (default: numba's, the cores).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
@@ -39,6 +44,7 @@ class Config:
     parallel_min_size: int = 131072
     num_threads: int | None = None
     fast_math: bool = True
+    matmul: str = "auto"
 
 
 def _flag(name: str) -> bool:
@@ -83,6 +89,7 @@ def _read() -> Config:
         parallel_min_size=_count("TAPEJIT_PARALLEL_MIN_SIZE", 131072),
         num_threads=_count("TAPEJIT_NUM_THREADS", None),
         fast_math=os.environ.get("TAPEJIT_FAST_MATH", "1").strip().lower() not in _FALSE,
+        matmul=_choice("TAPEJIT_MATMUL", ("auto", "tapejit", "blas")),
     )
 
 

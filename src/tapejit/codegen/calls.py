@@ -1,5 +1,5 @@
-"""Code for the eqns a loop nest does not absorb (fusion barriers): matrix products through BLAS
-(`np.dot`), reshapes, gathers, scatters, cumulative ops, products and arg-reductions.
+"""Code for the eqns a loop nest does not absorb (fusion barriers): matrix products (tapejit's
+kernel or BLAS), reshapes, gathers, scatters, cumulative ops, products and arg-reductions.
 
 Everything is written as explicit loops over C-contiguous arrays plus `np.empty`, `np.zeros`,
 `np.full`, `reshape` and `np.dot`: numba compiles those quickly, while its generic
@@ -8,21 +8,47 @@ axis view their operand as a (before, axis, after) array.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
+import numpy as np
+
 from ..avals import Aval
+from ..config import config
 from ..ir import Eqn
 from ..ops.linalg import free_axes
 from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
 
-BLAS = "tj_blas"     # generated code's name for codegen/blas.py (imported when a program loads)
-cache.MODULES[BLAS] = "tapejit.codegen.blas"
+# generated code's names for codegen/blas.py and codegen/gemm.py (imported when a program loads)
+BLAS, GEMM = "tj_blas", "tj_gemm"
+cache.MODULES.update({BLAS: "tapejit.codegen.blas", GEMM: "tapejit.codegen.gemm"})
+THREADED_PRODUCT = 32   # a product runs on threads from this many x parallel_min_size mul-adds
 
 
-def blas_call(a: tuple[str, bool], b: tuple[str, bool], out: str) -> str:
-    """The statement computing `out` from operands given as (expression, transposed)."""
-    return f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
+def own_matmul(dtype: np.dtype) -> bool:
+    """Whether products of `dtype` use tapejit's kernel (codegen/gemm.py) rather than BLAS:
+    TAPEJIT_MATMUL=tapejit, or by default where numba targets AVX-512 (measured 0.55x
+    OpenBLAS's AVX2 kernels and 0.8x its AVX-512 ones; AVX2 ties, so BLAS stays there)."""
+    choice = config().matmul
+    if dtype not in (np.float32, np.float64) or choice == "blas":
+        return False
+    if choice == "tapejit":
+        return True
+    from . import gemm    # imports numba: only when a program is generated
+    return gemm.AVX512
+
+
+def matmul_call(a: tuple[str, bool], b: tuple[str, bool], out: str, dtype: np.dtype,
+                macs: int = 0) -> str:
+    """The statement computing `out` from operands given as (expression, transposed), with
+    `macs` multiply-adds at the traced sizes (tapejit's kernel runs on threads from
+    THREADED_PRODUCT x parallel_min_size of them; BLAS threads itself)."""
+    if not own_matmul(dtype):
+        return f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
+    least = THREADED_PRODUCT * config().parallel_min_size
+    fn = "matmul_threads" if least and macs >= least else "matmul"
+    return f"{GEMM}.{fn}({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
 
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
 Emitter = Callable[[Writer, Eqn, list[str], Any, Sizes], None]
@@ -106,6 +132,12 @@ def _reshape(w, eqn, ins, out, sizes):
     w.line(f"{out} = {ins[0]}.reshape({sizes.shape(eqn.kw['shape'])})")
 
 
+def eqn_macs(eqn: Eqn) -> int:
+    """The multiply-adds of a dot_general at its traced sizes."""
+    lhs, (lc, _) = eqn.ins[0].aval, eqn.kw["contract"]
+    return math.prod(eqn.outs[0].aval.shape) * math.prod(lhs.shape[a] for a in lc)
+
+
 def blas_operands(eqn: Eqn, ins: list[str]) -> tuple[tuple[str, bool], ...] | None:
     """The operands `(matrix, transposed)` when `eqn` is one BLAS product of two float
     matrices (a transposed operand is read in place, where a copy loop measured 3.5 ms of an
@@ -150,7 +182,7 @@ def _dot_general(w, eqn, ins, out, sizes):
         flat = len(lf) == len(rf) == 1
         result = out if flat else f"{out}_m"
         w.line(f"{result} = np.empty(({m}, {n}), {dtype_code(dtype)})")
-        w.line(blas_call(lhs2, rhs2, result))
+        w.line(matmul_call(lhs2, rhs2, result, dtype, eqn_macs(eqn)))
         if not flat:
             w.line(f"{out} = {result}.reshape({shape})")
         return
@@ -162,8 +194,8 @@ def _dot_general(w, eqn, ins, out, sizes):
     jb, jm, jn, jk, acc = (f"{out}_{t}" for t in ("jb", "jm", "jn", "jk", "acc"))
     w.line(f"for {jb} in range({b}):")
     if dtype.kind == "f":
-        w.line("    " + blas_call((f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False),
-                              f"{out}_c[{jb}]"))
+        w.line("    " + matmul_call((f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False),
+                                    f"{out}_c[{jb}]", dtype))
     else:  # BLAS has no integer product
         w.line(f"    for {jm} in range({m}):")
         w.line(f"        for {jn} in range({n}):")
