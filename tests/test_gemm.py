@@ -41,6 +41,8 @@ def test_small_and_skinny_products_go_to_blas_and_large_ones_are_packed():
         uses_blas = m < gemm.ROWS or n < gemm.VECTORS * gemm.VECTOR_BYTES // 8 or \
             m * n * k < gemm.SMALL
         assert gemm._blas_wins(a, np.empty((m, n)), False) == uses_blas
+        gemm.link("float64", False)
+        gemm.link("float64", True)
         for product in (gemm.matmul, gemm.matmul_threads):
             out = np.empty((m, n))
             product(a, b, out, False, False)
@@ -75,6 +77,25 @@ def test_programs_call_the_chosen_product_kernel(monkeypatch, tmp_path, matmul, 
     source = _program(monkeypatch, tmp_path, matmul, min_size)
     calls = [line for line in source.splitlines() if ".matmul" in line]
     assert calls and all(call in line for line in calls), calls
+    # tapejit's kernel is linked by name when the module loads, not compiled into it
+    threads = "matmul_threads" in call
+    assert (f"tj_gemm.link('float64', {threads})" in source) == call.startswith("tj_gemm")
+    monkeypatch.undo()
+    config.reload()
+
+
+def test_products_whose_fixed_width_holds_no_tile_go_to_blas(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_MATMUL", "tapejit")
+    config.reload()
+
+    def loss(w, x):                 # 3 outputs: a fixed size, narrower than any tile
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    rng = np.random.default_rng(2)
+    source = tj.explain(loss)(rng.normal(size=(64, 3)), rng.normal(size=(300, 64))).source
+    calls = [line for line in source.splitlines() if ".matmul" in line]
+    assert len(calls) == 2 and all("tj_blas.matmul(" in line for line in calls), calls
+    assert "tj_gemm" not in source.split("import numpy as np")[1]     # nothing linked
     monkeypatch.undo()
     config.reload()
 

@@ -39,16 +39,28 @@ def own_matmul(dtype: np.dtype) -> bool:
     return gemm.AVX512
 
 
-def matmul_call(a: tuple[str, bool], b: tuple[str, bool], out: str, dtype: np.dtype,
-                macs: int = 0) -> str:
-    """The statement computing `out` from operands given as (expression, transposed), with
-    `macs` multiply-adds at the traced sizes (tapejit's kernel runs on threads from
-    THREADED_PRODUCT x parallel_min_size of them; BLAS threads itself)."""
-    if not own_matmul(dtype):
-        return f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
+def matmul_call(w: Writer, a: tuple[str, bool], b: tuple[str, bool], out: str,
+                extents: tuple[str, str], dtype: np.dtype, macs: int = 0) -> None:
+    """Write the statement computing `out`, of `extents` (rows, columns: code), from operands
+    given as (expression, transposed), with `macs` multiply-adds at the traced sizes
+    (tapejit's kernel runs on threads from THREADED_PRODUCT x parallel_min_size of them; BLAS
+    threads itself). A product whose fixed rows or columns hold no full tile of tapejit's
+    kernel goes to BLAS: the kernel would hand it there at run time anyway."""
+    if not own_matmul(dtype) or _no_full_tile(extents, dtype):
+        w.line(f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})")
+        return
     least = THREADED_PRODUCT * config().parallel_min_size
-    fn = "matmul_threads" if least and macs >= least else "matmul"
-    return f"{GEMM}.{fn}({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})"
+    threads = bool(least) and macs >= least
+    w.module.links.add((np.dtype(dtype).name, threads))  # type: ignore[attr-defined]
+    fn = "matmul_threads" if threads else "matmul"
+    w.line(f"{GEMM}.{fn}({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})")
+
+
+def _no_full_tile(extents: tuple[str, str], dtype: np.dtype) -> bool:
+    from . import gemm
+    return any(extent.isdigit() and int(extent) < least
+               for extent, least in zip(extents, gemm.tile(dtype)))
+
 
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
 Emitter = Callable[[Writer, Eqn, list[str], Any, Sizes], None]
@@ -182,7 +194,7 @@ def _dot_general(w, eqn, ins, out, sizes):
         flat = len(lf) == len(rf) == 1
         result = out if flat else f"{out}_m"
         w.line(f"{result} = np.empty(({m}, {n}), {dtype_code(dtype)})")
-        w.line(matmul_call(lhs2, rhs2, result, dtype, eqn_macs(eqn)))
+        matmul_call(w, lhs2, rhs2, result, (m, n), dtype, eqn_macs(eqn))
         if not flat:
             w.line(f"{out} = {result}.reshape({shape})")
         return
@@ -194,8 +206,10 @@ def _dot_general(w, eqn, ins, out, sizes):
     jb, jm, jn, jk, acc = (f"{out}_{t}" for t in ("jb", "jm", "jn", "jk", "acc"))
     w.line(f"for {jb} in range({b}):")
     if dtype.kind == "f":
-        w.line("    " + matmul_call((f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False),
-                                    f"{out}_c[{jb}]", dtype))
+        w.indent()
+        matmul_call(w, (f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False), f"{out}_c[{jb}]",
+                    (m, n), dtype)
+        w.dedent()
     else:  # BLAS has no integer product
         w.line(f"    for {jm} in range({m}):")
         w.line(f"        for {jn} in range({n}):")

@@ -135,6 +135,7 @@ class Module:
         self.functions: list[str] = []
         self.names: dict[Any, str] = {}
         self.workspace: tuple[Aval, ...] = ()
+        self.links: set[tuple[str, bool]] = set()   # (dtype, threads) of tj_gemm's calls
 
     def function(self, tape: Tape) -> str:
         """The name of the module's function computing `tape` (one per distinct tape); its
@@ -164,7 +165,11 @@ def generate(tape: Tape) -> Generated:
     """The module source for `tape`, its size table and workspace arrays."""
     module = Module(fixed_sizes(tape))
     entry = _function(module, tape, ENTRY, scalars=False)
-    parts = [HEADER] + module.functions + [entry]
+    links = "".join(f"tj_gemm.link({dtype!r}, {threads})\n"
+                    for dtype, threads in sorted(module.links))
+    if links:   # compiled once per process, called by name: not compiled into this module
+        links = "# the matrix-product kernels this module calls\n" + links
+    parts = [HEADER + links] + module.functions + [entry]
     return Generated("\n\n".join(part.strip("\n") + "\n" for part in parts),
                      module.sizes.values(), module.workspace)
 
@@ -261,8 +266,9 @@ def _emit_call(p: _Program, step: Call) -> None:
     product = calls.blas_operands(eqn, ins) if eqn.op == "dot_general" else None
     if product is not None:          # a product into a dead buffer or the workspace
         p.allocate(eqn.outs[0])
-        p.w.line(calls.matmul_call(product[0], product[1], name_of(eqn.outs[0]),
-                                   eqn.outs[0].aval.dtype, calls.eqn_macs(eqn)))
+        out = eqn.outs[0].aval
+        calls.matmul_call(p.w, product[0], product[1], name_of(eqn.outs[0]),
+                          tuple(p.sizes(n) for n in out.shape), out.dtype, calls.eqn_macs(eqn))
         return
     calls.emit(p.w, eqn, ins, name_of(eqn.outs[0]), p.sizes)
     if eqn.op in calls.FRESH:

@@ -18,17 +18,23 @@ tile into a scratch tile and copy the part inside C. The kernel is LLVM IR (an i
 LLVM keeps the accumulators in registers, where a numba loop would keep them in memory.
 
 The tile shape follows the vector width of numba's target (`VECTOR_BYTES`): 12 x 2 vectors
-with AVX-512's 32 registers, 6 x 2 vectors with AVX2's 16. Each function is compiled once
-per dtype into numba's cache; `matmul_threads` splits the row blocks over numba's threads.
+with AVX-512's 32 registers, 6 x 2 vectors with AVX2's 16. `packed_threads` splits the row
+blocks over numba's threads. Programs reach the kernel through C entry points compiled once
+(per dtype and threading, into numba's cache) and linked by name (`link`, `matmul`): numba
+would otherwise compile it into every program again.
 """
 from __future__ import annotations
 
+import threading
+
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
+from numba.np.numpy_support import as_dtype
 
 from .blas import matmul as blas_matmul
 
@@ -45,14 +51,19 @@ def _lanes(dtype: types.Type) -> int:
     return VECTOR_BYTES // (dtype.bitwidth // 8)
 
 
+def tile(dtype: np.dtype) -> tuple[int, int]:
+    """(MR, NR): the rows and columns of C one kernel call computes for `dtype`."""
+    return ROWS, VECTORS * VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
 @intrinsic
 def _tile(typingctx, arr):
-    """(MR, NR) for `arr`'s dtype, as constants."""
-    nr = VECTORS * _lanes(arr.dtype)
+    """`tile` of `arr`'s dtype, as constants."""
+    mr_nr = tile(as_dtype(arr.dtype))
 
     def codegen(context, builder, sig, args):
         return context.make_tuple(builder, sig.return_type,
-                                  [context.get_constant(types.intp, v) for v in (ROWS, nr)])
+                                  [context.get_constant(types.intp, v) for v in mr_nr])
     return types.UniTuple(types.intp, 2)(arr), codegen
 
 
@@ -247,19 +258,95 @@ def packed_threads(a, b, out, ta, tb):
             _row_block(a, ta, bp, out, i0, min(mc, m - i0), p0, kc, ap, tile)
 
 
+# ---- the entry points generated code calls ----------------------------------------------------
+# numba compiles the code of every jitted function a program calls into that program again:
+# `packed` cost each new MLP gradient program 0.5 s of compile time, `packed_threads` (a
+# parallel loop) 2.5 s. So programs call them as C functions compiled once: `link` compiles (or
+# loads from numba's cache) the C entry point of one dtype and threading, and gives LLVM its
+# address under a name; `matmul` calls that name.
+
+def _serial(a, b, out, m, n, k, ta, tb):
+    packed(_matrix(a, k, m, ta), _matrix(b, n, k, tb), numba.carray(out, (m, n)), ta, tb)
+
+
+def _threads(a, b, out, m, n, k, ta, tb):
+    packed_threads(_matrix(a, k, m, ta), _matrix(b, n, k, tb), numba.carray(out, (m, n)), ta,
+                   tb)
+
+
+@numba.njit(cache=True)
+def _matrix(ptr, rows, cols, transposed):
+    """The C-contiguous (rows, cols) array at `ptr`, or (cols, rows) where transposed."""
+    return numba.carray(ptr, (rows, cols) if transposed else (cols, rows))
+
+
+_linked: dict[tuple[str, bool], object] = {}
+_link_lock = threading.Lock()
+
+
+def _symbol(dtype: str, threads: bool) -> str:
+    return f"tapejit_gemm_{dtype}_{'threads' if threads else 'serial'}"
+
+
+def link(dtype: str, threads: bool) -> None:
+    """Make `matmul` (`matmul_threads` if threads) callable for arrays of `dtype` ("float32" or
+    "float64"): generated modules call this when they load, before their entry point compiles
+    or loads from numba's cache."""
+    with _link_lock:
+        if (dtype, threads) in _linked:
+            return
+        if threads:     # starts numba's thread pool, whose symbols parallel code links to
+            numba.get_num_threads()
+        t = getattr(types, dtype)
+        signature = types.void(types.CPointer(t), types.CPointer(t), types.CPointer(t),
+                               types.intp, types.intp, types.intp, types.boolean, types.boolean)
+        entry = numba.cfunc(signature, cache=True)(_threads if threads else _serial)
+        llvm.add_symbol(_symbol(dtype, threads), entry.address)
+        _linked[dtype, threads] = entry        # keeps the code alive
+
+
+def _linked_call(threads: bool):
+    """An intrinsic calling the linked C entry point for its arrays' dtype."""
+    @intrinsic
+    def call(typingctx, a, b, out, ta, tb):
+        if not all(isinstance(x, types.Array) and x.layout == "C" and x.ndim == 2
+                   and x.dtype == out.dtype for x in (a, b, out)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a_, b_, out_, ta_, tb_ = args
+            arrays = [context.make_array(t)(context, builder, v)
+                      for t, v in zip((a, b, out), (a_, b_, out_))]
+            m, n = cgutils.unpack_tuple(builder, arrays[2].shape, 2)
+            k = builder.select(ta_, *cgutils.unpack_tuple(builder, arrays[0].shape, 2))
+            ptr = arrays[0].data.type
+            fnty = ir.FunctionType(ir.VoidType(), [ptr, ptr, ptr] + [cgutils.intp_t] * 3
+                                   + [ta_.type, tb_.type])
+            fn = cgutils.get_or_insert_function(builder.module, fnty,
+                                                _symbol(str(out.dtype), threads))
+            builder.call(fn, [x.data for x in arrays] + [m, n, k, ta_, tb_])
+            return context.get_dummy_value()
+        return types.none(a, b, out, ta, tb), codegen
+    return call
+
+
+_call_serial, _call_threads = _linked_call(False), _linked_call(True)
+
+
 @numba.njit(cache=True)
 def matmul(a, b, out, ta, tb):
-    """out = op(a) @ op(b) (see `packed`): by packing, or by BLAS where that wins."""
+    """out = op(a) @ op(b) (see `packed`): by packing, or by BLAS where that wins. Needs
+    `link(dtype, False)` first."""
     if _blas_wins(a, out, ta):
         blas_matmul(a, b, out, ta, tb)
     else:
-        packed(a, b, out, ta, tb)
+        _call_serial(a, b, out, ta, tb)
 
 
 @numba.njit(cache=True)
 def matmul_threads(a, b, out, ta, tb):
-    """`matmul` on numba's threads (BLAS threads itself)."""
+    """`matmul` on numba's threads (BLAS threads itself). Needs `link(dtype, True)` first."""
     if _blas_wins(a, out, ta):
         blas_matmul(a, b, out, ta, tb)
     else:
-        packed_threads(a, b, out, ta, tb)
+        _call_threads(a, b, out, ta, tb)
