@@ -1,5 +1,9 @@
 """tapejit's matrix-product kernel (codegen/gemm.py) against numpy, and the kernel programs
 call."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -82,6 +86,28 @@ def test_programs_call_the_chosen_product_kernel(monkeypatch, tmp_path, matmul, 
     assert (f"tj_gemm.link('float64', {threads})" in source) == call.startswith("tj_gemm")
     monkeypatch.undo()
     config.reload()
+
+
+FRESH_PROCESS = """
+import numpy as np, tapejit as tj
+w, x = np.random.default_rng(1).normal(size=(64, 64)), np.random.default_rng(2).normal(size=(300, 64))
+g = tj.grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
+got = g(w, x)
+t = np.tanh(x @ w)
+assert np.allclose(got, x.T @ (2 * t * (1 - t * t)), rtol=1e-12, atol=1e-12)
+info = g.cache_info()
+print(info["compiles"], info["disk_loads"])
+"""
+
+
+def test_a_fresh_process_links_the_kernel_before_loading_a_cached_program(tmp_path):
+    env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path), TAPEJIT_MATMUL="tapejit",
+               TAPEJIT_FIRST_CALL="compile", TAPEJIT_PARALLEL_MIN_SIZE="0",
+               TAPEJIT_BACKEND="numba")
+    runs = [subprocess.run([sys.executable, "-c", FRESH_PROCESS], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
+    assert [r.stdout.split() for r in runs] == [["1", "0"], ["0", "1"]]
 
 
 def test_products_whose_fixed_width_holds_no_tile_go_to_blas(monkeypatch):
