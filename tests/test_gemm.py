@@ -110,15 +110,19 @@ def test_a_fresh_process_links_the_kernel_before_loading_a_cached_program(tmp_pa
     assert [r.stdout.split() for r in runs] == [["1", "0"], ["0", "1"]]
 
 
-def test_products_whose_fixed_width_holds_no_tile_go_to_blas(monkeypatch):
+@pytest.mark.parametrize("w_shape, x_shape", [
+    ((64, 3), (300, 64)),       # 3 outputs: a fixed size, narrower than any tile
+    ((64, 64), (20, 64)),       # 82k multiply-adds at the traced sizes: under gemm.SMALL
+])
+def test_products_the_kernel_cannot_win_go_to_blas(monkeypatch, w_shape, x_shape):
     monkeypatch.setenv("TAPEJIT_MATMUL", "tapejit")
     config.reload()
 
-    def loss(w, x):                 # 3 outputs: a fixed size, narrower than any tile
+    def loss(w, x):
         return np.sum(np.tanh(x @ w) ** 2)
 
     rng = np.random.default_rng(2)
-    source = tj.explain(loss)(rng.normal(size=(64, 3)), rng.normal(size=(300, 64))).source
+    source = tj.explain(loss)(rng.normal(size=w_shape), rng.normal(size=x_shape)).source
     calls = [line for line in source.splitlines() if ".matmul" in line]
     assert len(calls) == 2 and all("tj_blas.matmul(" in line for line in calls), calls
     assert "tj_gemm" not in source.split("import numpy as np")[1]     # nothing linked

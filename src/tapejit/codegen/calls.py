@@ -40,13 +40,15 @@ def own_matmul(dtype: np.dtype) -> bool:
 
 
 def matmul_call(w: Writer, a: tuple[str, bool], b: tuple[str, bool], out: str,
-                extents: tuple[str, str], dtype: np.dtype, macs: int = 0) -> None:
+                extents: tuple[str, str], dtype: np.dtype, macs: int) -> None:
     """Write the statement computing `out`, of `extents` (rows, columns: code), from operands
-    given as (expression, transposed), with `macs` multiply-adds at the traced sizes
-    (tapejit's kernel runs on threads from THREADED_PRODUCT x parallel_min_size of them; BLAS
-    threads itself). A product whose fixed rows or columns hold no full tile of tapejit's
-    kernel goes to BLAS: the kernel would hand it there at run time anyway."""
-    if not own_matmul(dtype) or _no_full_tile(extents, dtype):
+    given as (expression, transposed), with `macs` multiply-adds at the traced sizes.
+    tapejit's kernel gets a product that may win there: at least gemm.SMALL multiply-adds and
+    no fixed rows or columns fewer than one tile (it hands smaller ones to BLAS at run time
+    too, when another batch size reuses the program); it runs on threads from
+    THREADED_PRODUCT x parallel_min_size multiply-adds. BLAS gets the rest, and threads
+    itself. A program that calls the kernel links it when it loads (compiled once per machine)."""
+    if not own_matmul(dtype) or not _kernel_may_win(extents, dtype, macs):
         w.line(f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})")
         return
     least = THREADED_PRODUCT * config().parallel_min_size
@@ -56,10 +58,11 @@ def matmul_call(w: Writer, a: tuple[str, bool], b: tuple[str, bool], out: str,
     w.line(f"{GEMM}.{fn}({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})")
 
 
-def _no_full_tile(extents: tuple[str, str], dtype: np.dtype) -> bool:
+def _kernel_may_win(extents: tuple[str, str], dtype: np.dtype, macs: int) -> bool:
     from . import gemm
-    return any(extent.isdigit() and int(extent) < least
-               for extent, least in zip(extents, gemm.tile(dtype)))
+    return macs >= gemm.SMALL and not any(
+        extent.isdigit() and int(extent) < least
+        for extent, least in zip(extents, gemm.tile(dtype)))
 
 
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
@@ -208,7 +211,7 @@ def _dot_general(w, eqn, ins, out, sizes):
     if dtype.kind == "f":
         w.indent()
         matmul_call(w, (f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False), f"{out}_c[{jb}]",
-                    (m, n), dtype)
+                    (m, n), dtype, eqn_macs(eqn) // max(1, math.prod(lhs.shape[a] for a in lb)))
         w.dedent()
     else:  # BLAS has no integer product
         w.line(f"    for {jm} in range({m}):")
