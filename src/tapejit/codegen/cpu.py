@@ -165,9 +165,9 @@ def generate(tape: Tape) -> Generated:
     """The module source for `tape`, its size table and workspace arrays."""
     module = Module(fixed_sizes(tape))
     entry = _function(module, tape, ENTRY, scalars=False)
-    links = "".join(f"tj_gemm.link({dtype!r}, {threads})\n"
+    links = "".join(f"{calls.GEMM}.link({dtype!r}, {threads})\n"
                     for dtype, threads in sorted(module.links))
-    if links:   # compiled once per process, called by name: not compiled into this module
+    if links:   # compiled once into numba's cache, called by name: not compiled into this module
         links = "# the matrix-product kernels this module calls\n" + links
     parts = [HEADER + links] + module.functions + [entry]
     return Generated("\n\n".join(part.strip("\n") + "\n" for part in parts),

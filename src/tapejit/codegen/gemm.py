@@ -268,18 +268,19 @@ def packed_threads(a, b, out, ta, tb):
 # address under a name; `matmul` calls that name.
 
 def _serial(a, b, out, m, n, k, ta, tb):
-    packed(_matrix(a, k, m, ta), _matrix(b, n, k, tb), numba.carray(out, (m, n)), ta, tb)
+    packed(_matrix(a, m, k, ta), _matrix(b, k, n, tb), numba.carray(out, (m, n)), ta, tb)
 
 
 def _threads(a, b, out, m, n, k, ta, tb):
-    packed_threads(_matrix(a, k, m, ta), _matrix(b, n, k, tb), numba.carray(out, (m, n)), ta,
+    packed_threads(_matrix(a, m, k, ta), _matrix(b, k, n, tb), numba.carray(out, (m, n)), ta,
                    tb)
 
 
 @numba.njit(cache=True)
 def _matrix(ptr, rows, cols, transposed):
-    """The C-contiguous (rows, cols) array at `ptr`, or (cols, rows) where transposed."""
-    return numba.carray(ptr, (rows, cols) if transposed else (cols, rows))
+    """The C-contiguous array at `ptr` whose op() is (rows, cols): stored (cols, rows) where
+    transposed."""
+    return numba.carray(ptr, (cols, rows) if transposed else (rows, cols))
 
 
 _linked: dict[tuple[str, bool], object] = {}
