@@ -35,6 +35,7 @@ from .codegen.cpu import generate
 from .codegen.schedule import Call, Loop, Step, steps
 from .compile import BACKENDS
 from .config import config
+from .dims import Dim, Dims
 from .dispatch import CachedTransform
 from .errors import ArgumentError, at_source
 from .ir import Tape
@@ -150,10 +151,11 @@ def build(title: str, tapes: dict[str, Tape], backend: str = "numba",
           ) -> Explanation:
     """An Explanation of the last of `tapes`; `source` (and sizes) when already generated."""
     final = list(tapes.values())[-1]
+    groups = steps(final, Dims(final).scope(final))
     if backend != "numba":
-        return Explanation(title, tapes, steps(final), "", np.zeros(0, np.int64), tuple(notes))
+        return Explanation(title, tapes, groups, "", np.zeros(0, np.int64), tuple(notes))
     text, sizes = source if source is not None else generate(final)[:2]
-    return Explanation(title, tapes, steps(final), text, sizes, tuple(notes))
+    return Explanation(title, tapes, groups, text, sizes, tuple(notes))
 
 
 _STAGE_NOTES = {"traced": "traced: the primal tape",
@@ -205,8 +207,8 @@ def render_groups(groups: Sequence[Step]) -> list[str]:
     return lines
 
 
-def _dims(domain: tuple[int, ...]) -> str:
-    return "x".join(map(str, domain)) or "scalar"
+def _dims(domain: tuple[Dim, ...]) -> str:
+    return "x".join(str(d.size) for d in domain) or "scalar"
 
 
 def dump(compiled: "Compiled") -> None:

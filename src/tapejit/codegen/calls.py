@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..avals import Aval
 from ..config import config
-from ..ir import Eqn
+from ..dims import Dim
+from ..ir import Atom, Eqn, Var
 from ..ops.linalg import free_axes
 from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
@@ -100,10 +100,12 @@ def close(w: Writer, depth: int) -> None:
         w.dedent()
 
 
-def filled(w: Writer, name: str, aval: Aval, value: str, sizes: Sizes) -> None:
-    """`name` = an array of `aval` filled with `value` (np.zeros / np.full: a fill loop costs
-    numba about 150 ms of compile time, these a few ms once their overload is compiled)."""
-    shape, dtype = sizes.shape(aval.shape), dtype_code(aval.dtype)
+def filled(w: Writer, name: str, atom: Atom, value: str, sizes: Sizes) -> None:
+    """`name` = an array shaped as `atom` filled with `value` (np.zeros / np.full: a fill loop
+    costs numba about 150 ms of compile time, these a few ms once their overload is
+    compiled)."""
+    aval = atom.aval
+    shape, dtype = sizes.shape(sizes.of(atom)), dtype_code(aval.dtype)
     if not aval.shape:
         w.line(f"{name} = np.empty((), {dtype})")
         w.line(f"{name}[()] = {value}")
@@ -113,18 +115,20 @@ def filled(w: Writer, name: str, aval: Aval, value: str, sizes: Sizes) -> None:
         w.line(f"{name} = np.full({shape}, {value}, {dtype})")
 
 
-def _three(shape: tuple[int, ...], axis: int, sizes: Sizes) -> str:
+def _three(shape: tuple[Dim, ...], axis: int, sizes: Sizes) -> str:
     """(before, axis, after) sizes of `shape` around `axis`."""
     return (f"({sizes.product(shape[:axis])}, {sizes(shape[axis])}, "
             f"{sizes.product(shape[axis + 1:])})")
 
 
-def permuted(w: Writer, src: str, aval: Aval, perm: tuple[int, ...], dst: str,
+def permuted(w: Writer, src: str, atom: Var, perm: tuple[int, ...], dst: str,
              sizes: Sizes) -> str:
-    """A C-contiguous copy of `src` with its axes in the order `perm` (or `src` itself)."""
+    """A C-contiguous copy of `src` (the array of `atom`) with its axes in the order `perm`
+    (or `src` itself)."""
+    aval, dims = atom.aval, sizes.of(atom)
     if tuple(perm) == tuple(range(aval.ndim)):
         return src
-    shape = tuple(aval.shape[p] for p in perm)
+    shape = tuple(dims[p] for p in perm)
     w.line(f"{dst} = np.empty({sizes.shape(shape)}, {dtype_code(aval.dtype)})")
     depth = loops(w, [sizes(n) for n in shape], f"{dst}_j")
     read = ", ".join(f"{dst}_j{perm.index(k)}" for k in range(aval.ndim))
@@ -137,14 +141,14 @@ def permuted(w: Writer, src: str, aval: Aval, perm: tuple[int, ...], dst: str,
 @emitter("dim_size", fresh=True)
 def _dim_size(w, eqn, ins, out, sizes):
     dtype = eqn.outs[0].aval.dtype
-    count = sizes.product(eqn.kw["sizes"])
+    count = sizes(math.prod(eqn.kw["sizes"]))
     w.line(f"{out} = np.empty((), {dtype_code(dtype)})")
     w.line(f"{out}[()] = {count}")
 
 
 @emitter("reshape")
 def _reshape(w, eqn, ins, out, sizes):
-    w.line(f"{out} = {ins[0]}.reshape({sizes.shape(eqn.kw['shape'])})")
+    w.line(f"{out} = {ins[0]}.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")
 
 
 def eqn_macs(eqn: Eqn) -> int:
@@ -165,19 +169,19 @@ def blas_operands(eqn: Eqn, ins: list[str]) -> tuple[tuple[str, bool], ...] | No
     return (ins[0], lc != (1,)), (ins[1], rc != (0,))
 
 
-def _matrix(w: Writer, src: str, aval: Aval, rows: tuple[int, ...], cols: tuple[int, ...],
+def _matrix(w: Writer, src: str, atom: Var, rows: tuple[int, ...], cols: tuple[int, ...],
             dst: str, extents: tuple[str, str], sizes: Sizes) -> tuple[str, bool]:
     """`src` as the matrix of its axes `rows` by its axes `cols`, as (matrix, transposed): a
     reshape when its memory holds them in that order, the transpose of one when in the other
     (BLAS reads it in place: a (10000, 25, 10) GMM cotangent contracted over its first axis
     is not copied), else a copy (each reshape call site costs numba ~50 ms of compile time:
     only where needed)."""
-    order = rows + cols
-    if order != tuple(range(aval.ndim)) and cols + rows == tuple(range(aval.ndim)):
+    order, ndim = rows + cols, atom.aval.ndim
+    if order != tuple(range(ndim)) and cols + rows == tuple(range(ndim)):
         if (len(rows), len(cols)) == (1, 1):
             return src, True
         return f"{src}.reshape(({extents[1]}, {extents[0]}))", True
-    src = permuted(w, src, aval, order, dst, sizes)
+    src = permuted(w, src, atom, order, dst, sizes)
     if (len(rows), len(cols)) == (1, 1):
         return src, False
     return f"{src}.reshape(({extents[0]}, {extents[1]}))", False
@@ -187,13 +191,14 @@ def _matrix(w: Writer, src: str, aval: Aval, rows: tuple[int, ...], cols: tuple[
 def _dot_general(w, eqn, ins, out, sizes):
     (lc, rc), (lb, rb) = eqn.kw["contract"], eqn.kw["batch"]
     lhs, rhs, dtype = eqn.ins[0].aval, eqn.ins[1].aval, eqn.outs[0].aval.dtype
+    ld, rd = sizes.of(eqn.ins[0]), sizes.of(eqn.ins[1])
     lf, rf = free_axes(lhs.ndim, lc, lb), free_axes(rhs.ndim, rc, rb)
-    b, m = sizes.product(lhs.shape[a] for a in lb), sizes.product(lhs.shape[a] for a in lf)
-    k, n = sizes.product(lhs.shape[a] for a in lc), sizes.product(rhs.shape[a] for a in rf)
-    shape = sizes.shape(eqn.outs[0].aval.shape)
+    b, m = sizes.product(ld[a] for a in lb), sizes.product(ld[a] for a in lf)
+    k, n = sizes.product(ld[a] for a in lc), sizes.product(rd[a] for a in rf)
+    shape = sizes.shape(sizes.of(eqn.outs[0]))
     if not lb and dtype.kind == "f":   # one BLAS call
-        lhs2 = _matrix(w, ins[0], lhs, lf, tuple(lc), f"{out}_lhs", (m, k), sizes)
-        rhs2 = _matrix(w, ins[1], rhs, tuple(rc), rf, f"{out}_rhs", (k, n), sizes)
+        lhs2 = _matrix(w, ins[0], eqn.ins[0], lf, tuple(lc), f"{out}_lhs", (m, k), sizes)
+        rhs2 = _matrix(w, ins[1], eqn.ins[1], tuple(rc), rf, f"{out}_rhs", (k, n), sizes)
         flat = len(lf) == len(rf) == 1
         result = out if flat else f"{out}_m"
         w.line(f"{result} = np.empty(({m}, {n}), {dtype_code(dtype)})")
@@ -201,8 +206,8 @@ def _dot_general(w, eqn, ins, out, sizes):
         if not flat:
             w.line(f"{out} = {result}.reshape({shape})")
         return
-    a = permuted(w, ins[0], lhs, tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
-    c = permuted(w, ins[1], rhs, tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
+    a = permuted(w, ins[0], eqn.ins[0], tuple(lb) + lf + tuple(lc), f"{out}_lhs", sizes)
+    c = permuted(w, ins[1], eqn.ins[1], tuple(rb) + tuple(rc) + rf, f"{out}_rhs", sizes)
     w.line(f"{out}_a = {a}.reshape(({b}, {m}, {k}))")
     w.line(f"{out}_b = {c}.reshape(({b}, {k}, {n}))")
     w.line(f"{out}_c = np.empty(({b}, {m}, {n}), {dtype_code(dtype)})")
@@ -225,40 +230,39 @@ def _dot_general(w, eqn, ins, out, sizes):
 
 @emitter("take", fresh=True)
 def _take(w, eqn, ins, out, sizes):
-    x, idx = eqn.ins[0].aval, eqn.ins[1].aval
+    x = eqn.ins[0].aval
     axis = eqn.kw["axis"]
-    w.line(f"{out}_x = {ins[0]}.reshape({_three(x.shape, axis, sizes)})")
-    w.line(f"{out}_i = {ins[1]}.reshape(({sizes.product(idx.shape)},))")
+    w.line(f"{out}_x = {ins[0]}.reshape({_three(sizes.of(eqn.ins[0]), axis, sizes)})")
+    w.line(f"{out}_i = {ins[1]}.reshape(({sizes.product(sizes.of(eqn.ins[1]))},))")
     w.line(f"{out}_o = np.empty(({out}_x.shape[0], {out}_i.shape[0], {out}_x.shape[2]), "
            f"{dtype_code(x.dtype)})")
     depth = loops(w, [f"{out}_x.shape[0]", f"{out}_i.shape[0]", f"{out}_x.shape[2]"], f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
     w.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_i[{j1}], {j2}]")
     close(w, depth)
-    w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")
 
 
 @emitter("scatter_add", fresh=True)
 def _scatter_add(w, eqn, ins, out, sizes):
-    x, idx = eqn.ins[0].aval, eqn.ins[1].aval
-    m = sizes.product(idx.shape)
-    w.line(f"{out}_o = {ins[0]}.reshape({_three(x.shape, eqn.kw['axis'], sizes)}).copy()")
+    x = sizes.of(eqn.ins[0])
+    m = sizes.product(sizes.of(eqn.ins[1]))
+    w.line(f"{out}_o = {ins[0]}.reshape({_three(x, eqn.kw['axis'], sizes)}).copy()")
     w.line(f"{out}_i = {ins[1]}.reshape(({m},))")
     w.line(f"{out}_u = {ins[2]}.reshape(({out}_o.shape[0], {m}, {out}_o.shape[2]))")
     depth = loops(w, [f"{out}_o.shape[0]", m, f"{out}_o.shape[2]"], f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
     w.line(f"{out}_o[{j0}, {out}_i[{j1}], {j2}] += {out}_u[{j0}, {j1}, {j2}]")
     close(w, depth)
-    w.line(f"{out} = {out}_o.reshape({sizes.shape(x.shape)})")
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(x)})")
 
 
 def _along_axis(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes, init: str,
                 step: list[str], reverse: bool, running: bool) -> None:
     """A scan (`running`) or a reduction along one axis of the (before, axis, after) view.
     `step` is a template updating `{acc}` from `{v}`, the element at position `{k}`."""
-    x = eqn.ins[0].aval
     j0, j1, k, acc, v = (f"{out}_{t}" for t in ("j0", "j1", "k", "acc", "v"))
-    w.line(f"{out}_x = {ins[0]}.reshape({_three(x.shape, eqn.kw['axis'], sizes)})")
+    w.line(f"{out}_x = {ins[0]}.reshape({_three(sizes.of(eqn.ins[0]), eqn.kw['axis'], sizes)})")
     kept = f"{out}_x.shape[0], {out}_x.shape[1], {out}_x.shape[2]" if running else \
         f"{out}_x.shape[0], {out}_x.shape[2]"
     w.line(f"{out}_o = np.empty(({kept}), {dtype_code(eqn.outs[0].aval.dtype)})")
@@ -276,7 +280,7 @@ def _along_axis(w: Writer, eqn: Eqn, ins: list[str], out: str, sizes: Sizes, ini
     if not running:
         w.line(f"{out}_o[{j0}, {j1}] = {acc}")
     close(w, depth)
-    w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")
 
 
 @emitter("cumsum", fresh=True)
@@ -315,8 +319,9 @@ def _reduce_prod(w, eqn, ins, out, sizes):
     x, dtype = eqn.ins[0].aval, eqn.outs[0].aval.dtype
     axes = eqn.kw["axes"]
     kept = tuple(d for d in range(x.ndim) if d not in axes)
-    k, r = sizes.product(x.shape[d] for d in kept), sizes.product(x.shape[d] for d in axes)
-    src = permuted(w, ins[0], x, kept + tuple(axes), f"{out}_t", sizes)
+    xd = sizes.of(eqn.ins[0])
+    k, r = sizes.product(xd[d] for d in kept), sizes.product(xd[d] for d in axes)
+    src = permuted(w, ins[0], eqn.ins[0], kept + tuple(axes), f"{out}_t", sizes)
     w.line(f"{out}_x = {src}.reshape(({k}, {r}))")
     w.line(f"{out}_o = np.empty(({k},), {dtype_code(dtype)})")
     j0, j1, acc = f"{out}_j0", f"{out}_j1", f"{out}_acc"
@@ -325,4 +330,4 @@ def _reduce_prod(w, eqn, ins, out, sizes):
     w.line(f"    for {j1} in range({r}):")
     w.line(f"        {acc} = {acc} * {out}_x[{j0}, {j1}]")
     w.line(f"    {out}_o[{j0}] = {acc}")
-    w.line(f"{out} = {out}_o.reshape({sizes.shape(eqn.outs[0].aval.shape)})")
+    w.line(f"{out} = {out}_o.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")

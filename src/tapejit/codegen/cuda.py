@@ -72,7 +72,7 @@ def generate(tape: Tape) -> tuple[str, np.ndarray, tuple[Eqn, ...]]:
     outs = []
     for atom in tape.outvars:
         if isinstance(atom, Lit):
-            outs.append(f"tjrt.full({g.sizes.shape(atom.aval.shape)}, "
+            outs.append(f"tjrt.full({g.sizes.shape(g.sizes.of(atom))}, "
                         f"{dtype_code(atom.aval.dtype)}, {literal(atom)})")
         else:
             outs.append(var_name(atom))

@@ -10,6 +10,7 @@ from .cuda_scalar import scalar_expr
 from .plan import Plan, plan
 from .schedule import steps
 from .views import is_view, view_expr
+from ..dims import Dims
 from .writer import Sizes, Writer, dtype_code, literal
 
 ENTRY = "run"
@@ -33,15 +34,15 @@ class Generator:
     """State shared by the steps of one program."""
 
     def __init__(self, tape: Tape) -> None:
-        self.sizes = Sizes()
-        self.steps = steps(tape)
+        self.sizes = Sizes(Dims(tape))
+        self.steps = steps(tape, self.sizes.names)
         self.plan = device_plan(tape, self.steps)
         self.kernels: list[str] = []
         self.driver = Writer()
         self.host: list[Eqn] = []
 
     def allocate(self, var: Var) -> None:
-        self.driver.line(f"{var_name(var)} = tjrt.empty({self.sizes.shape(var.aval.shape)}, "
+        self.driver.line(f"{var_name(var)} = tjrt.empty({self.sizes.shape(self.sizes.of(var))}, "
                          f"{dtype_code(var.aval.dtype)})")
 
     def add_kernel(self, name: str, params: list[str], body: list[str]) -> None:

@@ -3,6 +3,7 @@ results, matrix products (tiled, or one thread per output element), and the barr
 the host (cuda_support.host_call); reshape and dim_size need no kernel."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -40,10 +41,10 @@ def emit_call(g: Generator, number: int, eqn: Eqn) -> None:
         emit_dot(g, number, eqn)
     elif eqn.op == "dim_size":
         g.driver.line(f"{var_name(out)} = tjrt.full((), {dtype_code(out.aval.dtype)}, "
-                      f"{g.sizes.product(eqn.kw['sizes'])})")
+                      f"{g.sizes(math.prod(eqn.kw['sizes']))})")
     elif eqn.op == "reshape" and isinstance(eqn.ins[0], Var):
         g.driver.line(f"{var_name(out)} = tjrt.reshape({var_name(eqn.ins[0])}, "
-                      f"{g.sizes.shape(eqn.kw['shape'])})")
+                      f"{g.sizes.shape(g.sizes.of(eqn.outs[0]))})")
     else:
         args = [var_name(a) for a in eqn.ins if isinstance(a, Var)]
         names = "".join(var_name(o) + ", " for o in eqn.outs)

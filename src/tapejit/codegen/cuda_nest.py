@@ -71,7 +71,7 @@ class Kernel(Reads):
                 self.g.allocate(out)
             if self.shared_out(eqn):
                 self.g.driver.line(f"t_p_{var_name(out)} = tjrt.empty(({blocks}, "
-                                   f"{self.g.sizes.shape(out.aval.shape)[1:]}, "
+                                   f"{self.g.sizes.shape(self.g.sizes.of(out))[1:]}, "
                                    f"{dtype_code(out.aval.dtype)})")
             elif out.name in self.g.plan.arrays or self.rmw(eqn):
                 self.array(out, [])

@@ -6,7 +6,7 @@ import dataclasses
 
 from ..ir import Eqn, Tape
 from ..ops import OPS, Kind
-from ..passes.fuse import Loop, loop_of
+from ..passes.fuse import Loop, Names, loop_of
 
 
 @dataclasses.dataclass
@@ -17,6 +17,7 @@ class Call:
 Step = Loop | Call
 
 
-def steps(tape: Tape) -> list[Step]:
-    return [loop_of(e.kw["body"]) if OPS[e.op].kind is Kind.FUSED else Call(e)
+def steps(tape: Tape, dims: Names) -> list[Step]:
+    """`dims`: the tape's dims by name (dims.py)."""
+    return [loop_of(e.kw["body"], dims) if OPS[e.op].kind is Kind.FUSED else Call(e)
             for e in tape.eqns]

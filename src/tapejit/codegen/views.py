@@ -93,9 +93,8 @@ def _slice(eqn, read, sizes, idx):
 
 @view("rev")
 def _rev(eqn, read, sizes, idx):
-    shape = eqn.ins[0].aval.shape
     parts = [f"{sizes(n)} - 1 - {idx[d]}" if d in eqn.kw["axes"] else idx[d]
-             for d, n in enumerate(shape)]
+             for d, n in enumerate(sizes.of(eqn.ins[0]))]
     return read(0, parts)
 
 
@@ -104,7 +103,7 @@ def _pad(eqn, read, sizes, idx):
     # out position p maps to operand position (p - lo) / (interior + 1) when that is a whole
     # number inside the operand; every other position holds the pad value
     conditions, parts = [], []
-    for d, (lo, n, interior) in enumerate(zip(eqn.kw["lo"], eqn.ins[0].aval.shape,
+    for d, (lo, n, interior) in enumerate(zip(eqn.kw["lo"], sizes.of(eqn.ins[0]),
                                              eqn.kw["interior"])):
         shifted = f"({idx[d]} - {sizes(lo)})" if lo else idx[d]
         stride = interior + 1

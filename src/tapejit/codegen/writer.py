@@ -1,9 +1,10 @@
 """A small source writer shared by the backends: indented lines, and how sizes, dtypes and
 literals are spelled in generated code.
 
-Generated code never contains a concrete array size: every size other than 0 and 1 is read
-from the run-time size table `S` (one slot per distinct size of the tape), so a program
-compiled for one batch size serves every other one with the same ranks and broadcast pattern.
+Generated code never contains a concrete array size: every size other than 0 and 1 (and the
+small fixed ones) is read from the run-time size table `S` (one slot per axis symbol, dims.py),
+so a program compiled for one batch size serves every other one with the same ranks and
+broadcast pattern.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Iterable
 
 import numpy as np
 
-from ..avals import Aval, dtype_name
-from ..ir import Lit
+from ..avals import dtype_name
+from ..dims import Dim, Dims
+from ..ir import Atom, Lit, Tape, Var
 
 _DTYPE_CODE = {"f64": "np.float64", "f32": "np.float32", "f16": "np.float16",
                "i64": "np.int64", "i32": "np.int32", "i16": "np.int16", "i8": "np.int8",
@@ -40,36 +42,60 @@ class Writer:
 
 
 class Sizes:
-    """The size table: each distinct size > 1 of the tape gets a slot `S[k]`, except the
-    `fixed` sizes, written as numbers."""
+    """The size table `S` as generated code reads it: one slot per axis symbol (dims.py) of
+    length > 1 and one per distinct other number (slice starts, trip counts, counts of
+    reduced elements), except the symbols in `fixed`, whose lengths are written as numbers.
+    `within` gives the view of one sub-tape's values; every view shares one table."""
 
-    def __init__(self, fixed: frozenset[int] = frozenset()) -> None:
-        self.slots: dict[int, int] = {}
+    def __init__(self, dims: Dims, fixed: frozenset[int] = frozenset(),
+                 tape: Tape | None = None, slots: dict | None = None) -> None:
+        self.dims = dims
         self.fixed = fixed
+        self.names = dims.scope(tape if tape is not None else dims.root)
+        self.slots: dict[tuple[str, int], int] = {} if slots is None else slots
 
-    def __call__(self, n: int) -> str:
-        n = int(n)
-        if n in (0, 1) or n in self.fixed:
-            return str(n)
-        if n not in self.slots:
-            self.slots[n] = len(self.slots)
-        return f"S[{self.slots[n]}]"
+    def within(self, tape: Tape) -> "Sizes":
+        return Sizes(self.dims, self.fixed, tape, self.slots)
 
-    def shape(self, shape: Iterable[int]) -> str:
-        dims = [self(n) for n in shape]
-        return "(" + "".join(f"{d}, " for d in dims).rstrip(" ") + ")" if dims else "()"
+    def of(self, atom: Atom) -> tuple[Dim, ...]:
+        """The dims of a value of this view's tape."""
+        return () if isinstance(atom, Lit) else self.names[atom.name]
 
-    def product(self, shape: Iterable[int]) -> str:
-        dims = [self(n) for n in shape]
-        return " * ".join(dims) if dims else "1"
+    def __call__(self, n: Dim | int) -> str:
+        if isinstance(n, Dim):
+            if n.size in (0, 1) or n.sym in self.fixed:
+                return str(n.size)
+            key = ("axis", n.sym)
+        else:
+            n = int(n)
+            if n in (0, 1):
+                return str(n)
+            key = ("number", n)
+        if key not in self.slots:
+            self.slots[key] = len(self.slots)
+        return f"S[{self.slots[key]}]"
 
-    def type(self, aval: Aval) -> str:
-        """An aval with its sizes as slots (`f64[S0,2]`): comments must not carry sizes."""
-        dims = ",".join(self(n).replace("[", "").replace("]", "") for n in aval.shape)
-        return f"{dtype_name(aval.dtype)}[{dims}]"
+    def is_fixed(self, n: Dim) -> bool:
+        return n.sym in self.fixed or n.size in (0, 1)
+
+    def shape(self, dims: Iterable[Dim | int]) -> str:
+        parts = [self(n) for n in dims]
+        return "(" + "".join(f"{d}, " for d in parts).rstrip(" ") + ")" if parts else "()"
+
+    def product(self, dims: Iterable[Dim | int]) -> str:
+        parts = [self(n) for n in dims]
+        return " * ".join(parts) if parts else "1"
+
+    def type(self, var: Var) -> str:
+        """A var's type with its sizes as slots (`f64[S0,2]`): comments must not carry
+        sizes."""
+        dims = ",".join(self(n).replace("[", "").replace("]", "") for n in self.of(var))
+        return f"{dtype_name(var.aval.dtype)}[{dims}]"
 
     def values(self) -> np.ndarray:
-        return np.array(sorted(self.slots, key=self.slots.get), dtype=np.int64)
+        """The table's values for the analysed tape."""
+        return np.array([self.dims.length(k[1]) if k[0] == "axis" else k[1] for k in
+                         sorted(self.slots, key=self.slots.get)], dtype=np.int64)
 
 
 def dtype_code(dtype: np.dtype) -> str:

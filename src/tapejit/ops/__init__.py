@@ -11,7 +11,10 @@ An `Op` holds, side by side, everything the pipeline needs to know about a primi
   reverse sweep is ordinary IR that can be differentiated again. It returns one cotangent per
   input (None for no contribution); cotangents may have the broadcast shape of the output, since
   autodiff unbroadcasts them centrally. `zero_vjp` marks an op whose gradient is zero or which is
-  not differentiable (integer/bool results): the choice is always written down, never implied.
+  not differentiable (integer/bool results): the choice is always written down, never implied;
+- `axes(operand shapes, output shape, **params) -> groups`: which axes the op forces to be
+  one axis (ops/axes.py); by default from its kind (broadcasting for elementwise ops, kept
+  axes for reductions, nothing for calls and control flow).
 
 Calling an Op binds it: on tracers it records an equation, on concrete arrays it runs `impl`.
 The binder is installed by `trace.py`, so this package depends on nothing above it.
@@ -24,6 +27,7 @@ import enum
 from typing import Any, Callable
 
 from ..avals import Aval
+from . import axes as _axes
 
 
 class Kind(enum.Enum):
@@ -45,6 +49,7 @@ class Op:
     impl: Callable[..., Any]
     shape: Callable[..., Aval]
     vjp: Callable[..., tuple]
+    axes: _axes.AxesRule
     multiple_results: bool = False
 
     def __call__(self, *args: Any, **params: Any) -> Any:
@@ -57,12 +62,17 @@ class Op:
 OPS: dict[str, Op] = {}
 
 
+_DEFAULT_AXES = {Kind.ELEMENTWISE: _axes.broadcast, Kind.REDUCE: _axes.kept,
+                 Kind.SCAN: _axes.same}
+
+
 def defop(name: str, kind: Kind, impl: Callable[..., Any], *,
           shape: Callable[..., Any], vjp: Callable[..., tuple],
-          multiple_results: bool = False) -> Op:
+          axes: _axes.AxesRule | None = None, multiple_results: bool = False) -> Op:
     """Register a primitive. Its name must be new."""
     assert name not in OPS, f"op {name} defined twice"
-    op = Op(name, kind, impl, shape, vjp, multiple_results)
+    op = Op(name, kind, impl, shape, vjp, axes or _DEFAULT_AXES.get(kind, _axes.none),
+            multiple_results)
     OPS[name] = op
     return op
 

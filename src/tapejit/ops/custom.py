@@ -18,11 +18,12 @@ import numpy as np
 
 from ..avals import Aval
 from . import Kind, defop, zero_vjp
+from . import axes as _axes
 
 RULES: dict[str, Any] = {}   # param string -> the object with the rule (custom.py)
 
 stop_gradient = defop("stop_gradient", Kind.LAYOUT, lambda x: x,
-                      shape=lambda x: x, vjp=zero_vjp)   # d sg(x) = 0
+                      shape=lambda x: x, vjp=zero_vjp, axes=_axes.same)   # d sg(x) = 0
 
 
 def _marker_shape(*avals: Aval, rule: str, index: int, n_out: int) -> Aval:

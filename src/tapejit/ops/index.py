@@ -12,6 +12,7 @@ import numpy as np
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
 from . import Kind, defop
+from . import axes as _axes
 
 
 def _take_shape(x: Aval, idx: Aval, *, axis: int) -> Aval:
@@ -42,9 +43,10 @@ def _zeros_like(x):
 
 
 take = defop("take", Kind.INDEX, lambda x, idx, *, axis: np.take(x, idx, axis=axis),
-             shape=_take_shape,
+             shape=_take_shape, axes=_axes.gathered,
              vjp=lambda ct, y, x, idx, *, axis: (
                  scatter_add(_zeros_like(x), idx, ct, axis=axis), None))
 scatter_add = defop("scatter_add", Kind.INDEX, _scatter_impl, shape=_scatter_shape,
+                    axes=_axes.scattered,
                     vjp=lambda ct, y, x, idx, updates, *, axis: (
                         ct, None, take(ct, idx, axis=axis)))

@@ -10,6 +10,7 @@ import numpy as np
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
 from . import Kind, defop
+from . import axes as _axes
 
 
 def kept_dims(ndim: int, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -46,7 +47,7 @@ def _broadcast_vjp(ct, y, x, *, shape, dims):
 
 
 broadcast_in_dim = defop("broadcast_in_dim", Kind.LAYOUT, _broadcast_impl,
-                         shape=_broadcast_shape, vjp=_broadcast_vjp)
+                         shape=_broadcast_shape, vjp=_broadcast_vjp, axes=_axes.placed)
 
 
 # ---- reshape / transpose / rev ----------------------------------------------------------------
@@ -57,7 +58,7 @@ def _reshape_shape(x: Aval, *, shape: tuple[int, ...]) -> Aval:
 
 
 reshape = defop("reshape", Kind.LAYOUT, lambda x, *, shape: np.reshape(x, shape),
-                shape=_reshape_shape,
+                shape=_reshape_shape, axes=_axes.regrouped,
                 vjp=lambda ct, y, x, *, shape: (reshape(ct, shape=x.shape),))
 
 
@@ -68,7 +69,7 @@ def _transpose_shape(x: Aval, *, perm: tuple[int, ...]) -> Aval:
 
 
 transpose = defop("transpose", Kind.LAYOUT, lambda x, *, perm: np.transpose(x, perm),
-                  shape=_transpose_shape,
+                  shape=_transpose_shape, axes=_axes.permuted,
                   vjp=lambda ct, y, x, *, perm: (
                       transpose(ct, perm=tuple(int(i) for i in np.argsort(perm))),))
 
@@ -79,7 +80,7 @@ def _rev_shape(x: Aval, *, axes: tuple[int, ...]) -> Aval:
 
 
 rev = defop("rev", Kind.LAYOUT, lambda x, *, axes: np.flip(x, axes), shape=_rev_shape,
-            vjp=lambda ct, y, x, *, axes: (rev(ct, axes=axes),))
+            vjp=lambda ct, y, x, *, axes: (rev(ct, axes=axes),), axes=_axes.same)
 
 
 # ---- slice and pad: adjoint pair ----------------------------------------------------------------
@@ -101,7 +102,7 @@ def _slice_vjp(ct, y, x, *, start, limit, step):
 
 slice_ = defop("slice", Kind.LAYOUT,
                lambda x, *, start, limit, step: x[tuple(map(slice, start, limit, step))],
-               shape=_slice_shape, vjp=_slice_vjp)
+               shape=_slice_shape, vjp=_slice_vjp, axes=_axes.whole_axes)
 
 
 def _pad_shape(x: Aval, value: Aval, *, lo, hi, interior) -> Aval:
@@ -132,7 +133,7 @@ def _pad_vjp(ct, y, x, value, *, lo, hi, interior):
     return ct_x, reduce_sum(ct, axes=everything) - reduce_sum(ct_x, axes=everything)
 
 
-pad = defop("pad", Kind.LAYOUT, _pad_impl, shape=_pad_shape, vjp=_pad_vjp)
+pad = defop("pad", Kind.LAYOUT, _pad_impl, shape=_pad_shape, vjp=_pad_vjp, axes=_axes.unpadded)
 
 
 # ---- concatenate ------------------------------------------------------------------------------
@@ -161,4 +162,4 @@ def _concat_vjp(ct, y, *xs, axis):
 
 concatenate = defop("concatenate", Kind.LAYOUT,
                     lambda *xs, axis: np.concatenate(xs, axis=axis),
-                    shape=_concat_shape, vjp=_concat_vjp)
+                    shape=_concat_shape, vjp=_concat_vjp, axes=_axes.joined)

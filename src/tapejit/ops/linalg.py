@@ -13,6 +13,7 @@ import numpy as np
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
 from . import Kind, defop
+from . import axes as _axes
 from .layout import transpose
 
 
@@ -83,4 +84,5 @@ def _dot_vjp(ct, y, lhs, rhs, *, contract, batch):
             _side_vjp(ct, lhs, rhs.ndim, rc, rb, lc, lb, other_first=True))
 
 
-dot_general = defop("dot_general", Kind.LINALG, _dot_impl, shape=_dot_shape, vjp=_dot_vjp)
+dot_general = defop("dot_general", Kind.LINALG, _dot_impl, shape=_dot_shape, vjp=_dot_vjp,
+                    axes=_axes.contracted)

@@ -2,15 +2,18 @@
 the group (ops/fused.py). The compiler runs each fused eqn as one explicit loop nest; everything
 else (matrix products, gathers, scatters, scans, layout copies) is a barrier with its own code.
 
-A `Loop` is one loop nest over a `domain` shape (axes of size 1 dropped: a loop over a scalar
-domain is straight-line code). It holds elementwise eqns whose output has the domain's shape,
+A `Loop` is one loop nest over a `domain`: the dims (dims.py) of the values it computes, axes
+of length 1 dropped (a loop over a scalar domain is straight-line code). Domains are compared
+by axis symbol, never by length. It holds elementwise eqns whose output has the domain's shape,
 layout ops producing that shape (codegen/views.py: read from memory through an index map), and
 the reductions (sum/max/min) that consume them (accumulated inside the nest). Values that live
 only inside a loop never touch memory.
 
 An eqn joins the loop it fits that computes most of its inputs (else a new one) when everything
 it reads is ready there: values of that loop computed before it (not the loop's own reductions,
-which finish only after the nest), or values of earlier groups. Loops are capped at
+which finish only after the nest) and read at the loop position they were computed at (a
+broadcast that lines a value up with an inner axis needs it from memory), or values of
+earlier groups. Loops are capped at
 `MAX_LOOP_OPS` ops, about where LLVM stops vectorising a loop body (bodies calling libm's
 sin/exp are not vectorised anyway, and every split costs an array written and read back).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..codegen.views import is_view
+from ..dims import Dim, Dims
 from ..ir import Eqn, Tape, Var, make_params
 from ..ops import OPS, Kind
 from ..ops.fused import fused
@@ -32,16 +36,16 @@ class Loop:
     """A loop nest over `domain`; eqns whose domain extends it (`domain` + inner axes) run in
     inner loops ("stages") inside each iteration of the nest, in order."""
 
-    domain: tuple[int, ...]
+    domain: tuple[Dim, ...]
     eqns: list[Eqn] = dataclasses.field(default_factory=list)
     stage_of: dict[str, int] = dataclasses.field(default_factory=dict)   # var -> stage
-    stages: list[tuple[int, ...]] = dataclasses.field(default_factory=list)  # their domains
+    stages: list[tuple[Dim, ...]] = dataclasses.field(default_factory=list)  # their domains
     reductions: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def op_count(self) -> int:
         return len(self.eqns)
 
-    def add(self, eqn: Eqn, domain: tuple[int, ...]) -> None:
+    def add(self, eqn: Eqn, domain: tuple[Dim, ...]) -> None:
         """Append `eqn`, of loop domain `domain`, as the last eqn of the nest."""
         if not self.stages or self.stages[-1] != domain:
             self.stages.append(domain)
@@ -50,7 +54,7 @@ class Loop:
         if eqn.op in FUSIBLE_REDUCTIONS and not is_view(eqn):
             self.reductions[eqn.outs[0].name] = reduced_axes(eqn)
 
-    def complete(self, name: str, outer: tuple[int, ...] | None = None) -> bool:
+    def complete(self, name: str, outer: tuple[Dim, ...] | None = None) -> bool:
         """Whether reduction `name` is complete inside one iteration of the nest (over
         `outer`, by default its domain): it reduces exactly the inner axes of its stage, so
         later stages may read it."""
@@ -59,17 +63,20 @@ class Loop:
         return set(self.reductions[name]) == set(range(len(outer), len(stage)))
 
 
-def squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The loop domain of a shape: its axes of size 1 need no loop."""
-    return tuple(n for n in shape if n != 1)
+Names = dict[str, tuple[Dim, ...]]   # a tape's dims by var name (dims.py)
 
 
-def loop_domain(eqn: Eqn) -> tuple[int, ...] | None:
+def squeezed(dims: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """The loop domain of a value: its axes of length 1 need no loop."""
+    return tuple(d for d in dims if d.size != 1)
+
+
+def loop_domain(eqn: Eqn, dims: Names) -> tuple[Dim, ...] | None:
     kind = OPS[eqn.op].kind
     if kind is Kind.ELEMENTWISE or is_view(eqn):
-        return squeezed(eqn.outs[0].aval.shape)
+        return squeezed(dims[eqn.outs[0].name])
     if eqn.op in FUSIBLE_REDUCTIONS:
-        return squeezed(eqn.ins[0].aval.shape)
+        return squeezed(dims[eqn.ins[0].name])
     return None
 
 
@@ -80,7 +87,7 @@ def reduced_axes(eqn: Eqn) -> tuple[int, ...]:
     return tuple(sorted(position[a] for a in eqn.kw["axes"] if shape[a] != 1))
 
 
-def _placement(loop: Loop, domain: tuple[int, ...]) -> tuple[int, ...] | None:
+def _placement(loop: Loop, domain: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
     """The loop's outer domain if an eqn of `domain` joins it, or None if it cannot.
     An eqn may extend the domain (an inner stage), or be a prefix of the domain of a loop with
     a single stage (which then becomes that outer domain's first inner stage)."""
@@ -93,7 +100,7 @@ def _placement(loop: Loop, domain: tuple[int, ...]) -> tuple[int, ...] | None:
     return None
 
 
-def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[int, ...], outer: tuple[int, ...],
+def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[Dim, ...], outer: tuple[Dim, ...],
           producer: dict[str, int]) -> bool:
     """Whether `eqn` can run in `loop` (with outer domain `outer`): all it reads is ready."""
     if loop.op_count() >= MAX_LOOP_OPS:
@@ -115,10 +122,25 @@ def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[int, ...], outer: tupl
                 return False      # not complete before the nest ends, or still running
         elif is_view(eqn) and not (stage_domain == outer and _broadcasts_outer(eqn, outer)):
             return False          # other views read their operand from memory
+        if not is_view(eqn) and not _read_in_place(eqn, atom):
+            return False          # the loop holds it at another position than it is read
     return True
 
 
-def _broadcasts_outer(eqn: Eqn, outer: tuple[int, ...]) -> bool:
+def _read_in_place(eqn: Eqn, atom: Var) -> bool:
+    """Whether an elementwise eqn or a reduction reads `atom` at the loop position `atom` was
+    computed at: its axes of length > 1 are the first ones of the eqn's domain, in order
+    (numpy's broadcasting lines operands up from the right: a (n,) operand of a (n, n) result
+    is read along the inner axis)."""
+    shape = eqn.outs[0].aval.shape if OPS[eqn.op].kind is Kind.ELEMENTWISE \
+        else eqn.ins[0].aval.shape
+    offset = len(shape) - atom.aval.ndim
+    position = {a: k for k, a in enumerate(d for d, n in enumerate(shape) if n != 1)}
+    read = [position[offset + a] for a, n in enumerate(atom.aval.shape) if n != 1]
+    return read == list(range(len(read)))
+
+
+def _broadcasts_outer(eqn: Eqn, outer: tuple[Dim, ...]) -> bool:
     """A broadcast of a value of the outer domain along inner axes only (so inside the loop it
     is that value's local)."""
     if eqn.op != "broadcast_in_dim":
@@ -131,10 +153,11 @@ def _broadcasts_outer(eqn: Eqn, outer: tuple[int, ...]) -> bool:
 
 def fuse(tape: Tape) -> Tape:
     """Each loop nest of `tape` as one `fused` eqn (in the order the nests run)."""
+    dims = Dims(tape).scope(tape)
     groups: list[Loop | Eqn] = []
     producer: dict[str, int] = {}  # var name -> index of the group computing it
     for eqn in tape.eqns:
-        domain = loop_domain(eqn)
+        domain = loop_domain(eqn, dims)
         if domain is None:
             groups.append(eqn)
             target = len(groups) - 1
@@ -186,19 +209,19 @@ def _fused_eqn(loop: Loop, needed: set[str], reverse: set[Eqn]) -> Eqn:
     return Eqn(fused.name, body.invars, outs, make_params({"body": body}), loop.eqns[-1].src)
 
 
-def loop_of(body: Tape) -> Loop:
+def loop_of(body: Tape, dims: Names) -> Loop:
     """The loop nest of a fused eqn's body, as `fuse` built it: its domain is the shortest of
     its stages' domains (every stage extends it)."""
     loop = Loop(())
     for eqn in body.eqns:
-        domain = loop_domain(eqn)
+        domain = loop_domain(eqn, dims)
         assert domain is not None, f"{eqn.op} cannot run in a loop nest"
         loop.add(eqn, domain)
     loop.domain = min(loop.stages, key=len)
     return loop
 
 
-def _join(groups: list[Loop | Eqn], eqn: Eqn, domain: tuple[int, ...],
+def _join(groups: list[Loop | Eqn], eqn: Eqn, domain: tuple[Dim, ...],
           producer: dict[str, int]) -> int:
     """Put `eqn` in a loop it fits (or a new one): the one computing most of its inputs, else
     the latest. Return that group's index."""
