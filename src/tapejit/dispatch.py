@@ -451,13 +451,15 @@ def _fast_call(runner: Any, call: Any) -> tuple[Callable[..., Sequence[Any]], tu
     function is called directly; only what needs it is converted (scalars; arrays that are not
     C-contiguous)."""
     positions = call.dynamic
-    if not isinstance(runner, Compiled):
+    if not isinstance(runner, Compiled) or config().verify:    # verify: through the runner
         return (lambda *args: runner([args[i] for i in positions])), ()
     fn, tape = runner.program.fn, runner.tape
     tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes,
             runner.workspace)
     ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in call.leaves]
-    if all(ready) and positions == tuple(range(len(positions))):
+    # the compiled function is called with the arguments as given only if each is its leaf
+    # (no static argument among them: those are in the program, not passed to it)
+    if all(ready) and positions == tuple(range(len(call.args))):
         return fn, tail
     convert = [None if ok else _c_array if isinstance(leaf, np.ndarray) else
                functools.partial(np.asarray, dtype=var.aval.dtype)
