@@ -13,6 +13,8 @@ All three are built from `autodiff.vjp_tape` alone:
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -31,17 +33,26 @@ from .trace import Tracer, new_trace, user_source
 
 def split_joint(joint: Tape, n_primal_in: int, n_primal_out: int) -> Tape:
     """The reverse sweep of a joint tape (`vjp_tape`) as a tape: inputs are the values of the
-    forward part it reads (residuals: primal inputs, constants, forward eqn outputs), then the
-    joint's cotangent inputs; outputs are the joint's cotangent outputs."""
+    forward part it reads (residuals: primal inputs, forward eqn outputs), then the joint's
+    cotangent inputs; outputs are the joint's cotangent outputs. The joint's constants it reads
+    (e.g. the zeros a gather's VJP scatters into) stay constants of the new tape: they are
+    no value of the forward part a caller could pass in."""
     start = joint.reverse_start if joint.reverse_start is not None else len(joint.eqns)
     reverse = joint.eqns[start:]
     cts = joint.invars[n_primal_in:]
+    consts = {v.name: (v, c) for v, c in zip(joint.constvars, joint.consts)}
     defined = {o.name for e in reverse for o in e.outs} | {v.name for v in cts}
     residuals: dict[str, Var] = {}
+    used: dict[str, tuple[Var, Any]] = {}
     for atom in [a for e in reverse for a in e.ins] + list(joint.outvars[n_primal_out:]):
-        if isinstance(atom, Var) and atom.name not in defined:
+        if not isinstance(atom, Var) or atom.name in defined:
+            continue
+        if atom.name in consts:
+            used.setdefault(atom.name, consts[atom.name])
+        else:
             residuals.setdefault(atom.name, atom)
-    return Tape(tuple(residuals.values()) + tuple(cts), reverse, joint.outvars[n_primal_out:])
+    return Tape(tuple(residuals.values()) + tuple(cts), reverse, joint.outvars[n_primal_out:],
+                tuple(v for v, _ in used.values()), tuple(c for _, c in used.values()))
 
 
 def _forward(joint: Tape, n_primal_in: int, outs: Sequence[Any]) -> Tape:
@@ -237,6 +248,37 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     if len(primals) != len(tangents):
         raise ArgumentError(at_source(f"jvp: {len(primals)} primals but {len(tangents)} "
                                       f"tangents", user_source()))
-    return _Jvp(fn, len(primals), backend)(*primals, *tangents)
+    return _jvp_transform(fn, len(primals), backend)(*primals, *tangents)
+
+
+MAX_JVP_FUNCTIONS = 64    # jvp transforms kept (one per function, arity and backend)
+_jvps: "OrderedDict[tuple, _Jvp]" = OrderedDict()
+_jvps_lock = threading.Lock()
+
+
+def _jvp_transform(fn: Callable[..., Any], n: int, backend: str | None) -> _Jvp:
+    """The cached `_Jvp` of `fn` with `n` primals: `jvp(f, ...)` called again traces and
+    compiles only for a new signature, like `jit(f)` called again. The least recently used
+    go first; a function that cannot be a key (unhashable) gets a new transform each call."""
+    key = (fn, n, backend)
+    try:
+        hash(key)
+    except TypeError:
+        return _Jvp(fn, n, backend)
+    with _jvps_lock:
+        transform = _jvps.get(key)
+        if transform is None:
+            transform = _jvps[key] = _Jvp(fn, n, backend)
+            if len(_jvps) > MAX_JVP_FUNCTIONS:
+                _jvps.popitem(last=False)
+        _jvps.move_to_end(key)
+        return transform
+
+
+def jvp_cache_info(fn: Callable[..., Any], n: int = 1, backend: str | None = None,
+                   ) -> dict[str, Any]:
+    """`cache_info()` of the programs `jvp(fn, primals, tangents, backend)` runs for `n`
+    primals (traces, compiles, hits, ...)."""
+    return _jvp_transform(fn, n, backend).cache_info()
 
 
