@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DtypeError, UnsupportedOperationError, at_source
+from ..ops import custom as C
 from ..ops import elementwise as E
 from ..trace import METHOD_RULES, UFUNC_RULES, Tracer, rebind, user_source
 from ..avals import dtype_name
@@ -116,15 +117,35 @@ ufunc_rule(np.rad2deg, lambda x: E.mul(x, 180 / math.pi))
 ufunc_rule(np.hypot, lambda a, b: E.sqrt(E.add(E.mul(a, a), E.mul(b, b))))
 
 
-def _neg_gap(a: Any, b: Any) -> Any:
-    """-|a - b|, and 0 where a == b (so equal infinities give no inf - inf = nan)."""
-    return E.neg(E.abs_(E.select(E.eq(a, b), 0, E.sub(a, b))))
+def _log_sum_exp(a: Any, b: Any, exp: Callable[[Any], Any], expm1: Callable[[Any], Any]
+                 ) -> tuple[Any, Any]:
+    """`(m, t)` with log(exp(a) + exp(b)) = m + log1p(t), for `exp` = e^x or 2^x.
+
+    m = max(a, b) is a constant to differentiation (stop_gradient): the sum does not depend on
+    it, so every derivative of m + log1p(t) is exact, also at a tie a == b, where max's and
+    abs's derivatives are not. t = exp(a - m) + exp(b - m) - 1 is computed from the larger
+    operand's expm1 (exactly 0) plus the other's exp, so no precision is lost when it is tiny.
+    An infinite or NaN m is replaced by 0 (no inf - inf; the result is then +-inf or NaN)."""
+    m = E.max_(a, b)
+    m = C.stop_gradient(E.select(E.lt(E.abs_(m), math.inf), m, 0))
+    da, db = E.sub(a, m), E.sub(b, m)
+    t = E.select(E.ge(a, b), E.add(expm1(da), exp(db)), E.add(exp(da), expm1(db)))
+    return m, t
 
 
-# log(e^a + e^b) = max(a, b) + log1p(e^-|a - b|): no overflow
-ufunc_rule(np.logaddexp, lambda a, b: E.add(E.max_(a, b), E.log1p(E.exp(_neg_gap(a, b)))))
-ufunc_rule(np.logaddexp2, lambda a, b: E.add(
-    E.max_(a, b), E.div(E.log1p(E.pow_(2, _neg_gap(a, b))), LN2)))
+def _logaddexp(a: Any, b: Any) -> Any:
+    m, t = _log_sum_exp(a, b, E.exp, E.expm1)
+    return E.add(m, E.log1p(t))
+
+
+def _logaddexp2(a: Any, b: Any) -> Any:
+    m, t = _log_sum_exp(a, b, lambda d: E.exp(E.mul(d, LN2)),
+                        lambda d: E.expm1(E.mul(d, LN2)))
+    return E.add(m, E.div(E.log1p(t), LN2))
+
+
+ufunc_rule(np.logaddexp, _logaddexp)
+ufunc_rule(np.logaddexp2, _logaddexp2)
 # heaviside(x, h0) = 0 below 0, h0 at 0, 1 above: piecewise constant, zero gradient in x
 ufunc_rule(np.heaviside, lambda x, h0: E.select(E.lt(x, 0), 0, E.select(E.gt(x, 0), 1, h0)))
 # fmax/fmin ignore a NaN operand
