@@ -10,13 +10,13 @@ from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy loweri
 from .api import grad, jit, make_tape, value_and_grad, vjp
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
-from .transforms import hessian, jacobian, jvp
+from .transforms import hessian, jacobian, jvp, jvp_cache_info
 from .gradient_tape import GradientTape, TapeError, tape_cache_info
 from .variables import Variable
 from .dispatch import clear_cache
 from .explain import Explanation, explain
-from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, ShapeError,
-                     TapejitError, TapejitWarning, UnsupportedOperationError)
+from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, RandomnessError,
+                     ShapeError, TapejitError, TapejitWarning, UnsupportedOperationError)
 from .ir import Tape, typecheck
 from .printer import parse_tape, print_tape
 from .pytree import tree_map
@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "grad", "value_and_grad", "jit", "vjp", "make_tape", "clear_cache", "Tape", "typecheck",
     "parse_tape", "print_tape", "tree_map", "TapejitError", "TapejitWarning",
-    "UnsupportedOperationError",
+    "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "explain", "Explanation", "optimizers",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import autodiff
+from . import autodiff, guards
 from .avals import Aval, aval_of
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .compile import executable
@@ -38,6 +38,7 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
     if type(leaf) in _SCALAR_DTYPES:
         return Aval((), _SCALAR_DTYPES[type(leaf)]), True
     if isinstance(leaf, (np.ndarray, np.generic)) or is_device_array(leaf):
+        refuse_subclass(leaf, where)
         try:
             if is_device_array(leaf):   # the CUDA backend's
                 return device_aval(leaf), False
@@ -48,6 +49,20 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
         f"{where} is a {type(leaf).__name__}, not an array or a number. Pass arrays, numbers "
         f"or pytrees of them (dict/list/tuple/namedtuple/dataclass), or mark the argument "
         f"static with static_argnums.", user_source(1)))
+
+
+def refuse_subclass(leaf: Any, where: str) -> None:
+    """Raise for an ndarray subclass whose meaning a plain array would lose (a masked array's
+    mask, np.matrix's `*`, a unit): tapejit computes with plain ndarrays. np.memmap is one."""
+    if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray and \
+            not isinstance(leaf, np.memmap):
+        raise ArgumentError(at_source(
+            f"{where} is a {type(leaf).__module__}.{type(leaf).__name__} of shape "
+            f"{leaf.shape}, an ndarray subclass: tapejit computes with plain arrays, so what "
+            f"the subclass adds would be lost silently (a masked array's mask, np.matrix's `*` "
+            f"as a matrix product). Pass a plain array: x.filled(fill) or x.compressed() for a "
+            f"masked array, np.asarray(x) for a matrix (and `@` for its products), or "
+            f"np.asarray(x) in general.", user_source(1)))
 
 
 def _identifier(path: str) -> str:
@@ -211,7 +226,9 @@ def trace_flat(fn: Callable[..., Any], call: _Args, has_aux: bool = False,
             _check_output(leaf, fn)
         return out_leaves + aux_leaves
 
+    generators = guards.generator_states(fn)
     tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak)
+    guards.check_generators(generators, _fn_name(fn), _fn_source(fn))
     return dce(tape), structure["out"], structure["aux"]
 
 

@@ -91,6 +91,8 @@ for _name in _BINARY:
 class EagerTrace(Trace):
     """A trace that also computes every recorded value (`values`: var name -> array)."""
 
+    replays = False    # the user's code runs again on every step: random draws are fresh
+
     def __init__(self, level: int) -> None:
         super().__init__(level)
         self.values: dict[str, Any] = {}

@@ -20,6 +20,10 @@ class ConcretizationError(TapejitError, TypeError):
     """A traced value was needed as a concrete Python value (`bool`, `float`, `if`, ...)."""
 
 
+class RandomnessError(UnsupportedOperationError):
+    """numpy.random used while tracing: the numbers would be drawn once and replayed."""
+
+
 class ShapeError(TapejitError, ValueError):
     """Operands whose shapes do not fit the operation."""
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import autodiff
+from .api import refuse_subclass
 from .avals import aval_of
 from .dispatch import CachedTransform, Program, check_backend
 from .errors import ArgumentError, DtypeError, TapejitError, at_source
@@ -187,6 +188,7 @@ class GradientTape:
                 if entry is not None and entry[1] is leaf._value:
                     self._watch_variable(leaf, entry[2]._var)
             return leaf
+        refuse_subclass(leaf, "watch: the value")
         if isinstance(leaf, Tracer) and leaf._trace is trace:
             tracer = leaf
         else:

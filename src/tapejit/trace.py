@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from . import ops
+from . import guards, ops
 from .avals import Aval, aval_of
 from .errors import ConcretizationError, TapejitError, UnsupportedOperationError, at_source
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
@@ -61,6 +61,8 @@ _stack = _TraceStack()
 class Trace:
     """An open recording: equations so far, the constants captured, the names in use."""
 
+    replays = True    # the recording is replayed on later calls (numpy.random is an error)
+
     def __init__(self, level: int) -> None:
         self.level = level
         self.eqns: list[Eqn] = []
@@ -72,11 +74,15 @@ class Trace:
         self.reverse_start: int | None = None  # set when an inlined joint tape's sweep begins
 
     def __enter__(self) -> "Trace":
+        if self.replays:
+            guards.trace_opened()
         _stack.traces.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _stack.traces.pop()
+        if self.replays:
+            guards.trace_closed()
 
     def extend(self, tape: Tape) -> list["Tracer"]:
         """Continue recording after `tape`'s eqns (used by autodiff to append the reverse

@@ -134,7 +134,8 @@ def _expand_ellipsis(specs: list[str], output: str | None, arrays: list[Any]):
         if "..." in s:
             start = s.index("...")
             for i, d in enumerate(x.shape[start:start + k]):
-                sizes[n - k + i] = max(sizes[n - k + i], d)
+                if sizes[n - k + i] == 1:    # a size 1 broadcasts to any, also to 0
+                    sizes[n - k + i] = d
     out_specs, out_arrays = [], []
     for s, x, k in zip(specs, arrays, counts):
         if "..." in s:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..avals import broadcast_shapes, dtype_name
 from ..errors import ShapeError, UnsupportedOperationError, at_source
+from ..guards import size_error, traced_in
 from ..ops import elementwise as E
 from ..ops import layout as L
 from ..trace import Tracer, View, as_view, rebind, user_source
@@ -38,8 +39,11 @@ def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: A
         if given is not None:
             dims = (given,)
     shape = dims
-    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, Tracer)):
         shape = tuple(shape[0])
+    traced = traced_in(shape)
+    if traced is not None:
+        raise size_error("reshape", traced, user_source(3))
     shape = tuple(int(d) for d in shape)
     if shape.count(-1) == 1:
         known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
@@ -60,11 +64,14 @@ def ravel(x: Any, order: str = "C") -> Any:
 
 
 @implements(np.transpose)
-def transpose(x: Any, *axes: Any) -> Any:
+def transpose(x: Any, *dims: Any, axes: Any = None) -> Any:
+    """np.transpose(x, axes), np.transpose(x, axes=axes), x.transpose(*axes)."""
     x = asarray(x)
-    if len(axes) == 1 and axes[0] is not None and not isinstance(axes[0], (int, np.integer)):
-        axes = tuple(axes[0])
-    perm = tuple(range(x.ndim))[::-1] if not axes or axes == (None,) else tuple(
+    if axes is None and len(dims) == 1 and not isinstance(dims[0], (int, np.integer)):
+        axes = dims[0]        # a sequence or None
+    elif axes is None and dims:
+        axes = dims
+    perm = tuple(range(x.ndim))[::-1] if axes is None else tuple(
         normalize_axis(a, x.ndim, "numpy.transpose") for a in axes)
     if perm == tuple(range(x.ndim)):
         return x

@@ -1,0 +1,212 @@
+"""numpy functions that cannot see tracers, guarded while a recording that is replayed is open.
+
+A traced function runs once per signature and its tape is replayed on every later call. Two
+kinds of numpy calls go wrong there without ever reaching a tracer's `__array_function__`:
+
+- numpy.random: a draw made while tracing would be a constant of the tape, so every call
+  would reuse the same numbers (dropout, noise injection), silently. It is an error
+  (`RandomnessError`) until explicit keys exist.
+- array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
+  own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
+  size and the fix (`static_argnums`).
+
+While a replayed trace (`Trace.replays`: not GradientTape's eager recording, which runs the
+user's code again on every step) is open on some thread, those numpy module functions are
+wrapped; a wrapper checks only on a thread with such a trace open. They are installed when the
+first such trace opens and restored when the last one closes (also when tracing raised).
+numpy's Generator and RandomState types cannot be wrapped, so `trace_flat` also compares the
+states of the generators the traced function reaches by name (its globals, its closure, the
+attributes of a method's object) before and after tracing; a draw from one of them by another
+thread during the trace is reported too.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import ConcretizationError, RandomnessError, at_source
+
+# numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
+SIZED: dict[str, tuple[tuple[int, str], ...]] = {
+    "zeros": ((0, "shape"),), "ones": ((0, "shape"),), "empty": ((0, "shape"),),
+    "full": ((0, "shape"),), "identity": ((0, "n"),),
+    "eye": ((0, "N"), (1, "M"), (2, "k")), "tri": ((0, "N"), (1, "M"), (2, "k")),
+    "arange": ((0, "start"), (1, "stop"), (2, "step")),
+    "linspace": ((2, "num"),), "logspace": ((2, "num"),), "geomspace": ((2, "num"),),
+}
+
+
+class _Depth(threading.local):
+    def __init__(self) -> None:
+        self.traces = 0     # replayed traces open on this thread
+
+
+_depth = _Depth()
+_lock = threading.Lock()
+_open = 0                   # replayed traces open on every thread
+_originals: dict[tuple[Any, str], Callable[..., Any]] = {}   # (module, name) -> function
+_guards: dict[tuple[Any, str], Callable[..., Any]] = {}
+
+
+def random_message(what: str) -> str:
+    return (f"{what} while tracing: tapejit records a function once and replays the recording "
+            f"on every call, so these random numbers would be drawn once and be the same on "
+            f"every call. Instead, draw them outside the traced function and pass them in as "
+            f"an argument, e.g. `noise = rng.standard_normal(x.shape); step(x, noise)`.")
+
+
+def size_error(what: str, value: Any, src: Any) -> ConcretizationError:
+    """The error for a traced value used as an array size in `what`."""
+    return ConcretizationError(at_source(
+        f"{what}: a size is a traced value ({value!r}), but tapejit fixes every array's shape "
+        f"when it records the function. Pass the size as a Python int marked static, e.g. "
+        f"`tj.jit(f, static_argnums=1)` for `f(x, n)` (a new value traces again), or compute "
+        f"it from an argument's shape (`x.shape[0]` is a Python int while tracing).", src))
+
+
+def traced_in(value: Any) -> Any:
+    """The tracer `value` is or holds (in a tuple or list of sizes), else None."""
+    from .trace import Tracer
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(item, Tracer):
+            return item
+    return None
+
+
+def _random_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        # default_rng(seed) gives the same numbers on every call in numpy too
+        seeded = name == "default_rng" and (args[0] if args else kwargs.get("seed")) is not None
+        if _depth.traces and not seeded:
+            from .trace import user_source
+            raise RandomnessError(at_source(random_message(f"numpy.random.{name} was called"),
+                                            user_source()))
+        return fn(*args, **kwargs)
+    return guarded
+
+
+def _sized_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    sizes = SIZED[name]
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _depth.traces:
+            for position, keyword in sizes:
+                given = args[position] if position < len(args) else kwargs.get(keyword)
+                tracer = traced_in(given)
+                if tracer is not None:
+                    from .trace import user_source
+                    raise size_error(f"numpy.{name}", tracer, user_source())
+        return fn(*args, **kwargs)
+    return guarded
+
+
+def _wrap_all() -> None:
+    """Make the wrappers (once): numpy.random's module functions (not its classes) and the
+    constructors of `SIZED`."""
+    for name in np.random.__all__:
+        fn = getattr(np.random, name)
+        if not isinstance(fn, type):
+            _originals[np.random, name] = fn
+            _guards[np.random, name] = _random_guard(name, fn)
+    for name in SIZED:
+        _originals[np, name] = getattr(np, name)
+        _guards[np, name] = _sized_guard(name, getattr(np, name))
+
+
+def _install() -> None:
+    if not _originals:
+        _wrap_all()
+    for (module, name), guard in _guards.items():
+        setattr(module, name, guard)
+
+
+def _uninstall() -> None:
+    for (module, name), fn in _originals.items():
+        setattr(module, name, fn)
+
+
+def trace_opened() -> None:
+    """A replayed trace opens on this thread."""
+    global _open
+    _depth.traces += 1
+    with _lock:
+        _open += 1
+        if _open == 1:
+            _install()
+
+
+def trace_closed() -> None:
+    """A replayed trace closes on this thread."""
+    global _open
+    _depth.traces -= 1
+    with _lock:
+        _open -= 1
+        if _open == 0:
+            _uninstall()
+
+
+# -- generators the traced function reaches by name -------------------------------------------
+_GENERATORS = (np.random.Generator, np.random.RandomState)
+States = list[tuple[str, Any, Any]]
+
+
+def _state(gen: Any) -> Any:
+    if isinstance(gen, np.random.Generator):
+        return gen.bit_generator.state
+    return gen.get_state(legacy=False)
+
+
+def generator_states(fn: Callable[..., Any]) -> States:
+    """`(name, generator, state)` of each numpy Generator or RandomState `fn` can read by
+    name: its module's globals, its closure (and those of the functions in it: `grad(lambda
+    x: g(x))` reaches g's), and the attributes of a bound method's object."""
+    named: dict[str, Any] = {}
+    _reachable(fn, named, set())
+    return [(name, gen, _state(gen)) for name, gen in named.items()
+            if isinstance(gen, _GENERATORS)]
+
+
+def _reachable(fn: Any, named: dict[str, Any], seen: set[int]) -> None:
+    """Add what `fn` reads by name to `named` (see `generator_states`)."""
+    fn = inspect.unwrap(fn)
+    if id(fn) in seen:
+        return
+    seen.add(id(fn))
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and hasattr(owner, "__dict__"):
+        named.update((f"self.{k}", v) for k, v in vars(owner).items())
+        fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return
+    named.update(getattr(fn, "__globals__", {}))
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:          # a cell not filled yet
+            continue
+        named.setdefault(name, value)
+        if callable(value):
+            _reachable(value, named, seen)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return bool(a == b)
+
+
+def check_generators(before: States, fn_name: str, src: Any) -> None:
+    """Raise if a generator of `before` was drawn from since (while `fn_name` was traced)."""
+    for name, gen, state in before:
+        if not _same(state, _state(gen)):
+            raise RandomnessError(at_source(random_message(
+                f"the numpy random generator `{name}` was drawn from in {fn_name}"), src))
