@@ -48,8 +48,8 @@ class _Depth(threading.local):
 _depth = _Depth()
 _lock = threading.Lock()
 _open = 0                   # replayed traces open on every thread
-_originals: dict[tuple[Any, str], Callable[..., Any]] = {}   # (module, name) -> function
-_guards: dict[tuple[Any, str], Callable[..., Any]] = {}
+_originals: dict[Any, dict[str, Callable[..., Any]]] = {}   # module -> name -> function
+_guards: dict[Any, dict[str, Callable[..., Any]]] = {}
 
 
 def random_message(what: str) -> str:
@@ -109,26 +109,24 @@ def _sized_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_all() -> None:
     """Make the wrappers (once): numpy.random's module functions (not its classes) and the
     constructors of `SIZED`."""
-    for name in np.random.__all__:
-        fn = getattr(np.random, name)
-        if not isinstance(fn, type):
-            _originals[np.random, name] = fn
-            _guards[np.random, name] = _random_guard(name, fn)
-    for name in SIZED:
-        _originals[np, name] = getattr(np, name)
-        _guards[np, name] = _sized_guard(name, getattr(np, name))
+    functions = {name: getattr(np.random, name) for name in np.random.__all__
+                 if not isinstance(getattr(np.random, name), type)}
+    _originals[np.random] = functions
+    _guards[np.random] = {name: _random_guard(name, fn) for name, fn in functions.items()}
+    _originals[np] = {name: getattr(np, name) for name in SIZED}
+    _guards[np] = {name: _sized_guard(name, fn) for name, fn in _originals[np].items()}
 
 
 def _install() -> None:
     if not _originals:
         _wrap_all()
-    for (module, name), guard in _guards.items():
-        setattr(module, name, guard)
+    for module, guards in _guards.items():
+        vars(module).update(guards)
 
 
 def _uninstall() -> None:
-    for (module, name), fn in _originals.items():
-        setattr(module, name, fn)
+    for module, functions in _originals.items():
+        vars(module).update(functions)
 
 
 def trace_opened() -> None:
