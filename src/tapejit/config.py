@@ -9,6 +9,8 @@
   ("interpret") a new program's first call runs on the numpy interpreter and the program
   compiles on its second call (dispatch.py `interpret_first`): a script that needs one
   gradient never waits for numba.
+- `TAPEJIT_VERIFY=1`: every call of a compiled program is checked against the numpy
+  interpreter (compile.py `verify`): a debugging aid, and how the test suite runs.
 - `TAPEJIT_FAST_MATH=0`: generated loops call libm for exp, log, sin, ... instead of tapejit's
   vectorisable kernels (codegen/vmath.py; on by default, within 1.5 ulp of the exact result).
 - `TAPEJIT_PARALLEL_MIN_SIZE=n`: a fused loop nest of at least n elements (default 131072)
@@ -45,6 +47,7 @@ class Config:
     num_threads: int | None = None
     fast_math: bool = True
     matmul: str = "auto"
+    verify: bool = False
 
 
 def _flag(name: str) -> bool:
@@ -90,6 +93,7 @@ def _read() -> Config:
         num_threads=_count("TAPEJIT_NUM_THREADS", None),
         fast_math=os.environ.get("TAPEJIT_FAST_MATH", "1").strip().lower() not in _FALSE,
         matmul=_choice("TAPEJIT_MATMUL", ("auto", "tapejit", "blas")),
+        verify=_flag("TAPEJIT_VERIFY"),
     )
 
 
