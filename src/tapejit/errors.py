@@ -36,6 +36,10 @@ class ArgumentError(TapejitError, ValueError):
     """A transform was called with arguments that do not fit it (argnums, outputs, pytrees)."""
 
 
+class CompiledMismatchError(TapejitError, AssertionError):
+    """TAPEJIT_VERIFY: a compiled program disagreed with the interpreter (a tapejit bug)."""
+
+
 class IRError(TapejitError, ValueError):
     """A malformed tape: a typecheck failure or unparsable tape text."""
 
