@@ -4,6 +4,8 @@
     tapejit info                            versions, backends, CUDA, the cache directory
     tapejit cache list | clear              the compiled programs on disk
     tapejit bench [peers|compiler] [...]    run a benchmark suite of a source checkout
+    tapejit selfcheck [--programs N] [--seed S]
+                                            random programs compiled == interpreted == numpy
 
 Each subcommand is a function `(args) -> exit status`; `main(argv)` dispatches.
 """
@@ -171,6 +173,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return subprocess.run([sys.executable, str(script), *args.rest], env=env).returncode
 
 
+def cmd_selfcheck(args: argparse.Namespace) -> int:
+    """Check random programs; exit status 1 on any wrong value or crash."""
+    from . import selfcheck
+
+    def progress(i: int, report: selfcheck.Report) -> None:
+        if (i + 1) % args.every == 0 or i + 1 == args.programs:
+            print(f"  {i + 1}/{args.programs}: {report.mismatches} mismatches, "
+                  f"{report.crashes} crashes, {report.unsupported} unsupported "
+                  f"({report.seconds:.0f} s)", flush=True)
+
+    print(f"tapejit selfcheck: {args.programs} programs from seed {args.seed}", flush=True)
+    report = selfcheck.run(args.programs, args.seed, structures=args.structures,
+                           shrinking=not args.no_shrink, progress=progress)
+    for failure in report.failures:
+        print(f"\n{failure.text()}")
+    print(f"\n{report.summary()}")
+    return 0 if report.ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tapejit", description="tapejit's command line")
     sub = p.add_subparsers(dest="command", required=True)
@@ -185,6 +206,16 @@ def parser() -> argparse.ArgumentParser:
                                          "(peers: bench/peers.py; compiler: bench/run_all.py)")
     bench.add_argument("suite", nargs="?", choices=tuple(SUITES), default="peers")
     bench.set_defaults(run=cmd_bench)
+    check = sub.add_parser("selfcheck", help="run random numpy programs compiled, interpreted "
+                                             "and on numpy, which must agree")
+    check.add_argument("--programs", type=int, default=100, help="how many (default 100)")
+    check.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
+    check.add_argument("--structures", type=int, default=None,
+                       help="reuse this many programs' statements, with new lengths and values")
+    check.add_argument("--no-shrink", action="store_true",
+                       help="report failing programs as generated, not shrunk")
+    check.add_argument("--every", type=int, default=10, help="a progress line every N programs")
+    check.set_defaults(run=cmd_selfcheck)
     return p
 
 
