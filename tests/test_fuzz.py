@@ -1,0 +1,100 @@
+"""The random-program check (selfcheck.py, randprog.py) on a budget for CI: compiled ==
+interpreted == numpy, gradients against finite differences, and a later call with new lengths.
+
+The hypothesis test draws a structure from a small pool and the lengths and values anew, so
+most examples reuse compiled code (sizes are run-time slots; lengths 0 and 1 are written into
+the code, so those combinations compile once each). `python -m tapejit selfcheck` runs longer.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from tapejit import cli, randprog, selfcheck
+from tapejit.randprog import generate
+
+SEED = 17            # issue 17
+STRUCTURES = 10      # distinct programs the hypothesis test draws from
+EXAMPLES = 200
+
+
+def structure(k: int) -> randprog.Program:
+    return generate(selfcheck.program_seed(SEED, k))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+          phases=(Phase.explicit, Phase.generate))
+@given(k=st.integers(0, STRUCTURES - 1), values=st.integers(0, 2**32 - 1))
+def test_compiled_agrees_with_numpy(k: int, values: int) -> None:
+    program = structure(k)
+    failure, checker = selfcheck.check(program, values)
+    if failure is not None and failure.kind != "unsupported":
+        failure = selfcheck.shrink(program, values, failure, checker.first)
+        pytest.fail(f"structure {k}, values {values}: {failure.text()}", pytrace=False)
+
+
+def test_generated_programs_are_valid_numpy() -> None:
+    """Every program runs on numpy at its first and at new lengths (the generator's contract:
+    a failure of tapejit is never the program's fault)."""
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        program = generate(selfcheck.program_seed(1, i))
+        fn = program.function()
+        for choices in (randprog.SIZES, randprog.NEW_SIZES):
+            sizes = program.draw_sizes(rng, choices=choices)
+            with np.errstate(all="raise"):
+                out = np.asarray(fn(*program.arguments(sizes, rng)))
+            assert np.all(np.isfinite(out)), program.source
+            assert out.shape == () or not program.scalar, program.source
+
+
+def test_programs_cover_the_promised_features() -> None:
+    """Equal lengths on different axes, broadcasts, reductions, layout, indexing, products and
+    control flow all occur in a few hundred programs."""
+    programs = [generate(selfcheck.program_seed(2, i)) for i in range(400)]
+    text = "".join(p.source for p in programs)
+    for feature in ("[None]", "[:, None]", "keepdims=True", "axis=", ".T", "reshape", "[1:]",
+                    "[::2]", "np.concatenate", "np.stack", "@", "np.einsum", "np.outer",
+                    "np.dot", "np.where", "np.maximum", "np.exp", "np.log", "np.sqrt", "** 2",
+                    "tj.fori_loop", "tj.scan", "tj.cond", "i0", "np.take", ".max(", "np.mean"):
+        assert feature in text, feature
+    rng = np.random.default_rng(0)
+    shapes = [program.describe(program.draw_sizes(rng)) for program in programs]
+    assert sum("(0" in s or ", 0" in s for s in shapes) > 20        # empty axes
+    assert sum(_square(s) for s in shapes) > 50                     # equal lengths, two axes
+
+
+def _square(shapes: str) -> bool:
+    return any(f"({n}, {n}" in shapes for n in (2, 3))
+
+
+def test_compare_reports_values_shapes_and_dtypes() -> None:
+    selfcheck.compare((np.ones(2), 1.0), (np.ones(2), 1.0), "same")
+    for got, want in [(np.ones(2), np.ones(3)), (np.ones(2, np.float32), np.ones(2)),
+                      (np.array([1.0, 2.0]), np.array([1.0, 2.5])), (np.ones(2), (np.ones(2),))]:
+        with pytest.raises(selfcheck.Mismatch):
+            selfcheck.compare(got, want, "differ")
+
+
+def test_finite_differences_find_a_wrong_gradient_and_skip_kinks() -> None:
+    rng = np.random.default_rng(0)
+    x = [np.array([0.3, -0.2])]
+    square = lambda x: np.sum(x ** 2)  # noqa: E731
+    assert selfcheck.finite_differences(square, x, (0,), [2 * x[0]], rng)
+    with pytest.raises(selfcheck.Mismatch):
+        selfcheck.finite_differences(square, x, (0,), [3 * x[0]], rng)
+    assert not selfcheck.finite_differences(lambda x: np.sum(np.abs(x)), [np.zeros(2)], (0,),
+                                            [np.zeros(2)], rng)
+
+
+def test_cli_selfcheck(capsys: pytest.CaptureFixture[str]) -> None:
+    """A tiny budget through the command line (in process: it reuses the programs compiled
+    above)."""
+    status = cli.main(["selfcheck", "--programs", "3", "--seed", str(SEED),
+                       "--structures", "3", "--every", "1"])
+    out = capsys.readouterr().out
+    assert "tapejit selfcheck: 3 programs from seed 17" in out
+    assert "  3/3: " in out and "3 programs: " in out and " numba calls ran compiled" in out
+    assert status == (0 if "0 mismatches, 0 crashes" in out else 1), out
