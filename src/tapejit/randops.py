@@ -127,11 +127,16 @@ class Builder:
         return items[int(self.rng.integers(len(items)))]
 
     def operand(self, fits: Callable[[Value], bool] = lambda v: True) -> Value | None:
-        """A value that `fits`: the newest one more often than not, so statements chain."""
+        """A value that `fits`: often the newest, so statements chain, or one no statement
+        read yet, so the arguments meet."""
         fitting = [v for v in self.values if fits(v)]
+        unread = [v for v in fitting if not any(v.name in line.reads for line in self.lines)]
         if not fitting:
             return None
-        return fitting[-1] if self.rng.random() < 0.5 else self.pick(fitting)
+        roll = self.rng.random()
+        if roll < 0.4:
+            return fitting[-1]
+        return self.pick(unread) if unread and roll < 0.8 else self.pick(fitting)
 
     def statement(self) -> None:
         """Append one statement (a unary op where no other template fits)."""
@@ -146,9 +151,32 @@ class Builder:
                 break
         else:
             made = self.unary()
+        self.add(made)
+
+    def add(self, made: Made) -> None:
         name = f"t{len(self.lines)}"
         self.lines.append(Line(name, made.text, made.reads))
         self.values.append(Value(name, made.dims, made.mag))
+
+    def join(self) -> None:
+        """Combine the newest value with each float parameter no statement reads: where their
+        symbols broadcast, elementwise; else every axis against every axis; else with its
+        sum."""
+        for arg in [v for v in self.values if v.name.startswith("x")]:
+            if any(arg.name in line.reads for line in self.lines):
+                continue
+            last = self.values[-1]
+            if broadcast(last.dims, arg.dims) is not None:
+                self.add(Made(f"{last.name} * {arg.name}", broadcast(last.dims, arg.dims),
+                              last.mag * arg.mag, (last.name, arg.name)))
+            elif len(last.dims) + len(arg.dims) <= MAX_RANK:
+                left = f"{last.name}[..., {', '.join(['None'] * len(arg.dims))}]"
+                right = f"{arg.name}[{', '.join(['None'] * len(last.dims))}]"
+                self.add(Made(f"{left} - {right}", last.dims + arg.dims, last.mag + arg.mag,
+                              (last.name, arg.name)))
+            else:
+                self.add(Made(f"{last.name} + np.sum({arg.name})", last.dims,
+                              last.mag + arg.mag * largest(arg.dims), (last.name, arg.name)))
 
     def program(self, scalar: bool) -> Program:
         whole = Program(tuple(self.args), tuple(self.lines), self.lines[-1].name, scalar,

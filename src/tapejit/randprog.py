@@ -169,4 +169,6 @@ def generate(seed: int | np.random.SeedSequence, statements: int | None = None) 
         builder.float_arg()
     for _ in range(statements or int(rng.integers(1, 7))):
         builder.statement()
+    if rng.random() < 0.7:
+        builder.join()
     return builder.program(scalar=bool(rng.random() < 0.7))
