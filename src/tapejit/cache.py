@@ -12,10 +12,16 @@ and key; a header line holds the body's sha256) and never rewritten while valid:
 `__pycache__/tj_<hash>.*.nbi/.nbc` files on the file's mtime and size. A damaged file is replaced.
 Modules enter `sys.modules` before they run, so numba can unpickle them in later processes,
 and their text enters `linecache`, so tracebacks show generated lines wherever the file goes.
-An exception raised inside `numba.core.caching` during a call (damaged files raise
-UnpicklingError, EOFError, UnicodeDecodeError, ...) purges the module's numba files, re-imports
-it and calls again; if that fails too, the program compiles in memory only. Damage that still
-unpickles (a flipped bit in machine code) is not detected: numba stores no checksums.
+numba keeps their machine code in `<cache_root>/__pycache__` and nowhere else, each file with
+a sha256 sidecar checked before it is loaded: a damaged file (a flipped bit in machine code
+would still unpickle, and could crash the process) is deleted and its function recompiled
+(numba_cache.py). An exception raised inside `numba.core.caching` during a call purges the
+module's numba files, re-imports it and calls again; if that fails too, the program compiles
+in memory only.
+
+A cache directory that cannot hold programs (read-only, not a directory, another user's, a
+full disk) is no error: programs compile in memory only, with one `TapejitWarning` naming the
+directory (`warn_memory_only`).
 """
 from __future__ import annotations
 
@@ -28,17 +34,20 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, NamedTuple
 
 from .config import config
+from .errors import TapejitWarning
 
-_FORMAT = 1  # bump when the file layout below changes
+_FORMAT = 2  # bump when the file layout below changes (2: checksum sidecars)
 _HEADER = "# tapejit generated program, body sha256="
 _load_lock = threading.RLock()
 _programs: dict[tuple[Path, str], "Program"] = {}
+_warned: set[Path] = set()   # directories `warn_memory_only` warned about
 # names every generated module can read besides math/numba/np (user kernels, from custom.py)
 GLOBALS: dict[str, Any] = {}
 # ... and modules it reads by a name (tj_vmath, tj_blas, tj_gemm): imported when the first program loads,
@@ -81,6 +90,30 @@ def cache_root() -> Path:
         raise PermissionError(f"tapejit cache directory {root} belongs to another user")
     os.chmod(root, 0o700)
     return root
+
+
+def warn_memory_only(where: Path, err: BaseException) -> None:
+    """Warn, once per directory, that programs compile in memory only because `where` cannot
+    hold them."""
+    if where in _warned:
+        return
+    _warned.add(where)
+    from .trace import user_source
+    src = user_source() or ("<unknown>", 0)
+    warnings.warn_explicit(
+        f"tapejit cannot keep compiled programs in {where} ({type(err).__name__}: {err}); they "
+        f"are compiled in memory only, so every new process compiles them again. Set "
+        f"TAPEJIT_CACHE_DIR to a writable directory, or make this one writable (or free disk "
+        f"space).", TapejitWarning, src[0], src[1])
+
+
+def _usable_root() -> Path | None:
+    """`cache_root()`, or None (with a warning) when the directory cannot be used."""
+    try:
+        return cache_root()
+    except OSError as err:
+        warn_memory_only(config().cache_dir, err)
+        return None
 
 
 def _file_bytes(source: str) -> bytes:
@@ -168,8 +201,10 @@ def _counts(fn: Any) -> tuple[int, int]:
 class Program:
     """A generated module's entry function; call it like the function."""
 
-    def __init__(self, source: str, entry: str, digest: str, path: Path) -> None:
+    def __init__(self, source: str, entry: str, digest: str, path: Path,
+                 on_disk: bool = True) -> None:
         self.source, self.entry_name, self.digest, self.path = source, entry, digest, path
+        self.on_disk = on_disk      # False: the cache directory is unusable (memory only)
         self.modname = path.stem
         self.recoveries = 0
         self._lock = threading.Lock()
@@ -177,9 +212,31 @@ class Program:
         self.fn: Callable[..., Any] = self._load()  # the dispatcher; direct calls skip recovery
 
     def _load(self) -> Callable[..., Any]:
+        from . import numba_cache
+        numba_cache.install()
         data = _file_bytes(self.source)
-        _publish(self.path, data)
-        return getattr(_import(self.path, self.modname, data), self.entry_name)
+        folder = self._machine_code_folder(data)
+        numba_cache.claim(str(self.path), folder)
+        module = _import(self.path, self.modname, data)
+        numba_cache.attach(module, folder is not None)
+        return getattr(module, self.entry_name)
+
+    def _machine_code_folder(self, data: bytes) -> Path | None:
+        """Where numba keeps this module's machine code: `__pycache__` beside the module's
+        published file; None (memory only, with one warning) when the disk cannot hold it."""
+        from .numba_cache import usable
+        if not self.on_disk:
+            return None
+        try:
+            _publish(self.path, data)
+        except OSError as err:
+            warn_memory_only(self.path.parent, err)
+            return None
+        folder = self.path.parent / "__pycache__"
+        if usable(folder):
+            return folder
+        warn_memory_only(folder, PermissionError("not a writable directory"))
+        return None
 
     def __call__(self, *args: Any) -> Any:
         fn = self.fn
@@ -231,10 +288,12 @@ def load_program(source: str, entry: str, key: str | None = None) -> Program:
     """The program for `source` (one per process and cache dir), written to disk if needed."""
     digest = program_hash(source, key)
     with _load_lock:
-        path = cache_root() / f"tj_{digest}.py"
+        root = _usable_root()
+        path = (root or config().cache_dir) / f"tj_{digest}.py"
         prog = _programs.get((path, entry))
         if prog is None:
-            prog = _programs[path, entry] = Program(source, entry, digest, path)
+            prog = _programs[path, entry] = Program(source, entry, digest, path,
+                                                    on_disk=root is not None)
         return prog
 
 
@@ -254,14 +313,18 @@ def cache_entries() -> list[CacheEntry]:
 
 
 def clear_cache() -> int:
-    """Delete every program in the versioned cache directory; return how many there were."""
-    root = cache_root()
+    """Delete every program in the versioned cache directory; return how many there were
+    (0 when the directory cannot be used: programs are then in memory only)."""
     with _load_lock:
+        _programs.clear()
+        try:
+            root = cache_root()
+        except OSError:
+            return 0
         count = len(list(root.glob("tj_*.py")))
         for child in root.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
-        _programs.clear()
     return count
