@@ -162,10 +162,11 @@ class CheckedCache(FunctionCache):
 
 
 def attach(module: ModuleType, on_disk: bool) -> None:
-    """Give the module's own dispatchers (not the user kernels it calls) their caches."""
+    """Give the module's own CPU dispatchers (not the user kernels it calls, nor CUDA kernels,
+    whose caches are of another kind) their caches."""
     for value in vars(module).values():
         if isinstance(value, Dispatcher) and value.py_func.__globals__ is vars(module) \
-                and value._cache.__class__ is not NullCache:
+                and type(value._cache) is FunctionCache:
             value._cache = CheckedCache(value.py_func) if on_disk else NullCache()
 
 
