@@ -19,8 +19,8 @@ import numpy as np
 
 ONE = ("1",)                 # an axis of length 1, written as such (broadcasts)
 SIZES = (0, 1, 2, 3)         # lengths of base symbols ...
-SIZE_WEIGHTS = (1, 2, 4, 4)
-NEW_SIZES = (0, 1, 2, 3, 4)  # ... and in the later call with new sizes
+NEW_SIZES = (0, 1, 2, 3, 4, 17)  # ... and in the later calls with new lengths (17: more than
+SIZE_WEIGHTS = {0: 1, 1: 2, 2: 4, 3: 4, 4: 4, 17: 1}  # codegen's fixed trailing lengths)
 MAX_SIZE = max(NEW_SIZES)
 MAGNITUDE_LIMIT = 30.0       # no statement's values may exceed this (rough bound)
 
@@ -110,7 +110,7 @@ class Program:
             sizes = {}
             for sym in self.symbols():
                 allowed = [n for n in choices if n >= low.get(sym, 0)]
-                weights = np.array([SIZE_WEIGHTS[min(n, 3)] for n in allowed], float)
+                weights = np.array([SIZE_WEIGHTS[n] for n in allowed], float)
                 sizes[sym] = int(rng.choice(allowed, p=weights / weights.sum()))
             if sizes != unlike:
                 break
