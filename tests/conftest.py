@@ -3,9 +3,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# The suite checks the interpreter (ground truth) unless a test asks for the numba backend by
-# name: compiling every small test program would cost seconds each.
-os.environ.setdefault("TAPEJIT_BACKEND", "interpret")
-# ... and a test that asks for numba checks compiled code from the first call on: by default a
-# new program's first call runs on the interpreter (tests/test_first_call.py checks that).
+# The suite runs what users run: compiled programs, from their first call on (by default a new
+# program's first call runs on the interpreter; tests/test_first_call.py checks that), and
+# every compiled call is checked against the numpy interpreter (TAPEJIT_VERIFY, compile.py):
+# a program whose compiled result differs fails the test that ran it.
+os.environ.setdefault("TAPEJIT_BACKEND", "numba")
 os.environ.setdefault("TAPEJIT_FIRST_CALL", "compile")
+os.environ.setdefault("TAPEJIT_VERIFY", "1")

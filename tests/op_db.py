@@ -48,7 +48,9 @@ NONZERO = Domain(0.5, 2.0, both_signs=True)
 UNIT = Domain(-0.9, 0.9)
 
 UNARY_SHAPES = (((),), ((5,),), ((2, 3),))
-BINARY_SHAPES = (((), ()), ((4,), ()), ((), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)))
+# broadcasts whose different axes have equal lengths (a (3,) row against a (3, 1) column)
+BINARY_SHAPES = (((), ()), ((4,), ()), ((), (3,)), ((3, 3), (3,)), ((2, 1), (1, 3)),
+                 ((3, 1), (3,)))
 MATRIX = (((3, 4),),)
 CUBE = (((2, 3, 4),),)
 
@@ -793,24 +795,35 @@ row("prim_loop_grad", lambda c, xs: tj.grad(lambda c: np.sum(_scan_row(c, xs, 2)
     ref=lambda c, xs: tj.grad(lambda c: np.sum(_scan_ref(c, xs)))(c))
 
 
-def combined(rows: Sequence["Row"]) -> tuple[Callable[..., Any], list]:
-    """One scalar function of all the rows' inputs (a random-weighted sum of their outputs)
-    and those inputs (float64, first sample): one program exercising a chunk of rows, for the
-    compiled backends whose programs cost seconds each to compile."""
+def combined(rows: Sequence["Row"], dtype: str = F64,
+             picks: tuple[int, ...] = (0,)) -> tuple[Callable[..., Any], list]:
+    """One scalar function of all the rows' inputs and those inputs (the samples of `dtype`
+    at positions `picks`; the last sample of a broadcasting row has axes of equal length):
+    one program exercising a chunk of rows, for the compiled backends whose programs cost
+    seconds each to compile. Each output is weighted by a fixed random array of its shape, so
+    an element computed at the wrong position changes the result (a plain sum would not see a
+    transposed or repeated element)."""
     rng = np.random.default_rng(0)
-    args, spans, weights = [], [], []
+    args, spans = [], []
     for r in rows:
-        sample = r.samples("float64")[0]
-        spans.append((r, len(args), len(args) + len(sample)))
-        args.extend(sample)
-        weights.append(rng.uniform(0.5, 1.5))
+        samples = r.samples(dtype) if dtype in r.dtypes else []
+        for sample in [samples[k] for k in sorted({k % len(samples) for k in picks})]:
+            with np.errstate(all="ignore"):
+                out = (r.ref or r.fn)(*[a.copy() for a in sample])
+            weights = [rng.uniform(0.5, 1.5, np.shape(leaf)).astype(dtype)
+                       for leaf in _output_leaves(out)]
+            spans.append((r, len(args), len(args) + len(sample), weights))
+            args.extend(sample)
 
     def total(*xs):
         acc = 0.0
-        for (r, a, b), weight in zip(spans, weights):
-            out = r.fn(*xs[a:b])
-            for leaf in (out if isinstance(out, (list, tuple)) else [out]):
-                acc = acc + weight * np.sum(leaf * 1.0)
+        for r, a, b, weights in spans:
+            for leaf, weight in zip(_output_leaves(r.fn(*xs[a:b])), weights):
+                acc = acc + np.sum(leaf * weight)
         return acc
 
     return total, args
+
+
+def _output_leaves(out: Any) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]

@@ -42,7 +42,9 @@ def _counts(f):
     return {k: info[k] for k in ("traces", "interpreted", "compiles", "disk_loads", "hits")}
 
 
-def test_the_first_call_is_interpreted_and_the_second_compiles():
+def test_the_first_call_is_interpreted_and_the_second_compiles(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_VERIFY", "0")     # the fast path, not the verifying runner
+    config.reload()
     f = tj.value_and_grad(_loss, backend="numba")
     reference = tj.value_and_grad(_loss, backend="interpret")
     w, x = _args(np.random.default_rng(0))

@@ -3,6 +3,7 @@ loops, and a sum over a product's free axis moves before the product."""
 import numpy as np
 
 import tapejit as tj
+from tapejit.dims import Dims
 from tapejit.interpret import interpret
 from tapejit.passes import optimize, small_contractions, sums_of_products
 
@@ -77,9 +78,11 @@ def test_a_broadcast_of_cheap_arithmetic_reads_its_operands():
 
 
 def test_small_trailing_sizes_are_fixed_and_a_new_batch_keeps_the_program():
-    from tapejit.codegen.cpu import fixed_sizes
+    from tapejit.codegen.cpu import fixed_symbols
     tape = tj.make_tape(_gmm_like)(*_args(n=40, k=5, d=4))
-    assert fixed_sizes(tape) == {4}          # d; not the points n nor the components k
+    dims = Dims(tape)
+    fixed = {dims.length(s) for s in fixed_symbols(tape, dims)}
+    assert fixed == {4}                      # d; not the points n nor the components k
     g = tj.value_and_grad(_gmm_like, argnums=(0, 2), backend="numba")
     g(*_args(n=40, k=5, d=4))
     g(*_args(n=50, k=6, d=4))                # new point and component counts: same program
@@ -144,7 +147,7 @@ def test_two_cheap_ops_read_after_a_product_are_recomputed_not_stored():
     body_eqns = [e for g in tape.eqns if g.op == "fused" for e in g.kw["body"].eqns]
     scaled = next(e.outs[0].name for e in body_eqns if e.op == "mul"
                   and e.outs[0].aval.shape == (n, k, d))
-    program = plan(tape, steps(tape))
+    program = plan(tape, steps(tape, Dims(tape).scope(tape)))
     assert scaled not in program.arrays and scaled in program.recomputed
     got, want = tj.value_and_grad(f, argnums=(0, 2), backend="numba")(*args), vg(*args)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)

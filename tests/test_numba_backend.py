@@ -1,9 +1,10 @@
-"""The numba backend (opt-in: `backend="numba"`) against the numpy interpreter.
+"""The numba backend against the numpy interpreter.
 
 Compiling costs seconds per program, so the op table's rows (every primitive, numpy function,
-method and operator) are checked in combined programs: each sums, with random weights, the
-outputs of a chunk of rows, so one compiled forward and reverse sweep exercises the whole chunk
-(and the fusion of unrelated rows into shared loop nests). A program numba fails to compile
+method and operator) are checked in combined programs: each sums the outputs of every sample of
+a chunk of rows, weighted by random arrays, so one compiled forward and reverse sweep exercises
+the whole chunk (and the fusion of unrelated rows into shared loop nests), in float64 and
+float32, to second order for the rows that check it, on a first and a later call. A program numba fails to compile
 would run on the interpreter with a warning: here that is an error. Cache behaviour is checked
 by counting events (traces, compiles, disk loads), never by timing.
 """
@@ -21,6 +22,10 @@ from zoo import ZOO
 
 CHUNK = 24
 CHUNKS = [ROWS[i:i + CHUNK] for i in range(0, len(ROWS), CHUNK)]
+GRAD2_ROWS = [r for r in ROWS if r.grad2]
+GRAD2_CHUNKS = [GRAD2_ROWS[i:i + CHUNK] for i in range(0, len(GRAD2_ROWS), CHUNK)]
+# float64: each row's first and last sample (broadcasts of equal lengths); float32: the first
+PICKS = {"float64": (0, -1), "float32": (0,)}
 
 # a program numba cannot compile would run on the interpreter with a warning: here, a failure
 pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
@@ -33,20 +38,51 @@ def _private_cache(tmp_path_factory, monkeypatch):
     config.reload()
 
 
+def _agree(got, want, single: bool) -> None:
+    """Compiled and interpreted results agree (to float32's precision where the program
+    computes in float32: reductions sum in another order)."""
+    got, want = tj.pytree.flatten(got)[0], tj.pytree.flatten(want)[0]
+    assert len(got) == len(want)
+    tol = 2e-5 if single else 1e-10
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(w).dtype and np.shape(g) == np.shape(w)
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale)
+
+
+def _single(fn, args) -> bool:
+    return any(o.aval.dtype == np.float32 for e in tj.make_tape(fn)(*args).eqns for o in e.outs)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("rows", CHUNKS, ids=lambda rows: f"{rows[0].name}..{rows[-1].name}")
-def test_op_rows_compiled_match_interpreter(rows):
-    fn, args = combined(rows)
+def test_op_rows_compiled_match_interpreter(rows, dtype):
+    """Values and gradients of a chunk of rows, on the first and a later call."""
+    fn, args = combined(rows, dtype, PICKS[dtype])
     argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
-    value, grads = tj.value_and_grad(fn, argnums=argnums, backend="numba")(*args)
-    ref_value, ref_grads = tj.value_and_grad(fn, argnums=argnums)(*args)
-    # float32 rows (np.sum(x, dtype=np.float32), ...) sum in another order than numpy's
-    f32 = any(o.aval.dtype == np.float32 for e in tj.make_tape(fn)(*args).eqns for o in e.outs)
-    tol = 1e-5 if f32 else 1e-12
-    np.testing.assert_allclose(value, ref_value, rtol=tol, atol=tol)
-    for got, want in zip(grads, ref_grads):
-        assert got.dtype == want.dtype and np.shape(got) == np.shape(want)
-        tol = 1e-5 if got.dtype == np.float32 else 1e-10
-        np.testing.assert_allclose(got, want, rtol=tol, atol=1e-12)
+    compiled = tj.value_and_grad(fn, argnums=argnums, backend="numba")
+    want = tj.value_and_grad(fn, argnums=argnums, backend="interpret")(*args)
+    for _ in range(2):
+        _agree(compiled(*args), want, _single(fn, args))
+    assert compiled.cache_info()["traces"] == 1
+
+
+@pytest.mark.parametrize("rows", GRAD2_CHUNKS, ids=lambda rows: f"{rows[0].name}..")
+def test_op_rows_second_order_compiled(rows):
+    """The gradient of <grad(f), w> for the rows checked to second order, compiled."""
+    fn, args = combined(rows)
+    argnums = tuple(range(len(args)))
+    weights = [np.random.default_rng(k).uniform(0.5, 1.5, np.shape(a)) for k, a in
+               enumerate(args)]
+    inner = tj.grad(fn, argnums=argnums, backend="numba")
+
+    def first(*xs):
+        return sum(np.sum(g * w) for g, w in zip(inner(*xs), weights))
+
+    want = tj.grad(first, argnums=argnums, backend="interpret")(*args)
+    compiled = tj.grad(first, argnums=argnums, backend="numba")
+    for _ in range(2):
+        _agree(compiled(*args), want, _single(fn, args))
 
 
 COMPILED_ZOO = [p for p in ZOO if p.name != "euler_pendulum_20"]   # 700 eqns: 10 s to compile
@@ -132,7 +168,8 @@ def test_a_program_numba_cannot_compile_runs_on_the_interpreter(monkeypatch):
     with pytest.warns(tj.TapejitWarning, match="could not compile") as record:
         grad = g(x)
     assert "test_numba_backend.py" in record[0].filename
-    np.testing.assert_allclose(grad, tj.grad(lambda x: np.sum(np.cumsum(x) ** 2))(x))
+    np.testing.assert_allclose(grad, tj.grad(lambda x: np.sum(np.cumsum(x) ** 2),
+                                             backend="interpret")(x))
     assert g.cache_info()["compiles"] == 0
 
 

@@ -1,5 +1,10 @@
 """The op-table tests: every row of op_db.ROWS through forward, gradient, float32, second-order
-and IR checks, and the coverage checks that fail when an op or a numpy function has no row."""
+and IR checks, and the coverage checks that fail when an op or a numpy function has no row.
+
+These checks run each row on the numpy interpreter, the ground truth: a program per row and
+per check would cost the suite a compile each. The same rows run compiled in
+test_numba_backend.py, in programs that combine a chunk of rows (float64 and float32, values,
+gradients and second order, first and later calls), checked against the interpreter."""
 from __future__ import annotations
 
 import zlib
@@ -8,7 +13,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, trace
+from tapejit import autodiff, config, trace
 from tapejit.interpret import interpret
 from tapejit.ops import OPS
 from tapejit.pytree import flatten
@@ -19,6 +24,15 @@ from op_db import F32, F64, REQUIRED_METHODS, REQUIRED_UFUNC_METHODS, ROWS, Row
 ids = [r.name for r in ROWS]
 DIFF = [r for r in ROWS if r.diff and r.expect_grad is None]
 GRAD2 = [r for r in ROWS if r.grad2]
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_BACKEND", "interpret")
+    config.reload()
+    yield
+    monkeypatch.undo()
+    config.reload()
 
 
 def _rng(row: Row, salt: str) -> np.random.Generator:

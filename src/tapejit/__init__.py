@@ -15,8 +15,9 @@ from .gradient_tape import GradientTape, TapeError, tape_cache_info
 from .variables import Variable
 from .dispatch import clear_cache
 from .explain import Explanation, explain
-from .errors import (ArgumentError, ConcretizationError, DtypeError, IRError, RandomnessError,
-                     ShapeError, TapejitError, TapejitWarning, UnsupportedOperationError)
+from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
+                     IRError, RandomnessError, ShapeError, TapejitError, TapejitWarning,
+                     UnsupportedOperationError)
 from .ir import Tape, typecheck
 from .printer import parse_tape, print_tape
 from .pytree import tree_map
@@ -29,6 +30,7 @@ __all__ = [
     "parse_tape", "print_tape", "tree_map", "TapejitError", "TapejitWarning",
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
+    "CompiledMismatchError",
     "explain", "Explanation", "optimizers",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
 ]
