@@ -16,7 +16,7 @@ from tapejit import cli, randprog, selfcheck
 from tapejit.randprog import generate
 
 SEED = 17            # issue 17
-STRUCTURES = 10      # distinct programs the hypothesis test draws from
+STRUCTURES = 8       # distinct programs the hypothesis test draws from
 EXAMPLES = 200
 
 
