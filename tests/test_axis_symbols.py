@@ -5,6 +5,8 @@ that nothing ties, and must give numpy's answer compiled, on every call. The sui
 compiles from the first call and checks each compiled call against the interpreter."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,34 @@ def test_ops_tie_what_they_force() -> None:
     names = Dims(back).scope(back)
     x, w = (names[v.name] for v in back.invars)
     assert x[1] == w[0] != w[1]          # (x @ w) @ w.T needs no square w
+
+
+# control flow reading values whose every axis has length 1 (they live as Python locals in the
+# generated code, and calls take arrays): found by `tapejit selfcheck`
+def _scan_units(x):
+    return np.sum(tj.scan(lambda c, x: (c * 0.5 + x, np.sin(c) * x),
+                          np.sum(x, axis=0) * 0.0, x)[1])
+
+
+def _cond_units(x):
+    m = x.mean(axis=-1, keepdims=True)
+    return np.sum(tj.cond(np.sum(m) > 0.0, lambda a: np.sin(a) * m, lambda a: a * 0.5, m))
+
+
+def _fori_units(x):
+    y = np.minimum(x, x)
+    return np.sum(tj.fori_loop(0, 2, lambda i, c: np.tanh(c) * 0.5 + y, y))
+
+
+@pytest.mark.parametrize("fn, shape", [(_scan_units, (3, 1)), (_scan_units, (2, 1, 1)),
+                                       (_cond_units, (1, 3)), (_cond_units, (1,)),
+                                       (_fori_units, (1,)), (_fori_units, (1, 1))])
+def test_control_flow_over_unit_axes(fn, shape) -> None:
+    x = RNG.normal(size=shape)
+    for transform in (tj.jit, tj.grad):
+        want = transform(fn, backend="interpret")(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tj.TapejitWarning)   # no fallback to the interpreter
+            for got in _calls(transform(fn), x):
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    check_grads(fn, (x,), (0,), rtol=1e-5, atol=1e-7)

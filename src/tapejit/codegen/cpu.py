@@ -254,25 +254,16 @@ def _emit_call(p: _Program, step: Call) -> None:
             eqn = eqn._replace(ins=(Var(slot, count.aval),) + eqn.ins[1:])
         p.w.line(comment(eqn, p.sizes))
         eqn = step.eqn
+        ins = _call_inputs(p, eqn, scalars=True)
         for out in eqn.outs:
             if out.aval.shape == ():
                 p.plan.scalar.add(out.name)
-        calls.emit(p.w, eqn, [p.read(a, []) if a.aval.shape == () else name_of(a)
-                              for a in eqn.ins],
+        calls.emit(p.w, eqn, ins,
                    [f"t_{name_of(o)}" if o.aval.shape == () else name_of(o) for o in eqn.outs],
                    p.sizes)
         return
     p.w.line(comment(eqn, p.sizes))
-    ins = []
-    for k, atom in enumerate(eqn.ins):   # calls take arrays: literals become 0-d arrays
-        if isinstance(atom, Lit):
-            ins.append(f"{name_of(eqn.outs[0])}_lit{k}")
-            calls.filled(p.w, ins[-1], atom, literal(atom), p.sizes)
-        elif atom.name in p.plan.scalar:
-            ins.append(f"{name_of(eqn.outs[0])}_in{k}")
-            calls.filled(p.w, ins[-1], atom, f"t_{name_of(atom)}", p.sizes)
-        else:
-            ins.append(name_of(atom))
+    ins = _call_inputs(p, eqn, scalars=False)
     product = calls.blas_operands(eqn, ins) if eqn.op == "dot_general" else None
     if product is not None:          # a product into a dead buffer or the workspace
         p.allocate(eqn.outs[0])
@@ -284,6 +275,23 @@ def _emit_call(p: _Program, step: Call) -> None:
     calls.emit(p.w, eqn, ins, name_of(eqn.outs[0]), p.sizes)
     if eqn.op in calls.FRESH:
         p.own(eqn.outs[0])
+
+
+def _call_inputs(p: _Program, eqn: Eqn, scalars: bool) -> list[str]:
+    """What a call reads for each input: with `scalars` (control flow), a 0-d value as a
+    scalar; everything else as an array, so literals and values that live as Python locals
+    (of a scalar domain, e.g. a (1, 1) mean) are put into arrays first."""
+    ins = []
+    for k, atom in enumerate(eqn.ins):
+        if scalars and atom.aval.shape == ():
+            ins.append(p.read(atom, []))
+        elif isinstance(atom, Lit) or atom.name in p.plan.scalar:
+            value = literal(atom) if isinstance(atom, Lit) else f"t_{name_of(atom)}"
+            ins.append(f"{name_of(eqn.outs[0])}_in{k}")
+            calls.filled(p.w, ins[-1], atom, value, p.sizes)
+        else:
+            ins.append(name_of(atom))
+    return ins
 
 
 def full_index(shape: tuple[int, ...], idx: list[str]) -> list[str]:
