@@ -22,10 +22,14 @@ from zoo import ZOO
 
 CHUNK = 24
 CHUNKS = [ROWS[i:i + CHUNK] for i in range(0, len(ROWS), CHUNK)]
+PRIMITIVES = [r for r in ROWS if r.prim is not None]
+F32_CHUNKS = [PRIMITIVES[i:i + CHUNK] for i in range(0, len(PRIMITIVES), CHUNK)]
 GRAD2_ROWS = [r for r in ROWS if r.grad2]
 GRAD2_CHUNKS = [GRAD2_ROWS[i:i + CHUNK] for i in range(0, len(GRAD2_ROWS), CHUNK)]
-# float64: each row's first and last sample (broadcasts of equal lengths); float32: the first
-PICKS = {"float64": (0, -1), "float32": (0,)}
+# float64: every row, its first and last sample (broadcasts of equal lengths); float32: the
+# primitives' rows, their first sample
+CASES = [(rows, "float64", (0, -1)) for rows in CHUNKS] + \
+    [(rows, "float32", (0,)) for rows in F32_CHUNKS]
 
 # a program numba cannot compile would run on the interpreter with a warning: here, a failure
 pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
@@ -54,11 +58,11 @@ def _single(fn, args) -> bool:
     return any(o.aval.dtype == np.float32 for e in tj.make_tape(fn)(*args).eqns for o in e.outs)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("rows", CHUNKS, ids=lambda rows: f"{rows[0].name}..{rows[-1].name}")
-def test_op_rows_compiled_match_interpreter(rows, dtype):
+@pytest.mark.parametrize("rows, dtype, picks", CASES,
+                         ids=[f"{rows[0].name}..{rows[-1].name}-{dtype}" for rows, dtype, _ in CASES])
+def test_op_rows_compiled_match_interpreter(rows, dtype, picks):
     """Values and gradients of a chunk of rows, on the first and a later call."""
-    fn, args = combined(rows, dtype, PICKS[dtype])
+    fn, args = combined(rows, dtype, picks)
     argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
     compiled = tj.value_and_grad(fn, argnums=argnums, backend="numba")
     want = tj.value_and_grad(fn, argnums=argnums, backend="interpret")(*args)

@@ -137,9 +137,10 @@ def test_stop_gradient():
 
 
 def _one_program(transform) -> bool:
-    """Traced once, compiled once (or loaded from the disk cache)."""
+    """Traced once, compiled at most once (or loaded from the disk cache; not at all when
+    another test compiled the same program in this process)."""
     info = transform.cache_info()
-    return info["traces"] == 1 and info["compiles"] + info["disk_loads"] == 1
+    return info["traces"] == 1 and info["compiles"] + info["disk_loads"] <= 1
 
 
 @pytest.fixture(scope="module")
