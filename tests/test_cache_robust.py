@@ -146,3 +146,20 @@ def test_flipped_bit_in_machine_code_recompiles_in_a_new_process(tmp_path):
     error, compiles, loads = run()
     assert error < 1e-12 and (compiles, loads) == (1, 0)
     assert run()[1:] == (0, 1)                          # the rewritten files are sound
+
+
+def test_tapejits_own_kernels_keep_their_machine_code_under_the_cache_dir(tmp_path):
+    """codegen/vmath.py, blas.py and gemm.py cache in <root>/lib, not beside the package or in
+    ~/.cache/numba, in a fresh process."""
+    script = ("import numpy as np, tapejit as tj\n"
+              "g = tj.grad(lambda x: np.sum(np.sin(x) @ np.ones((3, 3))))\n"
+              "g(np.ones((4, 3))); g(np.ones((4, 3)))\n")
+    env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path / "cache"),
+               XDG_CACHE_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path / "home"),
+               TAPEJIT_FIRST_CALL="interpret")
+    env.pop("NUMBA_CACHE_DIR", None)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    kept = {p.parent.name for p in (tmp_path / "cache").rglob("lib/*/*.nbi")}
+    assert "vmath" in kept
+    assert not (tmp_path / "xdg" / "numba").exists()
+    assert not (tmp_path / "home" / ".cache" / "numba").exists()

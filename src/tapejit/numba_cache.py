@@ -15,6 +15,9 @@ file with `claim(file, folder)` before running it:
   gets a `NullCache`: its code is compiled in memory only.
 - A failed write (a full disk) leaves the program in memory and warns once (cache.py
   `warn_memory_only`).
+- `adopt(module)`, at the end of each of tapejit's own numba modules (codegen/vmath.py,
+  blas.py, gemm.py), does the same for them, in `<cache_root>/lib/<module>`: every artifact
+  tapejit makes lies under TAPEJIT_CACHE_DIR.
 """
 from __future__ import annotations
 
@@ -168,6 +171,23 @@ def attach(module: ModuleType, on_disk: bool) -> None:
         if isinstance(value, Dispatcher) and value.py_func.__globals__ is vars(module) \
                 and type(value._cache) is FunctionCache:
             value._cache = CheckedCache(value.py_func) if on_disk else NullCache()
+
+
+def adopt(module: ModuleType) -> None:
+    """Keep the machine code of one of tapejit's own modules in `<cache_root>/lib/<name>`,
+    checked like a generated module's (in memory only where that cannot be written)."""
+    from .cache import cache_root
+    install()
+    try:
+        lib = cache_root() / "lib"
+        lib.mkdir(mode=0o700, exist_ok=True)
+        folder: Path | None = lib / module.__name__.rsplit(".", 1)[-1]
+    except OSError:
+        folder = None
+    if folder is not None and not usable(folder):
+        folder = None
+    claim(str(module.__file__), folder)
+    attach(module, folder is not None)
 
 
 def install() -> None:

@@ -9,11 +9,15 @@ compiled once per dtype into numba's cache, like the vmath kernels: a new progra
 call to it. Generated code reads this module as `tj_blas` (calls.py `blas_call`)."""
 from __future__ import annotations
 
+import sys
+
 import numba
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind, make_constant_slot
+
+from .. import numba_cache
 
 _char, _intp, _ptr = ir.IntType(8), cgutils.intp_t, ir.IntType(8).as_pointer()
 
@@ -65,3 +69,6 @@ def matmul(a, b, out, ta, tb):
                 out[i, j] = 0
         return
     _gemm(ta, tb, m, n, k, a, b, out)
+
+
+numba_cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

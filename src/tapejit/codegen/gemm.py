@@ -25,6 +25,7 @@ would otherwise compile it into every program again.
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import llvmlite.binding as llvm
@@ -35,6 +36,8 @@ from numba.core import cgutils, types
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 from numba.np.numpy_support import as_dtype
+
+from .. import numba_cache
 
 from .blas import matmul as blas_matmul
 
@@ -353,3 +356,6 @@ def matmul_threads(a, b, out, ta, tb):
         blas_matmul(a, b, out, ta, tb)
     else:
         _call_threads(a, b, out, ta, tb)
+
+
+numba_cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

@@ -20,6 +20,7 @@ scalar.py writes the calls (generated modules read this module as the global `tj
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -28,6 +29,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from .. import numba_cache
 
 # A generated loop that also accumulates a sum (a forward value, a gradient) holds a strict,
 # in-order float reduction, and LLVM's vectoriser leaves such loops scalar unless told it may
@@ -701,3 +704,6 @@ def cos_f32(x):
     """cos of float32 x."""
     _, c = _sin_cos_f32(x)
     return np.float32(c if abs(np.float64(x)) < math.inf else math.nan)
+
+
+numba_cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
