@@ -4,7 +4,9 @@ Each `ZooProgram` is a scalar-valued function `fn`, a factory `make_args(dtype)`
 arguments (floating-point leaves in `dtype`; seeded, so every call returns the same values), the
 `argnums` to differentiate, and whether `fn` returns `(loss, aux)`. The same entries drive the
 interpreter tests here and the compiled backends' tests elsewhere: run `fn` on plain numpy for the
-expected value, and on tapejit for the value and the gradients.
+expected value, and on tapejit for the value and the gradients. The shapes collide on purpose (a
+batch as wide as a layer, square inputs, 3 points in 3-D): different axes of equal length must
+never be mixed up.
 """
 from __future__ import annotations
 
@@ -47,8 +49,8 @@ def mlp_args(dtype: Any = np.float64) -> tuple:
     for k, (m, n) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
         params[f"w{k}"] = (rng.standard_normal((m, n)) / np.sqrt(m)).astype(dtype)
         params[f"b{k}"] = (0.1 * rng.standard_normal(n)).astype(dtype)
-    x = rng.standard_normal((5, 4)).astype(dtype)
-    labels = np.eye(3, dtype=dtype)[rng.integers(0, 3, size=5)]
+    x = rng.standard_normal((8, 4)).astype(dtype)     # a batch as wide as the first layer
+    labels = np.eye(3, dtype=dtype)[rng.integers(0, 3, size=8)]
     return params, x, labels
 
 
@@ -60,7 +62,7 @@ def logsumexp(x: np.ndarray) -> Any:
 
 
 def logsumexp_args(dtype: Any = np.float64) -> tuple:
-    return (3.0 * _rng().standard_normal((4, 5)).astype(dtype),)
+    return (3.0 * _rng().standard_normal((5, 5)).astype(dtype),)   # square
 
 
 # --- layer norm -------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def layer_norm_loss(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> Any:
 
 def layer_norm_args(dtype: Any = np.float64) -> tuple:
     rng = _rng()
-    return (rng.standard_normal((3, 6)).astype(dtype),
+    return (rng.standard_normal((6, 6)).astype(dtype),     # as many rows as features
             (1.0 + 0.1 * rng.standard_normal(6)).astype(dtype),
             (0.1 * rng.standard_normal(6)).astype(dtype))
 
@@ -91,8 +93,8 @@ def lennard_jones(pos: np.ndarray, sigma: float = 1.0, eps: float = 1.0) -> Any:
 
 
 def lennard_jones_args(dtype: Any = np.float64) -> tuple:
-    grid = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]], dtype=float)
-    return ((1.2 * grid + 0.05 * _rng().standard_normal((5, 3))).astype(dtype),)
+    grid = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], dtype=float)    # 3 points in 3-D
+    return ((1.2 * grid + 0.05 * _rng().standard_normal((3, 3))).astype(dtype),)
 
 
 # --- one RK4 step of the Lotka-Volterra ODE ---------------------------------------------------
@@ -156,8 +158,8 @@ def regression_with_aux(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> Any:
 
 def regression_args(dtype: Any = np.float64) -> tuple:
     rng = _rng()
-    return (rng.standard_normal(4).astype(dtype), rng.standard_normal((6, 4)).astype(dtype),
-            rng.standard_normal(6).astype(dtype))
+    return (rng.standard_normal(4).astype(dtype), rng.standard_normal((4, 4)).astype(dtype),
+            rng.standard_normal(4).astype(dtype))         # as many samples as features
 
 
 ZOO = [
