@@ -43,7 +43,7 @@ def _counts(f):
 
 
 def test_the_first_call_is_interpreted_and_the_second_compiles(monkeypatch):
-    monkeypatch.setenv("TAPEJIT_VERIFY", "0")     # the fast path, not the verifying runner
+    monkeypatch.setenv("TAPEJIT_VERIFY", "0")     # the bare fast path, not a verifying one
     config.reload()
     f = tj.value_and_grad(_loss, backend="numba")
     reference = tj.value_and_grad(_loss, backend="interpret")

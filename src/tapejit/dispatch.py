@@ -40,7 +40,7 @@ import numpy as np
 
 from . import cache
 from .codegen.cpu import entry_args
-from .compile import BACKENDS, Compiled, Interpreted, executable
+from .compile import BACKENDS, Compiled, Interpreted, executable, verify
 from .config import config
 from .errors import ArgumentError, TapejitWarning, at_source
 from .interpret import inline, interpret
@@ -449,10 +449,24 @@ def _fast_call(runner: Any, call: Any) -> tuple[Callable[..., Sequence[Any]], tu
     """`(fn, tail)`: `fn(*args, *tail)` are the outputs for calls whose arguments have the
     types, shapes, dtypes and strides of `call`'s (each positional, its own leaf). The compiled
     function is called directly; only what needs it is converted (scalars; arrays that are not
-    C-contiguous)."""
+    C-contiguous). With TAPEJIT_VERIFY each such call is checked against the interpreter."""
     positions = call.dynamic
-    if not isinstance(runner, Compiled) or config().verify:    # verify: through the runner
+    if not isinstance(runner, Compiled):
         return (lambda *args: runner([args[i] for i in positions])), ()
+    fn, tail = _direct(runner, call)
+    if not config().verify:
+        return fn, tail
+
+    def verified(*args: Any) -> Sequence[Any]:
+        outs = fn(*args, *tail)
+        verify(runner.tape, [args[i] for i in positions], [np.asarray(o) for o in outs])
+        return outs
+    return verified, ()
+
+
+def _direct(runner: Compiled, call: Any) -> tuple[Callable[..., Sequence[Any]], tuple]:
+    """`_fast_call`'s function for a compiled program."""
+    positions = call.dynamic
     fn, tape = runner.program.fn, runner.tape
     tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes,
             runner.workspace)
