@@ -154,3 +154,25 @@ def test_control_flow_over_unit_axes(fn, shape) -> None:
             for got in _calls(transform(fn), x):
                 np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     check_grads(fn, (x,), (0,), rtol=1e-5, atol=1e-7)
+
+
+def _dims_of(fn, *shapes):
+    tape = _tape(fn, *shapes)
+    names = Dims(tape).scope(tape)
+    return [names[v.name] for v in tape.invars], names[tape.outvars[0].name]
+
+
+def test_reshape_keeps_the_axes_it_carries_over() -> None:
+    (x,), out = _dims_of(lambda x: x.reshape(x.shape[0], 12), (5, 3, 4))
+    assert out[0] == x[0] and out[1] not in x             # (5, 3, 4) -> (5, 12)
+    (x,), out = _dims_of(lambda x: x.reshape(12, 3), (3, 4, 3))
+    assert out[1] == x[2] and out[0] not in x             # (3, 4, 3) -> (12, 3)
+    (x,), out = _dims_of(lambda x: x.reshape(1, 3, 1, 3), (3, 3))
+    assert (out[1], out[3]) == (x[0], x[1]) and x[0] != x[1]
+
+
+def test_slices_transposes_and_gathers() -> None:
+    (x,), out = _dims_of(lambda x: x[1:].T, (4, 4))
+    assert out[0] == x[1] and out[1] not in x             # a partial slice is a new axis
+    (x, i), out = _dims_of(lambda x, i: x[:, i.astype(int)], (3, 5), (3,))
+    assert out == (x[0], i[0]) and x[0] != i[0]           # take: x's rows, the index's axis
