@@ -176,3 +176,15 @@ def test_slices_transposes_and_gathers() -> None:
     assert out[0] == x[1] and out[1] not in x             # a partial slice is a new axis
     (x, i), out = _dims_of(lambda x, i: x[:, i.astype(int)], (3, 5), (3,))
     assert out == (x[0], i[0]) and x[0] != i[0]           # take: x's rows, the index's axis
+
+
+def test_a_view_of_a_reduction_reads_it_where_the_view_says() -> None:
+    """rev of a sum finished inside the same loop nest: read reversed, not as the loop's local
+    (found by `tapejit selfcheck`)."""
+    def f(x, y):
+        return np.sum(np.sin(x[::-1][..., None] - y[None, None, None]))
+    x, y = RNG.normal(size=(2, 2, 2)), RNG.normal(size=2)
+    want = tj.grad(f, (0, 1), backend="interpret")(x, y)
+    for got in _calls(tj.grad(f, (0, 1)), x, y):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)

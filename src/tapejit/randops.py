@@ -403,8 +403,9 @@ class Builder:
         if kind == "fori":
             text = f"tj.fori_loop(0, 2, lambda i, c: np.tanh(c) * 0.5 + {w.name}, {c.name})"
             return Made(text, c.dims, 0.5 + w.mag, (c.name, w.name))
-        if kind == "cond":
-            text = (f"tj.cond(np.sum({w.name}) > 0.0, lambda a: np.sin(a) * {w.name}, "
+        if kind == "cond":   # not `> 0`: a sum such as that of p[None] - p[:, None] is 0 up to
+            # rounding, and summing in another order than numpy's would take the other branch
+            text = (f"tj.cond(np.sum({w.name}) > 0.25, lambda a: np.sin(a) * {w.name}, "
                     f"lambda a: a * 0.5, {c.name})")
             return Made(text, c.dims, max(w.mag, c.mag), (c.name, w.name))
         first = self.pick([0, 1])

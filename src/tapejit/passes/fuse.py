@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..codegen.views import is_view
+from ..codegen.views import is_view, squeezes
 from ..dims import Dim, Dims
 from ..ir import Eqn, Tape, Var, make_params
 from ..ops import OPS, Kind
@@ -116,13 +116,15 @@ def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[Dim, ...], outer: tupl
         if where < index:
             continue
         stage = loop.stage_of[atom.name]
-        stage_domain = loop.stages[stage]
+        held = loop.stages[stage]     # the loop positions at which the loop holds the value
         if atom.name in loop.reductions:
             if not loop.complete(atom.name, outer) or (same_stage and stage == last):
                 return False      # not complete before the nest ends, or still running
-        elif is_view(eqn) and not (stage_domain == outer and _broadcasts_outer(eqn, outer)):
-            return False          # other views read their operand from memory
-        if not is_view(eqn) and not _read_in_place(eqn, atom):
+            held = outer
+        if is_view(eqn):
+            if not (held == outer and (_broadcasts_outer(eqn, outer) or squeezes(eqn))):
+                return False      # other views read their operand from memory
+        elif not _read_in_place(eqn, atom):
             return False          # the loop holds it at another position than it is read
     return True
 
