@@ -35,7 +35,8 @@ PROGRAMS = {
     "nbody_3x3": (lambda p, q: np.sum(q[None, :, None] * (p[None] - p[:, None]), axis=1),
                   lambda: (RNG.normal(size=(3, 3)), RNG.normal(size=3))),
     "rbf_n_equals_dim": (
-        lambda x, w: np.exp(-np.sum((x[:, None] - x[None]) ** 2, axis=-1)) * w[None, :] * w[:, None],
+        lambda x, w: (np.exp(-np.sum((x[:, None] - x[None]) ** 2, axis=-1))
+                      * w[None, :] * w[:, None]),
         lambda: (RNG.normal(size=(3, 3)), RNG.normal(size=3))),
     "row_plus_column_square": (lambda m, v: m + v + v[:, None] * np.tanh(m.T),
                                lambda: (RNG.normal(size=(4, 4)), RNG.normal(size=4))),

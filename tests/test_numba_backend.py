@@ -1,11 +1,12 @@
 """The numba backend against the numpy interpreter.
 
 Compiling costs seconds per program, so the op table's rows (every primitive, numpy function,
-method and operator) are checked in combined programs: each sums the outputs of every sample of
-a chunk of rows, weighted by random arrays, so one compiled forward and reverse sweep exercises
-the whole chunk (and the fusion of unrelated rows into shared loop nests), in float64 and
-float32, to second order for the rows that check it, on a first and a later call. A program numba fails to compile
-would run on the interpreter with a warning: here that is an error. Cache behaviour is checked
+method and operator) are checked in combined programs: each sums the outputs of a chunk of rows,
+weighted by random arrays, so one compiled forward and reverse sweep exercises the whole chunk
+(and the fusion of unrelated rows into shared loop nests): in float64 each row's first and last
+sample (broadcasts of equal lengths), in float32 the primitives' rows, and to second order the
+rows that check it, on a first and a later call. A program numba fails to compile would run on
+the interpreter with a warning: here that is an error. Cache behaviour is checked
 by counting events (traces, compiles, disk loads), never by timing.
 """
 import os
@@ -59,7 +60,8 @@ def _single(fn, args) -> bool:
 
 
 @pytest.mark.parametrize("rows, dtype, picks", CASES,
-                         ids=[f"{rows[0].name}..{rows[-1].name}-{dtype}" for rows, dtype, _ in CASES])
+                         ids=[f"{rows[0].name}..{rows[-1].name}-{dtype}"
+                              for rows, dtype, _ in CASES])
 def test_op_rows_compiled_match_interpreter(rows, dtype, picks):
     """Values and gradients of a chunk of rows, on the first and a later call."""
     fn, args = combined(rows, dtype, picks)

@@ -133,7 +133,8 @@ def _pad_vjp(ct, y, x, value, *, lo, hi, interior):
     return ct_x, reduce_sum(ct, axes=everything) - reduce_sum(ct_x, axes=everything)
 
 
-pad = defop("pad", Kind.LAYOUT, _pad_impl, shape=_pad_shape, vjp=_pad_vjp, axes=_axes.unpadded)
+pad = defop("pad", Kind.LAYOUT, _pad_impl, shape=_pad_shape, vjp=_pad_vjp,
+            axes=_axes.unpadded)
 
 
 # ---- concatenate ------------------------------------------------------------------------------
