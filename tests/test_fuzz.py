@@ -13,7 +13,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from tapejit import cli, randprog, selfcheck
-from tapejit.randprog import generate
+from tapejit.selfcheck import generate
 
 SEED = 17            # issue 17
 STRUCTURES = 8       # distinct programs the hypothesis test draws from

@@ -107,6 +107,25 @@ def warn_memory_only(where: Path, err: BaseException) -> None:
         f"space).", TapejitWarning, src[0], src[1])
 
 
+def adopt(module: ModuleType) -> None:
+    """Keep the machine code of one of tapejit's own numba modules (codegen/vmath.py, blas.py,
+    gemm.py call this at their end) under the cache root too, in `lib/<name>`, checked like
+    a generated module's; in memory only where that cannot be written. Every artifact tapejit
+    makes lies under TAPEJIT_CACHE_DIR."""
+    from . import numba_cache
+    numba_cache.install(warn_memory_only)
+    try:
+        lib = cache_root() / "lib"
+        lib.mkdir(mode=0o700, exist_ok=True)
+        folder: Path | None = lib / module.__name__.rsplit(".", 1)[-1]
+    except OSError:
+        folder = None
+    if folder is not None and not numba_cache.usable(folder):
+        folder = None
+    numba_cache.claim(str(module.__file__), folder)
+    numba_cache.attach(module, folder is not None)
+
+
 def _usable_root() -> Path | None:
     """`cache_root()`, or None (with a warning) when the directory cannot be used."""
     try:
@@ -213,7 +232,7 @@ class Program:
 
     def _load(self) -> Callable[..., Any]:
         from . import numba_cache
-        numba_cache.install()
+        numba_cache.install(warn_memory_only)
         data = _file_bytes(self.source)
         folder = self._machine_code_folder(data)
         numba_cache.claim(str(self.path), folder)

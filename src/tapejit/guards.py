@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import ConcretizationError, RandomnessError, at_source
+from .trace import Tracer, set_replay_hooks, user_source
 
 # numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
 SIZED: dict[str, tuple[tuple[int, str], ...]] = {
@@ -70,7 +71,6 @@ def size_error(what: str, value: Any, src: Any) -> ConcretizationError:
 
 def traced_in(value: Any) -> Any:
     """The tracer `value` is or holds (in a tuple or list of sizes), else None."""
-    from .trace import Tracer
     for item in value if isinstance(value, (tuple, list)) else (value,):
         if isinstance(item, Tracer):
             return item
@@ -83,7 +83,6 @@ def _random_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         # default_rng(seed) gives the same numbers on every call in numpy too
         seeded = name == "default_rng" and (args[0] if args else kwargs.get("seed")) is not None
         if _depth.traces and not seeded:
-            from .trace import user_source
             raise RandomnessError(at_source(random_message(f"numpy.random.{name} was called"),
                                             user_source()))
         return fn(*args, **kwargs)
@@ -100,7 +99,6 @@ def _sized_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 given = args[position] if position < len(args) else kwargs.get(keyword)
                 tracer = traced_in(given)
                 if tracer is not None:
-                    from .trace import user_source
                     raise size_error(f"numpy.{name}", tracer, user_source())
         return fn(*args, **kwargs)
     return guarded
@@ -147,6 +145,9 @@ def trace_closed() -> None:
         _open -= 1
         if _open == 0:
             _uninstall()
+
+
+set_replay_hooks(trace_opened, trace_closed)
 
 
 # -- generators the traced function reaches by name -------------------------------------------

@@ -13,12 +13,10 @@ file with `claim(file, folder)` before running it:
   deleted and its function recompiled, never loaded: numba stores no checksums, and loading
   damaged machine code can crash the process. A module with no usable folder (`folder` None)
   gets a `NullCache`: its code is compiled in memory only.
-- A failed write (a full disk) leaves the program in memory and warns once (cache.py
-  `warn_memory_only`).
-- `adopt(module)`, at the end of each of tapejit's own numba modules (codegen/vmath.py,
-  blas.py, gemm.py), does the same for them, in `<cache_root>/lib/<module>`: every artifact
-  tapejit makes lies under TAPEJIT_CACHE_DIR.
+- A failed write (a full disk) leaves the program in memory and calls the `on_save_error`
+  that `install` was given (cache.py warns once).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,13 +25,14 @@ import os
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from numba.core.caching import (CacheImpl, FunctionCache, IndexDataCacheFile, NullCache,
                                 _CacheLocator)
 from numba.core.dispatcher import Dispatcher
 
 _claimed: dict[str, Path | None] = {}   # module file -> its numba folder (None: memory only)
+_on_save_error: Callable[[Path, OSError], None] = lambda folder, err: None   # (install)
 SUFFIX = ".sha256"
 
 
@@ -151,8 +150,7 @@ class CheckedFile(IndexDataCacheFile):
         try:
             super().save(key, data)
         except OSError as err:              # e.g. a full disk: the code stays in memory
-            from .cache import warn_memory_only
-            warn_memory_only(Path(self._cache_path), err)
+            _on_save_error(Path(self._cache_path), err)
 
 
 class CheckedCache(FunctionCache):
@@ -173,24 +171,10 @@ def attach(module: ModuleType, on_disk: bool) -> None:
             value._cache = CheckedCache(value.py_func) if on_disk else NullCache()
 
 
-def adopt(module: ModuleType) -> None:
-    """Keep the machine code of one of tapejit's own modules in `<cache_root>/lib/<name>`,
-    checked like a generated module's (in memory only where that cannot be written)."""
-    from .cache import cache_root
-    install()
-    try:
-        lib = cache_root() / "lib"
-        lib.mkdir(mode=0o700, exist_ok=True)
-        folder: Path | None = lib / module.__name__.rsplit(".", 1)[-1]
-    except OSError:
-        folder = None
-    if folder is not None and not usable(folder):
-        folder = None
-    claim(str(module.__file__), folder)
-    attach(module, folder is not None)
-
-
-def install() -> None:
-    """Put `Locator` first in numba's list (once)."""
+def install(on_save_error: Callable[[Path, OSError], None]) -> None:
+    """Put `Locator` first in numba's list (once); `on_save_error(folder, err)` hears of
+    machine code that could not be written."""
+    global _on_save_error
+    _on_save_error = on_save_error
     if Locator not in CacheImpl._locator_classes:
         CacheImpl._locator_classes.insert(0, Locator)

@@ -159,16 +159,3 @@ class Program:
         args = tuple(a for a in self.args if a.name in needed)
         return dataclasses.replace(self, args=args, lines=tuple(reversed(kept)), output=name)
 
-
-def generate(seed: int | np.random.SeedSequence, statements: int | None = None) -> Program:
-    """A random program from `seed`: 1-3 float parameters and 1-6 statements."""
-    from .randops import Builder
-    rng = np.random.default_rng(seed)
-    builder = Builder(rng)
-    for _ in range(int(rng.integers(1, 4))):
-        builder.float_arg()
-    for _ in range(statements or int(rng.integers(1, 7))):
-        builder.statement()
-    if rng.random() < 0.7:
-        builder.join()
-    return builder.program(scalar=bool(rng.random() < 0.7))

@@ -28,13 +28,27 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import TapejitError, TapejitWarning
-from .randprog import NEW_SIZES, Program, generate
+from .randops import Builder
+from .randprog import NEW_SIZES, Program
 
 CALLS = 3           # calls with the first lengths, then 2 with new ones
 RTOL = 1e-6         # compiled against numpy / the interpreter
 FD_STEP = 1e-6
 FD_RTOL = 1e-5      # the interpreted gradient against finite differences
 KINK_RTOL = 1e-3    # one-sided differences further apart than this: a kink, not checked
+
+
+def generate(seed: int | np.random.SeedSequence, statements: int | None = None) -> Program:
+    """A random program from `seed`: 1-3 float parameters and 1-6 statements."""
+    rng = np.random.default_rng(seed)
+    builder = Builder(rng)
+    for _ in range(int(rng.integers(1, 4))):
+        builder.float_arg()
+    for _ in range(statements or int(rng.integers(1, 7))):
+        builder.statement()
+    if rng.random() < 0.7:
+        builder.join()
+    return builder.program(scalar=bool(rng.random() < 0.7))
 
 
 class Mismatch(AssertionError):

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from . import guards, ops
+from . import ops
 from .avals import Aval, aval_of
 from .errors import ConcretizationError, TapejitError, UnsupportedOperationError, at_source
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
@@ -58,6 +58,21 @@ class _TraceStack(threading.local):
 _stack = _TraceStack()
 
 
+def _nothing() -> None:
+    return None
+
+
+# called as a recording that is replayed opens and closes (installed by guards.py)
+_replay_hooks: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
+
+
+def set_replay_hooks(opened: Callable[[], None], closed: Callable[[], None]) -> None:
+    """Installed once by guards.py (which wraps numpy functions while such a trace is open),
+    so this module depends on nothing above it."""
+    global _replay_hooks
+    _replay_hooks = (opened, closed)
+
+
 class Trace:
     """An open recording: equations so far, the constants captured, the names in use."""
 
@@ -75,14 +90,14 @@ class Trace:
 
     def __enter__(self) -> "Trace":
         if self.replays:
-            guards.trace_opened()
+            _replay_hooks[0]()
         _stack.traces.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _stack.traces.pop()
         if self.replays:
-            guards.trace_closed()
+            _replay_hooks[1]()
 
     def extend(self, tape: Tape) -> list["Tracer"]:
         """Continue recording after `tape`'s eqns (used by autodiff to append the reverse

@@ -17,7 +17,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind, make_constant_slot
 
-from .. import numba_cache
+from .. import cache
 
 _char, _intp, _ptr = ir.IntType(8), cgutils.intp_t, ir.IntType(8).as_pointer()
 
@@ -71,4 +71,4 @@ def matmul(a, b, out, ta, tb):
     _gemm(ta, tb, m, n, k, a, b, out)
 
 
-numba_cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
+cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

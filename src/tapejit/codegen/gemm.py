@@ -37,7 +37,7 @@ from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 from numba.np.numpy_support import as_dtype
 
-from .. import numba_cache
+from .. import cache
 
 from .blas import matmul as blas_matmul
 
@@ -358,4 +358,4 @@ def matmul_threads(a, b, out, ta, tb):
         _call_threads(a, b, out, ta, tb)
 
 
-numba_cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
+cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
