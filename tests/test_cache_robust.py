@@ -149,7 +149,7 @@ def test_flipped_bit_in_machine_code_recompiles_in_a_new_process(tmp_path):
 
 
 def test_tapejits_own_kernels_keep_their_machine_code_under_the_cache_dir(tmp_path):
-    """codegen/vmath.py, blas.py and gemm.py cache in <root>/lib, not beside the package or in
+    """codegen/vmath.py and blas.py cache in <root>/lib, not beside the package or in
     ~/.cache/numba, in a fresh process."""
     script = ("import numpy as np, tapejit as tj\n"
               "g = tj.grad(lambda x: np.sum(np.sin(x) @ np.ones((3, 3))))\n"

@@ -276,6 +276,38 @@ def test_parallel_loops_match_the_interpreter(prog, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+def _outer_reductions(x, w):
+    """Reductions over the outer axis of a nest into arrays (sum, max, min), flat and with an
+    inner stage (row by row): each chunk of the outer loop keeps its own partial result."""
+    s = np.tanh(x * w)
+    col = np.sum(s, axis=0)                       # (width, 3): over the outer axis
+    top = np.max(s, axis=0)
+    low = np.min(np.sum(s, axis=-1), axis=0)      # (width,): after an inner stage
+    return np.sum(col * top) + np.sum(np.sin(low)) + np.sum(s * s)
+
+
+@pytest.mark.parametrize("outer", [1, 2, 5, 16])
+@pytest.mark.parametrize("width", [7, 20])      # 20: a row not of a fixed size (by rows)
+def test_outer_axis_reductions_on_threads_match_the_interpreter(outer, width, monkeypatch):
+    from tapejit import config
+    monkeypatch.setenv("TAPEJIT_PARALLEL_MIN_SIZE", "1")
+    config.reload()
+    rng = np.random.default_rng(outer)
+    args = (rng.normal(size=(outer, width, 3)), rng.normal(size=3))
+    compiled = tj.value_and_grad(_outer_reductions, argnums=(0, 1), backend="numba")
+    source = tj.explain(compiled)(*args).source
+    assert "numba.prange" in source and "_p[" in source     # partial results per chunk
+    want = tj.pytree.flatten(tj.value_and_grad(_outer_reductions, argnums=(0, 1))(*args))[0]
+    for threads in (1, 2, 3, 8):
+        tj.set_num_threads(threads)
+        try:
+            got = tj.pytree.flatten(compiled(*args))[0]
+        finally:
+            tj.set_num_threads(None)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 # ---- nests run row by row ----------------------------------------------------------------------
 def _row_reductions(x, w):
     """Nests of two or more loops with inner stages (codegen runs them row by row), holding
@@ -311,10 +343,10 @@ def test_the_shared_matmul_helper_reads_transposes_in_place():
 
     @numba.njit
     def products(a, b, c, d, out):
-        blas.matmul(a, b, out[0], False, False)
-        blas.matmul(c, b, out[1], True, False)
-        blas.matmul(a, d, out[2], False, True)
-        blas.matmul(c, d, out[3], True, True)
+        blas.matmul(a, b, out[0], False, False, 2)
+        blas.matmul(c, b, out[1], True, False, 2)
+        blas.matmul(a, d, out[2], False, True, 2)
+        blas.matmul(c, d, out[3], True, True, 2)
 
     rng = np.random.default_rng(3)
     for dtype, rtol in ((np.float64, 1e-13), (np.float32, 1e-5)):
@@ -324,5 +356,5 @@ def test_the_shared_matmul_helper_reads_transposes_in_place():
         for got, want in zip(out, (a @ b, c.T @ b, a @ d.T, c.T @ d.T)):
             np.testing.assert_allclose(got, want, rtol=rtol)
     out = np.full((2, 3), np.nan)
-    blas.matmul(np.empty((2, 0)), np.empty((0, 3)), out, False, False)   # an empty sum: zeros
+    blas.matmul(np.empty((2, 0)), np.empty((0, 3)), out, False, False, 2)   # an empty sum: zeros
     assert not out.any()

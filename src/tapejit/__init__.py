@@ -14,6 +14,7 @@ from .transforms import hessian, jacobian, jvp, jvp_cache_info
 from .gradient_tape import GradientTape, TapeError, tape_cache_info
 from .variables import Variable
 from .dispatch import clear_cache
+from .threads import get_num_threads, set_num_threads
 from .explain import Explanation, explain
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IRError, RandomnessError, ShapeError, TapejitError, TapejitWarning,
@@ -33,4 +34,5 @@ __all__ = [
     "CompiledMismatchError",
     "explain", "Explanation", "optimizers",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
+    "set_num_threads", "get_num_threads",
 ]

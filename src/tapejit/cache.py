@@ -50,7 +50,7 @@ _programs: dict[tuple[Path, str], "Program"] = {}
 _warned: set[Path] = set()   # directories `warn_memory_only` warned about
 # names every generated module can read besides math/numba/np (user kernels, from custom.py)
 GLOBALS: dict[str, Any] = {}
-# ... and modules it reads by a name (tj_vmath, tj_blas, tj_gemm): imported when the first program loads,
+# ... and modules it reads by a name (tj_vmath, tj_blas): imported when the first program loads,
 # so that `import tapejit` does not import numba
 MODULES: dict[str, str] = {}
 
@@ -73,8 +73,8 @@ def _tag() -> str:
         except metadata.PackageNotFoundError:
             parts.append(dist + "0")
     # numba's cache does not see changes to the functions generated code calls in vmath.py
-    # (kernels it inlines), blas.py and gemm.py (matrix products it links)
-    for helper in ("vmath", "blas", "gemm"):
+    # (kernels it inlines) and blas.py (matrix products)
+    for helper in ("vmath", "blas"):
         source = Path(__file__).with_name("codegen") / f"{helper}.py"
         parts.append(helper + hashlib.sha256(source.read_bytes()).hexdigest()[:8])
     return "-".join(parts)

@@ -105,15 +105,14 @@ def _blas() -> list[str]:
     return lines
 
 
-def _matmul(choice: str) -> str:
-    """Who computes float matrix products in compiled code (TAPEJIT_MATMUL)."""
-    import numpy as np
-    from .codegen import calls, gemm
-    if not calls.own_matmul(np.dtype(np.float64)):
-        return f"BLAS (TAPEJIT_MATMUL={choice})"
-    return (f"tapejit's kernel from {gemm.SMALL:,} multiply-adds on, BLAS below "
-            f"(TAPEJIT_MATMUL={choice}; numba targets "
-            f"{'AVX-512' if gemm.AVX512 else f'{gemm.VECTOR_BYTES * 8}-bit vectors'})")
+def _threads() -> str:
+    """tapejit's thread budget and what it was decided from (threads.py)."""
+    from . import threads
+    from .codegen.blas import GRAIN
+    given = threads.inputs()
+    return (f"{threads.decide(**given)} from " +
+            ", ".join(f"{k}={'-' if v is None else v}" for k, v in given.items()) +
+            f"; a matrix product takes one per {GRAIN:,} multiply-adds")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -135,7 +134,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"backends: {', '.join(BACKENDS)}; default {settings.backend}"
           + (" (TAPEJIT_DISABLE_JIT=1: interpret)" if settings.disable_jit else ""))
     print(f"first call of a new numba program: {settings.first_call} (TAPEJIT_FIRST_CALL)")
-    print(f"matrix products: {_matmul(settings.matmul)}")
+    print(f"threads: {_threads()}")
     for line in _blas():
         print(f"BLAS: {line}")
     print(f"CUDA: {_cuda()}")

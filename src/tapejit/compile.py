@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import threads
 from .cache import Program, load_program
 from .codegen.cpu import ENTRY, entry_args, generate
 from .config import config
@@ -33,15 +34,12 @@ class Interpreted:
 
 
 class Compiled:
-    """A tape compiled to one numba function; `program` counts compiles and disk loads."""
+    """A tape compiled to one numba function; `program` counts compiles and disk loads.
+    Programs with parallel work run each call in a thread window (threads.py)."""
 
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
-        threads = config().num_threads
-        if threads:       # numba's setting is per thread: the one building programs
-            import numba
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        self.source, self.sizes, workspace = generate(tape)
+        self.source, self.sizes, workspace, self.threads_slot = generate(tape)
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
         self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
         self.program: Program = load_program(self.source, ENTRY)
@@ -49,7 +47,9 @@ class Compiled:
         dump(self)
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
-        outs = self.program(*entry_args(self.tape, leaves), self.sizes, self.workspace)
+        args = (*entry_args(self.tape, leaves), self.sizes, self.workspace)
+        outs = self.program(*args) if self.threads_slot is None else \
+            threads.run(self.program, args, self.sizes, self.threads_slot)
         outs = [np.asarray(o) for o in outs]
         if config().verify:
             verify(self.tape, leaves, outs)

@@ -17,12 +17,8 @@
   runs its outermost loop on threads (numba.prange; codegen/cpu.py); 0 keeps every loop
   serial. bench/parallel.py measures where threads pay: on 2 idle cores from 4096 elements on
   (0.5x at 131072); on cores other jobs keep busy they cost up to 2x (docs/performance.md).
-- `TAPEJIT_MATMUL=auto|tapejit|blas`: who computes float matrix products in compiled code:
-  tapejit's packed SIMD kernel (codegen/gemm.py) or BLAS (scipy's OpenBLAS, through numba).
-  `auto` (the default) takes tapejit's where numba targets AVX-512, where it measured 0.55x
-  OpenBLAS's AVX2 kernels and 0.8x its AVX-512 ones, and BLAS elsewhere (on AVX2 they tie).
-  tapejit's kernel runs a product on threads from 32 x TAPEJIT_PARALLEL_MIN_SIZE multiply-adds.
-- `TAPEJIT_NUM_THREADS=n`: how many threads parallel loops use (default: numba's, the cores).
+- `TAPEJIT_NUM_THREADS=n`: how many threads compiled programs use (default: numba's, the
+  cores, unless the affinity mask, `OMP_NUM_THREADS` or the BLAS limit say fewer; threads.py).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -46,7 +42,7 @@ class Config:
     parallel_min_size: int = 131072
     num_threads: int | None = None
     fast_math: bool = True
-    matmul: str = "auto"
+    omp_threads: int | None = None
     verify: bool = False
 
 
@@ -75,6 +71,12 @@ def _choice(name: str, choices: tuple[str, ...]) -> str:
     return text
 
 
+def _omp_threads() -> int | None:
+    """OMP_NUM_THREADS's first level (it may list one per nesting level, "4,2")."""
+    text = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def _default_cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tapejit"
@@ -92,7 +94,7 @@ def _read() -> Config:
         parallel_min_size=_count("TAPEJIT_PARALLEL_MIN_SIZE", 131072),
         num_threads=_count("TAPEJIT_NUM_THREADS", None),
         fast_math=os.environ.get("TAPEJIT_FAST_MATH", "1").strip().lower() not in _FALSE,
-        matmul=_choice("TAPEJIT_MATMUL", ("auto", "tapejit", "blas")),
+        omp_threads=_omp_threads(),
         verify=_flag("TAPEJIT_VERIFY"),
     )
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import cache
+from . import cache, threads
 from .codegen.cpu import entry_args
 from .compile import BACKENDS, Compiled, Interpreted, executable, verify
 from .config import config
@@ -470,6 +470,8 @@ def _direct(runner: Compiled, call: Any) -> tuple[Callable[..., Sequence[Any]], 
     fn, tape = runner.program.fn, runner.tape
     tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes,
             runner.workspace)
+    if runner.threads_slot is not None:     # calls run in a thread window (threads.py)
+        fn = functools.partial(_windowed, fn, runner.sizes, runner.threads_slot)
     ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in call.leaves]
     # the compiled function is called with the arguments as given only if each is its leaf
     # (no static argument among them: those are in the program, not passed to it)
@@ -480,6 +482,11 @@ def _direct(runner: Compiled, call: Any) -> tuple[Callable[..., Sequence[Any]], 
                for ok, leaf, var in zip(ready, call.leaves, tape.invars)]
     return (lambda *args: fn(*[args[i] if c is None else c(args[i])
                                for c, i in zip(convert, positions)], *tail)), ()
+
+
+def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
+              *args: Any) -> Sequence[Any]:
+    return threads.run(fn, args, sizes, slot)
 
 
 def _c_array(a: np.ndarray) -> np.ndarray:

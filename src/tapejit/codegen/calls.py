@@ -1,5 +1,5 @@
-"""Code for the eqns a loop nest does not absorb (fusion barriers): matrix products (tapejit's
-kernel or BLAS), reshapes, gathers, scatters, cumulative ops, products and arg-reductions.
+"""Code for the eqns a loop nest does not absorb (fusion barriers): matrix products (BLAS),
+reshapes, gathers, scatters, cumulative ops, products and arg-reductions.
 
 Everything is written as explicit loops over C-contiguous arrays plus `np.empty`, `np.zeros`,
 `np.full`, `reshape` and `np.dot`: numba compiles those quickly, while its generic
@@ -13,56 +13,25 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..config import config
 from ..dims import Dim
 from ..ir import Atom, Eqn, Var
 from ..ops.linalg import free_axes
 from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
 
-# generated code's names for codegen/blas.py and codegen/gemm.py (imported when a program loads)
-BLAS, GEMM = "tj_blas", "tj_gemm"
-cache.MODULES.update({BLAS: "tapejit.codegen.blas", GEMM: "tapejit.codegen.gemm"})
-THREADED_PRODUCT = 32   # a product runs on threads from this many x parallel_min_size mul-adds
-
-
-def own_matmul(dtype: np.dtype) -> bool:
-    """Whether products of `dtype` use tapejit's kernel (codegen/gemm.py) rather than BLAS:
-    TAPEJIT_MATMUL=tapejit, or by default where numba targets AVX-512 (measured 0.55x
-    OpenBLAS's AVX2 kernels and 0.8x its AVX-512 ones; AVX2 ties, so BLAS stays there)."""
-    choice = config().matmul
-    if dtype not in (np.float32, np.float64) or choice == "blas":
-        return False
-    if choice == "tapejit":
-        return True
-    from . import gemm    # imports numba: only when a program is generated
-    return gemm.AVX512
+# generated code's name for codegen/blas.py (imported when a program loads)
+BLAS = "tj_blas"
+cache.MODULES.update({BLAS: "tapejit.codegen.blas"})
 
 
 def matmul_call(w: Writer, a: tuple[str, bool], b: tuple[str, bool], out: str,
-                extents: tuple[str, str], dtype: np.dtype, macs: int) -> None:
-    """Write the statement computing `out`, of `extents` (rows, columns: code), from operands
-    given as (expression, transposed), with `macs` multiply-adds at the traced sizes.
-    tapejit's kernel gets a product that may win there: at least gemm.SMALL multiply-adds and
-    no fixed rows or columns fewer than one tile (it hands smaller ones to BLAS at run time
-    too, when another batch size reuses the program); it runs on threads from
-    THREADED_PRODUCT x parallel_min_size multiply-adds. BLAS gets the rest, and threads
-    itself. A program that calls the kernel links it when it loads (compiled once per machine)."""
-    if not own_matmul(dtype) or not _kernel_may_win(extents, dtype, macs):
-        w.line(f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})")
-        return
-    least = THREADED_PRODUCT * config().parallel_min_size
-    threads = bool(least) and macs >= least
-    w.module.links.add((np.dtype(dtype).name, threads))  # type: ignore[attr-defined]
-    fn = "matmul_threads" if threads else "matmul"
-    w.line(f"{GEMM}.{fn}({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]})")
-
-
-def _kernel_may_win(extents: tuple[str, str], dtype: np.dtype, macs: int) -> bool:
-    from . import gemm
-    return macs >= gemm.SMALL and not any(
-        extent.isdigit() and int(extent) < least
-        for extent, least in zip(extents, gemm.tile(dtype)))
+                sizes: Sizes, macs: int) -> None:
+    """Write the statement computing `out` from operands given as (expression, transposed):
+    BLAS, on as many of the call's threads as the product has work for (blas.py `parts`).
+    `macs`: its multiply-adds at the traced sizes (the program's largest decides whether its
+    calls run in a thread window, threads.py)."""
+    w.module.largest_product = max(w.module.largest_product, macs)  # type: ignore[attr-defined]
+    w.line(f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]}, {sizes.threads()})")
 
 
 # (writer, eqn, input names, output name (a list of names for an op with multiple results), sizes)
@@ -202,7 +171,7 @@ def _dot_general(w, eqn, ins, out, sizes):
         flat = len(lf) == len(rf) == 1
         result = out if flat else f"{out}_m"
         w.line(f"{result} = np.empty(({m}, {n}), {dtype_code(dtype)})")
-        matmul_call(w, lhs2, rhs2, result, (m, n), dtype, eqn_macs(eqn))
+        matmul_call(w, lhs2, rhs2, result, sizes, eqn_macs(eqn))
         if not flat:
             w.line(f"{out} = {result}.reshape({shape})")
         return
@@ -216,7 +185,7 @@ def _dot_general(w, eqn, ins, out, sizes):
     if dtype.kind == "f":
         w.indent()
         matmul_call(w, (f"{out}_a[{jb}]", False), (f"{out}_b[{jb}]", False), f"{out}_c[{jb}]",
-                    (m, n), dtype, eqn_macs(eqn) // max(1, math.prod(lhs.shape[a] for a in lb)))
+                    sizes, eqn_macs(eqn) // max(1, math.prod(lhs.shape[a] for a in lb)))
         w.dedent()
     else:  # BLAS has no integer product
         w.line(f"    for {jm} in range({m}):")

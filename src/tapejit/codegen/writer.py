@@ -75,6 +75,15 @@ class Sizes:
             self.slots[key] = len(self.slots)
         return f"S[{self.slots[key]}]"
 
+    def threads(self) -> str:
+        """The slot of the threads this call's matrix products may use (threads.py writes it
+        before each call; 1 in the table as generated)."""
+        self.slots.setdefault(("threads", 1), len(self.slots))
+        return f"S[{self.slots[('threads', 1)]}]"
+
+    def threads_slot(self) -> int | None:
+        return self.slots.get(("threads", 1))
+
     def is_fixed(self, n: Dim) -> bool:
         return n.sym in self.fixed or n.size in (0, 1)
 

@@ -1,0 +1,139 @@
+"""One thread budget per process: how compiled programs share the cores.
+
+A compiled program does its parallel work on one pool of threads, numba's: its large loop
+nests run their outer loop on it (codegen/cpu.py), and its large matrix products are cut into
+blocks, one single-threaded BLAS call per thread (codegen/blas.py `parts`). BLAS's own thread
+pool would otherwise wake for each product and then spin on the cores the next loop needs
+(OpenBLAS's workers busy-wait after a call): on 2 cores an MLP gradient took 36 ms that way,
+10.4 ms with BLAS held to one thread.
+
+The budget of a call (`decide`, from `inputs`):
+- `tj.set_num_threads(n)` or `TAPEJIT_NUM_THREADS=n`, where given: tapejit's own setting;
+- else the fewest of: numba's thread count for the calling thread (`NUMBA_NUM_THREADS`,
+  `numba.set_num_threads`), the CPUs the process may run on (its affinity mask),
+  `OMP_NUM_THREADS`, and the limit of the BLAS libraries (`OPENBLAS_NUM_THREADS`,
+  `MKL_NUM_THREADS`, a surrounding `threadpoolctl.threadpool_limits`): a process told to use
+  fewer threads, by any of the usual means, gets no more from tapejit;
+- never more than numba's pool (`NUMBA_NUM_THREADS`).
+
+While a call of a program with parallel loops or a product BLAS could thread (`windowed`)
+runs, numba's threads for the calling thread are the budget, every BLAS library is held to one
+thread (threadpoolctl), and the budget is written into the program's size table, from which
+its products (`parts(m, n, k, budget)` threads) and its nests that reduce over their outer
+axis into arrays (one chunk of the outer loop per thread) read it; all of it is put back when
+the call returns. Other programs run as they are: a window costs about 4 us.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Sequence
+
+from .config import config
+
+# OpenBLAS runs a gemm of fewer multiply-adds on the calling thread (its
+# GEMM_MULTITHREAD_THRESHOLD x SMP_THRESHOLD_MIN): a program whose products are all smaller,
+# and which has no parallel loops, needs no window
+BLAS_THREADED = 4 * 65536
+
+_explicit: int | None = None
+_lock = threading.Lock()
+_open = 0                                # windows open in this process (all threads)
+_held: list[tuple[Any, int]] = []        # (BLAS library, its limit before the first window)
+_libraries: list[Any] | None = None
+
+
+def set_num_threads(n: int | None) -> None:
+    """Use `n` threads for tapejit's compiled programs (None: back to the default, see
+    `get_num_threads`); overrides TAPEJIT_NUM_THREADS."""
+    global _explicit
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"tj.set_num_threads({n!r}): expected a whole number >= 1, or None "
+                         f"for the default")
+    _explicit = n
+
+
+def get_num_threads() -> int:
+    """The threads a compiled program called now would use (the module docstring's budget)."""
+    return decide(**inputs())
+
+
+def inputs(blas: int | None | str = "read") -> dict[str, int | None]:
+    """What the budget is decided from, now (`blas`: the BLAS libraries' limit, read from
+    them unless given)."""
+    import numba
+    if blas == "read":
+        blas = _blas_limit(_held if _open else
+                           [(lib, lib.get_num_threads()) for lib in _blas()])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return dict(explicit=_explicit or config().num_threads,
+                pool=numba.config.NUMBA_NUM_THREADS, numba_threads=numba.get_num_threads(),
+                cpus=cpus or 1, omp=config().omp_threads, blas=blas)  # type: ignore[dict-item]
+
+
+def decide(explicit: int | None, pool: int, numba_threads: int, cpus: int,
+           omp: int | None, blas: int | None) -> int:
+    """The budget from its inputs (the module docstring's rule)."""
+    if explicit:
+        return max(1, min(explicit, pool))
+    limits = [numba_threads, cpus] + [n for n in (omp, blas) if n]
+    return max(1, min(limits + [pool]))
+
+
+def windowed(parallel: bool, largest_product: int) -> bool:
+    """Whether a program's calls run in a window: it has parallel loops, or a product BLAS
+    would run on its threads."""
+    return parallel or largest_product >= BLAS_THREADED
+
+
+def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
+        slot: int) -> Sequence[Any]:
+    """`fn(*args)` in a window: numba's threads the budget, BLAS on one thread, and the
+    budget in `sizes[slot]` for the program's products."""
+    global _open
+    with _lock:
+        if _open == 0:
+            _held[:] = [(lib, lib.get_num_threads()) for lib in _blas()]
+            for lib, n in _held:
+                if n is not None and n > 1:
+                    lib.set_num_threads(1)
+        _open += 1
+    try:
+        import numba
+        n = decide(**inputs(_blas_limit(_held)))
+        before = numba.get_num_threads()
+        if n != before:
+            numba.set_num_threads(n)
+        sizes[slot] = n
+        try:
+            return fn(*args)
+        finally:
+            if n != before:
+                numba.set_num_threads(before)
+    finally:
+        with _lock:
+            _open -= 1
+            if _open == 0:
+                for lib, n in _held:
+                    if n is not None and n > 1:
+                        lib.set_num_threads(n)
+                _held.clear()
+
+
+def _blas_limit(held: list[tuple[Any, int]]) -> int | None:
+    limits = [n for _, n in held if n]
+    return min(limits) if limits else None
+
+
+def _blas() -> list[Any]:
+    """threadpoolctl's controllers of the BLAS libraries loaded (numba's BLAS is scipy's,
+    loaded before the first program with a product compiles; numpy's may be another one)."""
+    global _libraries
+    if _libraries is None:
+        try:
+            import scipy.linalg.cython_blas  # noqa: F401  (loaded now, so that it is seen)
+        except ImportError:
+            pass
+        from threadpoolctl import ThreadpoolController
+        _libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    return _libraries

@@ -1,0 +1,146 @@
+"""The thread budget (threads.py) and products cut over threads (codegen/blas.py `parts`):
+the decision on simulated machines of 1, 2, 8 and 64 cores, the window a program's call runs
+in (numba's threads, BLAS held to one thread, both put back), and products split into blocks
+computing what numpy computes."""
+import numba
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import tapejit as tj
+from tapejit import threads
+from tapejit.codegen import blas
+from tapejit.compile import Compiled
+
+
+def _blas_threads() -> list[int]:
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8, 64])
+def test_the_budget_is_the_fewest_of_what_the_process_was_told(cores):
+    machine = dict(pool=cores, numba_threads=cores, cpus=cores, omp=None, blas=cores)
+    assert threads.decide(explicit=None, **machine) == cores
+    assert threads.decide(explicit=None, **{**machine, "cpus": 1}) == 1     # pinned to a CPU
+    assert threads.decide(explicit=None, **{**machine, "omp": 4}) == min(4, cores)
+    assert threads.decide(explicit=None, **{**machine, "blas": 1}) == 1   # threadpool_limits
+    assert threads.decide(explicit=None, **{**machine, "blas": None}) == cores  # no BLAS seen
+    assert threads.decide(explicit=None, **{**machine, "numba_threads": 1}) == 1
+    # tapejit's own setting wins over the others, within numba's pool
+    assert threads.decide(explicit=3, **{**machine, "blas": 1, "cpus": 1}) == min(3, cores)
+    assert threads.decide(explicit=1000, **machine) == cores
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8, 64])
+def test_products_take_a_thread_per_grain_of_work(cores):
+    grain = blas.GRAIN
+    assert blas.parts(4, 4, 4, cores) == 1                        # tiny: never split
+    assert blas.parts(1797, 10, 256, cores) == min(cores, 2)      # 4.6M multiply-adds
+    assert blas.parts(1797, 256, 256, cores) == min(cores, 56)    # 118M: 56 rows each at 64
+    assert blas.parts(1, 10**6, 64, cores) == min(cores, 30)      # by columns
+    for m, n, k in [(1797, 256, 256), (256, 256, 1797), (64, 4096, 100), (5000, 5000, 1)]:
+        count = blas.parts(m, n, k, cores)
+        assert 1 <= count <= cores
+        assert count == 1 or (m * n * k // count >= grain and max(m, n) // count >= blas.SIDE)
+
+
+PRODUCTS = [(300, 260, 270), (260, 300, 270), (1000, 1, 30), (1, 1000, 30), (97, 89, 83),
+            (3, 2, 5), (64, 64, 1), (1, 1, 1)]
+
+
+@pytest.mark.parametrize("m,n,k", PRODUCTS)
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_a_product_cut_into_blocks_is_numpys(m, n, k, ta, tb):
+    rng = np.random.default_rng(m * 7 + n)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+        want = (a.T if ta else a) @ (b.T if tb else b)
+        for count in sorted({1, 2, 3, 8} & set(range(1, max(m, n) + 1))):
+            out = np.full((m, n), np.nan, dtype)
+            blas.blocks(a, b, out, ta, tb, count)
+            np.testing.assert_allclose(out, want, rtol=tol, atol=tol * k)
+        out = np.full((m, n), np.nan, dtype)
+        blas.matmul(a, b, out, ta, tb, 8)
+        np.testing.assert_allclose(out, want, rtol=tol, atol=tol * k)
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 4, 3), (4, 0, 3), (4, 3, 0)])
+def test_an_empty_product_is_zeros(m, n, k):
+    out = np.full((m, n), np.nan)
+    blas.matmul(np.ones((m, k)), np.ones((k, n)), out, False, False, 4)
+    assert np.array_equal(out, np.zeros((m, n)))
+
+
+def test_large_products_split_as_parts_says():
+    """Products big enough to split (several GRAINs) give numpy's result for every budget."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((700, 400)), rng.standard_normal((700, 300))
+    want = a.T @ b
+    for count in (1, 2, 5, 64):
+        out = np.empty((400, 300))
+        blas.matmul(a, b, out, True, False, count)
+        assert blas.parts(400, 300, 700, count) == min(count, 12)   # 400 rows / SIDE
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-10)
+
+
+def _mlp(w1, w2, x):
+    return np.sum(np.tanh(np.tanh(x @ w1) @ w2) ** 2)
+
+
+def _mlp_args(batch=512, width=256):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((width, width)) / 16, rng.standard_normal((width, width)) / 16,
+            rng.standard_normal((batch, width)))
+
+
+def test_calls_run_in_a_window_and_put_everything_back(monkeypatch):
+    """Inside a windowed call: numba's threads are the budget, BLAS runs on one thread, the
+    program's products read the budget; afterwards all is as before, after an error too."""
+    g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
+    args = _mlp_args()
+    g(*args)
+    program = next(iter(g.__wrapped_transform__._cache.values())).run
+    assert isinstance(program, Compiled) and program.threads_slot is not None
+    assert "tj_blas.matmul(" in program.source and f"S[{program.threads_slot}])" in program.source
+    seen = []
+
+    def probe(*args):
+        seen.append((numba.get_num_threads(), _blas_threads(), int(args[-2][args[-1]])))
+        raise KeyError("inside")
+
+    before = (numba.get_num_threads(), _blas_threads())
+    table = program.sizes.copy()
+    with pytest.raises(KeyError):
+        threads.run(lambda *a: probe(*a, table, program.threads_slot), (), table,
+                    program.threads_slot)
+    budget = tj.get_num_threads()
+    assert seen == [(budget, [1] * len(before[1]), budget)]
+    assert (numba.get_num_threads(), _blas_threads()) == before
+    with threadpool_limits(limits=1, user_api="blas"):     # the user's limit holds
+        assert tj.get_num_threads() == 1
+    tj.set_num_threads(1)
+    try:
+        assert tj.get_num_threads() == 1
+        one = g(*args)
+        assert program.sizes[program.threads_slot] == 1
+    finally:
+        tj.set_num_threads(None)
+    every = g(*args)
+    assert program.sizes[program.threads_slot] == tj.get_num_threads()
+    for x, y in zip(one, every):
+        np.testing.assert_allclose(x, y, rtol=1e-10)
+    assert (numba.get_num_threads(), _blas_threads()) == before
+
+
+def test_small_programs_need_no_window():
+    g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
+    g(*_mlp_args(batch=16, width=64))      # products of 65,536 multiply-adds
+    program = next(iter(g.__wrapped_transform__._cache.values())).run
+    assert "tj_blas.matmul(" in program.source and program.threads_slot is None
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
+def test_set_num_threads_refuses_what_is_not_a_count(bad):
+    with pytest.raises(ValueError, match=r"tj.set_num_threads\(.*whole number >= 1"):
+        tj.set_num_threads(bad)
