@@ -1,7 +1,8 @@
 """Shared helpers for the compiler-issue benchmarks in bench/.
 
 Every script imports this module *before* numpy, jax or torch: importing it pins the whole
-process to one CPU and BLAS to one thread (see "one core" below), then:
+process to one CPU and BLAS to one thread (unless TAPEJIT_BENCH_CPUS=all; see "Two
+configurations" below), then:
 
     args = make_parser(__doc__).parse_args()
     print_header("elementwise gradient", args)
@@ -17,17 +18,26 @@ process to one CPU and BLAS to one thread (see "one core" below), then:
 medians of repeated runs: the machines these run on are shared, so never look at one run.
 Nothing here asserts on a time; the scripts assert only on correctness (`check_close`).
 
-One core. Thread-count settings alone do not make a row single-threaded: JAX 0.10 ignores
-XLA_FLAGS' `--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1` (a jitted
+Two configurations. Users run tapejit with every core and each library's default threads,
+so the headline of bench/peers.py and bench/gemm.py is "default threading"; "one thread" comes
+second (it shows each library's single-core code, and with the first the speed-up from one
+thread to all cores). Thread pools are sized at import, so each configuration runs in a
+child process of its own (`run_child`), one after the other. The other scripts run pinned.
+
+One thread means one CPU, not one thread setting: JAX 0.10 ignores XLA_FLAGS'
+`--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1` (a jitted
 1797x256 @ 256x256 float64 product took 1.88 ms wall and 3.33 ms CPU on 2 cores). So importing
 this module pins the process with `os.sched_setaffinity` to one CPU, before numpy, jax or torch
-create their thread pools; child processes inherit the pin. $TAPEJIT_BENCH_CPUS chooses:
+create their thread pools; child processes inherit the pin. A pinned process also sets
+OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1, TAPEJIT_PARALLEL_MIN_SIZE=0 (serial loops) and those
+XLA_FLAGS, the torch rows call `torch.set_num_threads(1)`, and tapejit's thread budget follows
+the pin (1). $TAPEJIT_BENCH_CPUS chooses:
   unset or "one"  pin to the CPU the process is running on now (the scheduler's pick);
   "<n>"           pin to CPU n;
-  "all"           do not pin (bench/parallel.py sets this before importing the harness: it
-                  measures threads), and leave BLAS, XLA and tapejit's parallel loops at their
-                  defaults. A process a pinned bench started gets back every CPU its parent
-                  was allowed ($TAPEJIT_BENCH_ALLOWED_CPUS, set when pinning).
+  "all"           default threading: do not pin, and leave BLAS, XLA, torch and tapejit at
+                  their defaults. A process a pinned bench started gets back every CPU its
+                  parent was allowed ($TAPEJIT_BENCH_ALLOWED_CPUS, set when pinning), and the
+                  one-thread settings its parent set are dropped.
 The header (`print_header`) says which, and says so where `os.sched_setaffinity` is missing
 (macOS, Windows): there the JAX rows may use more than one core.
 """
@@ -96,8 +106,11 @@ def _pin() -> tuple[bool, str]:
 
 
 PINNED, PIN_NOTE = _pin()
+# one-thread settings: pinned, or asked for one CPU where pinning is unavailable
+ONE_THREAD = PINNED or (not hasattr(os, "sched_setaffinity")
+                        and os.environ.get(CPUS_ENV, "one").strip().lower() != "all")
 
-if PINNED or not hasattr(os, "sched_setaffinity"):
+if ONE_THREAD:
     # Single-threaded BLAS and tapejit loops for every bench, unless the caller asked otherwise
     # for a given row (bench/parallel.py, TAPEJIT_BENCH_CPUS=all, measures what threads give).
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
@@ -122,8 +135,9 @@ import numpy as np  # noqa: E402
 
 def make_parser(doc: str | None, repeats: int = 7) -> argparse.ArgumentParser:
     """An argument parser with the flags every bench shares: --quick and --repeats."""
-    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=(doc or "").strip().splitlines()[0] if doc else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and 2 repeats (the smoke test uses this)")
     parser.add_argument("--repeats", type=int, default=None,
@@ -140,7 +154,8 @@ def make_parser(doc: str | None, repeats: int = 7) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(parser: argparse.ArgumentParser,
+               argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else args._default_repeats
@@ -244,9 +259,11 @@ def print_header(title: str, args: argparse.Namespace | None = None, extra: str 
     rows = rows or ", ".join(label for label, _ in tapejit_variants(args))
     print(f"== {title} ==")
     print(f"   tapejit {tj.__version__} (rows: {rows}; TAPEJIT_CACHE_DIR="
-          f"{os.environ.get('TAPEJIT_CACHE_DIR', 'default')}), numpy {np.__version__}, numba {numba_v}, "
+          f"{os.environ.get('TAPEJIT_CACHE_DIR', 'default')}), numpy {np.__version__}, "
+          f"numba {numba_v}, "
           f"python {platform.python_version()}; {os.cpu_count()} cpus; "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; {mode} run{reps}"
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; "
+          f"tapejit threads {tj.get_num_threads()}; {mode} run{reps}"
           + (f"; {extra}" if extra else ""))
     print(f"   {PIN_NOTE}")
 
@@ -427,22 +444,25 @@ RESULTS_ENV = "TAPEJIT_BENCH_RESULTS"   # bench/run_all.py points this at a JSON
 
 def ratio_line(what: str, numerator: float | None, denominator: float | None,
                goal: float | None = None, lower_is_better: bool = True,
-               record: dict | None = None) -> bool | None:
+               record: dict | None = None, collect: list[str] | None = None) -> bool | None:
     """Print `ratio <what> = 1.23x  goal <= 0.95x  [met]`; return whether the goal is met.
     With `record` (workload, row, reference, ... for bench/run_all.py) and $TAPEJIT_BENCH_RESULTS
-    set, also append one JSON line with the numbers to that file."""
+    set, also append one JSON line with the numbers to that file; with `collect`, also append
+    the line printed to that list."""
     met = None
     if numerator is None or denominator is None or denominator == 0:
-        print(f"ratio {what} = n/a")
+        line = f"ratio {what} = n/a"
         r = None
     else:
         r = numerator / denominator
-        if goal is None:
-            print(f"ratio {what} = {r:.2f}x")
-        else:
+        line = f"ratio {what} = {r:.2f}x"
+        if goal is not None:
             met = r <= goal if lower_is_better else r >= goal
-            print(f"ratio {what} = {r:.2f}x   goal {'<=' if lower_is_better else '>='} "
-                  f"{goal:.2f}x   [{'met' if met else 'NOT met'}]")
+            line += (f"   goal {'<=' if lower_is_better else '>='} {goal:.2f}x   "
+                     f"[{'met' if met else 'NOT met'}]")
+    print(line)
+    if collect is not None:
+        collect.append(line)
     path = os.environ.get(RESULTS_ENV)
     if record is not None and path:
         import json
@@ -475,12 +495,14 @@ def try_row(table: Table, label: str, module: str, build: Callable[[], Callable[
 def framework_rows(table: Table, args: Sequence[np.ndarray], wrt: Sequence[int], want: Any,
                    repeats: int, make_jax: Callable[[Any], Callable[..., Any]] | None = None,
                    make_torch: Callable[[Any], Callable[..., Any]] | None = None,
-                   rtol: float = 1e-6, atol: float = 0.0, **measure_kw: Any) -> dict[str, Timing | None]:
+                   rtol: float = 1e-6, atol: float = 0.0,
+                   **measure_kw: Any) -> dict[str, Timing | None]:
     """Rows "jax jit(grad)", "torch eager autograd" and "torch.compile" for a scalar function of
     the flat positional arrays `args`, differentiated w.r.t. the positions `wrt`.
     `make_jax(jnp)` / `make_torch(torch)` return the function written against that module; each
     row is checked against `want` (the flat list of reference gradients) before it is timed, and
-    runs on one thread. Rows whose framework is missing say "not installed"."""
+    runs on one thread where the process is pinned (`ONE_THREAD`), else on torch's default
+    threads. Rows whose framework is missing say "not installed"."""
     out: dict[str, Timing | None] = {}
     wrt = tuple(wrt)
 
@@ -496,7 +518,8 @@ def framework_rows(table: Table, args: Sequence[np.ndarray], wrt: Sequence[int],
 
     def build_torch(compiled: bool) -> Callable[[], Any]:
         import torch
-        torch.set_num_threads(1)
+        if ONE_THREAD:
+            torch.set_num_threads(1)
         f = make_torch(torch)
         if compiled:
             f = torch.compile(f)
@@ -524,3 +547,49 @@ def framework_rows(table: Table, args: Sequence[np.ndarray], wrt: Sequence[int],
 
 def flush() -> None:
     sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# the two configurations, each in a child process
+
+THREADS = {"all": "default threading", "one": "one thread"}   # --threads: their titles
+
+
+def threads_wanted(choice: str) -> list[str]:
+    """The configurations `--threads all|one|both` asks for, default threading first."""
+    return list(THREADS) if choice == "both" else [choice]
+
+
+def run_child(script: str, argv: Sequence[str], threads: str,
+              drop_env: Sequence[str] = ()) -> Any:
+    """Run `script argv --config <threads> --results <file>` in a child process set up for
+    that configuration ("all": not pinned, every library's defaults; "one": pinned, one-thread
+    settings), without the variables `drop_env`, its output going to ours. Returns the JSON
+    the child wrote to <file>, or None (and says so) when it failed."""
+    import json
+    import subprocess
+    import tempfile
+    env = {k: v for k, v in os.environ.items() if k not in drop_env}
+    want = env.get(CPUS_ENV, "one").strip().lower()
+    env[CPUS_ENV] = "all" if threads == "all" else (want if want not in ("", "all") else "one")
+    with tempfile.TemporaryDirectory(prefix="tapejit-bench-") as tmp:
+        path = os.path.join(tmp, "results.json")
+        flush()
+        proc = subprocess.run([sys.executable, script, *argv, "--config", threads,
+                               "--results", path], env=env)
+        if proc.returncode != 0 or not os.path.exists(path):
+            print(f"{os.path.basename(script)} ({THREADS[threads]}) failed: exit "
+                  f"{proc.returncode}", flush=True)
+            return None
+        with open(path) as fh:
+            return json.load(fh)
+
+
+def add_child_flags(parser: argparse.ArgumentParser) -> None:
+    """`--threads all|one|both`, and the flags `run_child` passes to a child."""
+    parser.add_argument("--threads", choices=("all", "one", "both"), default="both",
+                        help="all: default threading (no pin, every library's default "
+                             "threads); one: pinned to one CPU, one thread; both (default): "
+                             "all, then one, each in its own process")
+    parser.add_argument("--config", choices=tuple(THREADS), help=argparse.SUPPRESS)
+    parser.add_argument("--results", help=argparse.SUPPRESS)

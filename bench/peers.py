@@ -1,14 +1,27 @@
 """tapejit against its peers: the same gradients in JAX, PyTorch, HIPS autograd and by hand.
 
-One process runs every workload on every peer that is installed (the others print "not
-installed"; see bench/README.md to install them), checks each gradient against tapejit's (or the
-hand-written one), times them in interleaved rounds (each round runs every peer once, so load
-from other jobs falls on all alike), then prints per workload the median steady-state time, the
-ratio to tapejit and the first two calls (trace + compile, where there is one: tapejit runs its
-first call on the numpy interpreter and compiles on the second), and at the end one
-Markdown table of them all, and `ratio <peer> / hand-written` lines (tapejit's against the
-issue's goal). Workloads (float64; one core: the harness pins the process to one CPU, so JAX's
-and torch's threads share it):
+Every workload on every peer that is installed (the others print "not installed"; see
+bench/README.md to install them), in two configurations, each in a child process of its own
+(thread pools are sized at import), one after the other:
+
+  default threading   the headline, how users run: no CPU pin and no thread settings from the
+                      bench; every library at its defaults (tapejit's thread budget, numba's
+                      threads, OpenBLAS's, XLA's, torch's)
+  one thread          the process pinned to one CPU with the harness's one-thread settings
+                      (BLAS, XLA, torch on one thread; tapejit's budget follows the pin: 1)
+
+Each child checks each gradient against tapejit's (or the hand-written one), times the peers
+in interleaved rounds (each round runs every peer once, so load from other jobs falls on all
+alike), and prints per workload the median steady-state time, the ratio to tapejit and the
+first two calls (trace + compile, where there is one: tapejit runs its first call on the numpy
+interpreter and compiles on the second). The parent then prints two Markdown tables, default
+threading first with each row's speed-up from one thread to all cores (one-thread median /
+default median), one thread second, and the goal lines of the default-threading table:
+tapejit <= 0.95x JAX (mlp), <= 0.95x the best of hand-written and torch.compile (gmm), ahead
+of every peer (elementwise; dispatch: every autodiff peer, the hand-written `2*x` being no call
+of a compiled function), <= 2x the hand-written @njit pair loop (lennard_jones), never slower
+with all cores than with one, and at least 1.5x faster with all cores on mlp, gmm and
+elementwise where there are 2 CPUs or more. Workloads (float64):
 
   elementwise     grad of sum(sin(x)*exp(-x*x) + tanh(x)*x), x of 10^6 elements
   dispatch        grad of sum(x*x), x of 10 elements (per-call overhead)
@@ -17,30 +30,26 @@ and torch's threads share it):
   gmm             ADBench's GMM objective, d=10, K=25, n=10,000 random points: the gradient
                   w.r.t. (alphas, means, icf), and the gradient / objective time ratio;
                   hand-written: `gmm_grad_numpy` (numpy forward + backward, checked against
-                  tapejit's gradient to rtol 1e-10); goal: tapejit <= 1.0x it
+                  tapejit's gradient to rtol 1e-10)
 
-Peers: tapejit [numba] (`tj.grad`; objective: `tj.jit`; TAPEJIT_NUM_THREADS=1 unless set),
-JAX `jit(grad)`, PyTorch eager autograd and `torch.compile` (forward compiled, AOTAutograd
-backward), HIPS autograd (`autograd.grad`), and the hand-written gradient of bench/ (numpy or
-@njit) where there is one.
-First calls run on fresh caches: a new TAPEJIT_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR
-(--keep-cache uses the environment's).
+Peers: tapejit [numba] (`tj.grad`; objective: `tj.jit`), JAX `jit(grad)`, PyTorch eager
+autograd and `torch.compile` (forward compiled, AOTAutograd backward), HIPS autograd
+(`autograd.grad`), and the hand-written gradient of bench/ (numpy or @njit) where there is one.
+First calls run on fresh caches in each child: a new TAPEJIT_CACHE_DIR and
+TORCHINDUCTOR_CACHE_DIR (--keep-cache uses the environment's).
 
-    .venv/bin/python bench/peers.py                       # everything (~6 minutes)
+    .venv/bin/python bench/peers.py                       # everything, both configurations
     .venv/bin/python bench/peers.py --quick               # small sizes, 2 repeats
-    .venv/bin/python bench/peers.py --workloads gmm,mlp --peers tapejit,jax
+    .venv/bin/python bench/peers.py --workloads gmm,mlp --peers tapejit,jax --threads all
 """
 from __future__ import annotations
 
-import _harness as H  # first: pins BLAS threads before numpy is imported
-
-import os
-
-# every peer runs on one thread: tapejit's parallel loops too (before tapejit reads its config)
-os.environ.setdefault("TAPEJIT_NUM_THREADS", "1")
+import _harness as H  # first: pins the process (unless TAPEJIT_BENCH_CPUS=all)
 
 import dataclasses  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
@@ -52,6 +61,17 @@ LABELS = {"tapejit": "tapejit [numba]", "jax": "JAX jit(grad)", "torch": "PyTorc
           "torch.compile": "torch.compile", "autograd": "HIPS autograd",
           "hand-written": "hand-written"}
 MODULES = {"jax": "jax", "torch": "torch", "torch.compile": "torch", "autograd": "autograd"}
+AUTODIFF = ("jax", "torch", "torch.compile", "autograd")
+# the default-threading goals: workload -> (what, the peers whose best time is the reference
+# (None: every other peer), the most tapejit's time may be of it)
+GOALS = {"elementwise": ("the best peer", None, 1.0),
+         "dispatch": ("the best autodiff peer", AUTODIFF, 1.0),
+         "mlp": ("JAX jit(grad)", ("jax",), 0.95),
+         "lennard_jones": ("hand-written @njit pair loop", ("hand-written",), 2.0),
+         "gmm": ("the best of hand-written and torch.compile", ("hand-written", "torch.compile"),
+                 0.95)}
+SPEEDUP_GOAL = 1.5          # one thread -> all cores, on 2 CPUs or more
+SPEEDUP_WORKLOADS = ("mlp", "gmm", "elementwise")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,7 +195,6 @@ class Workload:
     hand_label: str = ""
     objective: bool = False        # also time the objective alone (gradient / objective)
     tiny: bool = False             # microsecond calls: loop each timed run
-    goal_vs_hand: float | None = None   # the issue's goal for tapejit / hand-written
     tapejit_rtol: float = 1e-6     # tolerance of tapejit's gradient against the hand-written one
 
 
@@ -190,7 +209,7 @@ def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
         x = np.random.default_rng(0).uniform(-3.0, 3.0, size=n)
         return Workload("elementwise", f"grad of sum(sin(x)*exp(-x*x) + tanh(x)*x), n={n:,}",
                         elementwise, [x], (0,), lambda: (bench_ew.numba_grad(x),),
-                        "@njit fused loop", goal_vs_hand=0.5)
+                        "@njit fused loop")
 
     def make_dispatch() -> Workload:
         x = np.linspace(-1.0, 1.0, 10)
@@ -209,15 +228,14 @@ def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
             return tuple(grads[k] for k in keys)
         return Workload("mlp", f"grad of softmax cross-entropy, {'-'.join(map(str, sizes))} "
                         f"tanh MLP, {n} samples", mlp, [params[k] for k in keys] + [x, y],
-                        tuple(range(6)), hand, "numpy fwd+bwd", goal_vs_hand=bench_mlp.GOAL)
+                        tuple(range(6)), hand, "numpy fwd+bwd")
 
     def make_lj() -> Workload:
         x = bench_lj.positions(5 if quick else 10)
         eye = np.eye(len(x), dtype=bool)
         return Workload("lennard_jones", f"grad of all-pairs Lennard-Jones energy, {len(x)} "
                         f"atoms", lennard_jones, [x, eye], (0,),
-                        lambda: (-bench_lj.numba_energy_forces(x)[1],), "@njit pair loop",
-                        goal_vs_hand=3.0)
+                        lambda: (-bench_lj.numba_energy_forces(x)[1],), "@njit pair loop")
 
     return {"elementwise": make_ew, "dispatch": make_dispatch, "mlp": make_mlp,
             "lennard_jones": make_lj, "gmm": lambda: make_gmm(quick)}
@@ -243,8 +261,7 @@ def make_gmm(quick: bool) -> Workload:
     args = [alphas, means, icf, x, index, mask, gamma, m, const]
     return Workload("gmm", f"ADBench GMM objective, d={d}, K={k}, n={n:,}", gmm, args,
                     (0, 1, 2), hand=lambda: gmm_grad_numpy(*args[:8]),
-                    hand_label="numpy fwd+bwd", objective=True, goal_vs_hand=1.0,
-                    tapejit_rtol=1e-10)
+                    hand_label="numpy fwd+bwd", objective=True, tapejit_rtol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +276,8 @@ def build_tapejit(w: Workload) -> tuple[Callable, Callable | None, str]:
         return w.fn(np, *args)
     g = tj.grad(f, argnums=w.wrt, backend="numba")
     obj = tj.jit(f, backend="numba")
-    return (lambda: g(*w.args)), (lambda: obj(*w.args)), "tapejit"
+    return ((lambda: g(*w.args)), (lambda: obj(*w.args)),
+            f"tapejit {tj.__version__}, {tj.get_num_threads()} threads")
 
 
 def build_jax(w: Workload) -> tuple[Callable, Callable | None, str]:
@@ -276,7 +294,8 @@ def build_jax(w: Workload) -> tuple[Callable, Callable | None, str]:
 
 def build_torch(w: Workload, compiled: bool) -> tuple[Callable, Callable | None, str]:
     import torch
-    torch.set_num_threads(1)
+    if H.ONE_THREAD:
+        torch.set_num_threads(1)
     xp = TorchNP(torch)
 
     def f(*a: Any) -> Any:
@@ -294,7 +313,7 @@ def build_torch(w: Workload, compiled: bool) -> tuple[Callable, Callable | None,
     def objective() -> Any:
         with torch.no_grad():
             return fc(*args)
-    return grad, objective, f"torch {torch.__version__}"
+    return grad, objective, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def build_autograd(w: Workload) -> tuple[Callable, Callable | None, str]:
@@ -395,89 +414,52 @@ def time_all(results: list[Result], w: Workload, repeats: int) -> None:
         ready[peer].objective = t
 
 
-def print_workload(w: Workload, results: list[Result]) -> None:
-    ref = next((r.grad.median for r in results if r.peer == "tapejit" and r.grad), None)
-    rows = []
-    for r in results:
-        label = LABELS[r.peer] + (f" ({w.hand_label})" if w.hand_label and
-                                   r.peer == "hand-written" else "")
-        if r.grad is None:
-            rows.append((label, "-", "-", "-", "-", "-", r.note))
-            continue
-        ratio = f"{r.grad.median / ref:.2f}x" if ref else "-"
-        obj = (f"{H.fmt_time(r.objective.median)} ({r.grad.median / r.objective.median:.1f}x)"
-               if r.objective else "-")
-        rows.append((label, H.fmt_time(r.grad.median), ratio, H.fmt_time(r.first),
-                     H.fmt_time(r.second), obj, r.note))
+def as_row(r: Result) -> dict:
+    """What the parent process needs of one peer's result (seconds; None: not measured)."""
+    return {"grad": r.grad.median if r.grad else None, "first": r.first, "second": r.second,
+            "objective": r.objective.median if r.objective else None, "note": r.note}
+
+
+def cells(w: dict, peer: str) -> list[str]:
+    """A peer's row: label, gradient, x tapejit, first call, second call, objective
+    (grad/obj), note."""
+    r, ref = w["results"][peer], w["results"].get("tapejit", {}).get("grad")
+    label = LABELS[peer] + (f" ({w['hand_label']})" if peer == "hand-written" else "")
+    if r["grad"] is None:
+        return [label, "-", "-", "-", "-", "-", r["note"]]
+    obj = (f"{H.fmt_time(r['objective'])} ({r['grad'] / r['objective']:.1f}x)"
+           if r["objective"] else "-")
+    return [label, H.fmt_time(r["grad"]), f"{r['grad'] / ref:.2f}x" if ref else "-",
+            H.fmt_time(r["first"]), H.fmt_time(r["second"]), obj, r["note"]]
+
+
+def print_workload(w: dict, threads: str) -> None:
+    rows = [cells(w, peer) for peer in w["results"]]
     heads = ("peer", "gradient", "x tapejit", "first call", "second call", "objective (grad/obj)",
              "note")
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
-    print(f"\n{w.title}")
+    print(f"\n[{H.THREADS[threads]}] {w['title']}")
     for row in (heads, tuple("-" * n for n in widths), *rows):
         print("  " + "  ".join(c.rjust(n) if 0 < i < 6 else c.ljust(n)
                                for i, (c, n) in enumerate(zip(row, widths))).rstrip())
 
 
-def hand_ratios(w: Workload, results: list[Result]) -> None:
-    """`ratio <peer> / hand-written (<workload>)` lines: tapejit's against the issue's goal, the
-    others' for comparison."""
-    by = {r.peer: r for r in results if r.grad is not None}
-    if "hand-written" not in by:
-        return
-    hand = by["hand-written"].grad.median
-    for peer, r in by.items():
-        if peer != "hand-written":
-            H.ratio_line(f"{LABELS[peer]} / hand-written {w.hand_label} ({w.name})",
-                         r.grad.median, hand, w.goal_vs_hand if peer == "tapejit" else None)
-
-
-def markdown(all_results: dict[str, tuple[Workload, list[Result]]], peers: list[str]) -> str:
-    """One table: a row per workload, a column per peer: median (x tapejit) / first call /
-    second call."""
-    lines = ["| workload | " + " | ".join(LABELS[p] for p in peers) + " |",
-             "|---|" + "---:|" * len(peers)]
-    for w, results in all_results.values():
-        by = {r.peer: r for r in results}
-        ref = by["tapejit"].grad.median if "tapejit" in by and by["tapejit"].grad else None
-        cells = []
-        for p in peers:
-            r = by.get(p)
-            if r is None or r.grad is None:
-                cells.append("n/a" if r is None or r.note.startswith("none") else r.note[:20])
-                continue
-            ratio = f" ({r.grad.median / ref:.2f}x)" if ref else ""
-            first = (f"<br>first {H.fmt_time(r.first)}, 2nd {H.fmt_time(r.second)}"
-                     if p != "hand-written" else "")
-            obj = (f"<br>grad/obj {r.grad.median / r.objective.median:.1f}x"
-                   if r.objective else "")
-            cells.append(f"{H.fmt_time(r.grad.median)}{ratio}{first}{obj}")
-        lines.append(f"| {w.name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def main() -> None:
-    parser = H.make_parser(__doc__, repeats=5)
-    parser.add_argument("--workloads", default="elementwise,dispatch,mlp,lennard_jones,gmm")
-    parser.add_argument("--peers", default=",".join(PEERS))
-    parser.add_argument("--keep-cache", action="store_true",
-                        help="use the environment's TAPEJIT_CACHE_DIR and inductor cache")
-    args = H.parse_args(parser)
-    makers = workloads(args.quick)
-    names, peers = args.workloads.split(","), args.peers.split(",")
-    unknown = [n for n in names if n not in makers] + [p for p in peers if p not in PEERS]
-    if unknown:
-        parser.error(f"unknown workload or peer: {', '.join(unknown)}")
+def child(args: Any, names: list[str], peers: list[str]) -> None:
+    """One configuration (`--config`) in this process: prepare, check and time every peer on
+    every workload, print a table per workload, and write the results as JSON (`--results`)."""
     if not args.keep_cache:
         fresh = tempfile.mkdtemp(prefix="tapejit-peers-")
         os.environ["TAPEJIT_CACHE_DIR"] = os.path.join(fresh, "tapejit")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(fresh, "inductor")
     import run_all
-    H.print_header("bench/peers.py: tapejit against JAX, PyTorch, HIPS autograd, by hand", args,
-                   rows=", ".join(LABELS[p] for p in peers),
-                   extra=f"TAPEJIT_NUM_THREADS={os.environ['TAPEJIT_NUM_THREADS']}; "
-                         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+    import tapejit as tj
+    H.print_header(f"bench/peers.py, {H.THREADS[args.config]}: tapejit against JAX, PyTorch, "
+                   f"HIPS autograd, by hand", args, rows=", ".join(LABELS[p] for p in peers),
+                   extra=f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                          f"{run_all.cpu_model()}; load average {run_all.loadavg()}")
-    all_results = {}
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    out = {"cpus": cpus, "tapejit_threads": tj.get_num_threads(), "workloads": {}}
+    makers = workloads(args.quick)
     for name in names:
         w = makers[name]()
         want = [np.asarray(g) for g in w.hand()] if w.hand else None
@@ -487,13 +469,123 @@ def main() -> None:
             results.append(res)
             H.flush()
         time_all(results, w, args.repeats)
-        print_workload(w, results)
-        hand_ratios(w, results)
-        all_results[name] = (w, results)
+        entry = {"title": w.title, "hand_label": w.hand_label,
+                 "results": {r.peer: as_row(r) for r in results}}
+        print_workload(entry, args.config)
+        out["workloads"][name] = entry
     print(f"\nload average after: {run_all.loadavg()}")
-    print("\nMedians of the gradient (x tapejit [numba]), first calls, and for gmm the ratio "
-          "gradient / objective:\n")
-    print(markdown(all_results, peers))
+    with open(args.results, "w") as fh:
+        json.dump(out, fh)
+
+
+def markdown(run: dict, one_thread: dict | None) -> list[str]:
+    """A row per workload and peer: median, x tapejit, (with `one_thread`, the run of the same
+    peers on one thread) the speed-up from one thread to this run, first calls, objective."""
+    heads = ["workload", "peer", "gradient", "x tapejit", "first call", "second call",
+             "objective (grad/obj)", "note"]
+    if one_thread:
+        heads.insert(4, "1 thread → all cores")
+    lines = ["| " + " | ".join(heads) + " |",
+             "|" + "|".join("---:" if 1 < i < len(heads) - 1 else "---"
+                            for i in range(len(heads))) + "|"]
+    for name, w in run["workloads"].items():
+        for i, peer in enumerate(w["results"]):
+            row = cells(w, peer)
+            if one_thread:
+                t_one = one_thread["workloads"].get(name, {}).get("results", {}).get(peer, {})
+                t_all = w["results"][peer]["grad"]
+                row.insert(3, f"{t_one['grad'] / t_all:.2f}x"
+                           if t_all and t_one.get("grad") else "-")
+            row = [c.replace("|", "\\|") for c in [name if i == 0 else "", *row]]
+            lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def goal_lines(default: dict, one_thread: dict | None) -> list[str]:
+    """Print the goals of the default-threading run (and, with the one-thread run, tapejit's
+    speed-up goals); return the lines printed."""
+    lines: list[str] = []
+    for name, w in default["workloads"].items():
+        what, against, goal = GOALS[name]
+        grads = {p: r["grad"] for p, r in w["results"].items() if r["grad"] is not None}
+        refs = {p: t for p, t in grads.items()
+                if p != "tapejit" and (against is None or p in against)}
+        best = min(refs, key=refs.get, default=None)
+        if best and (against is None or len(against) > 1):
+            what += f" ({LABELS[best]})"
+        H.ratio_line(f"tapejit [numba] / {what} ({name}, default threading)",
+                     grads.get("tapejit"), refs.get(best), goal, collect=lines)
+    if one_thread is None:
+        return lines
+    many = default["cpus"] >= 2
+    for name, w in default["workloads"].items():
+        t_all = w["results"].get("tapejit", {}).get("grad")
+        t_one = (one_thread["workloads"].get(name, {}).get("results", {}).get("tapejit", {})
+                 .get("grad"))
+        H.ratio_line(f"tapejit [numba] all cores / one thread ({name})", t_all, t_one, 1.0,
+                     collect=lines)
+        if name in SPEEDUP_WORKLOADS:
+            H.ratio_line(f"tapejit [numba] speed-up one thread -> all cores ({name}"
+                         + ("" if many else "; one CPU: no goal") + ")", t_one, t_all,
+                         SPEEDUP_GOAL if many else None, lower_is_better=False, collect=lines)
+    return lines
+
+
+def summary(runs: dict[str, dict | None]) -> list[str]:
+    """Print the Markdown tables (default threading first, then one thread) and the goal lines;
+    return them all as Markdown."""
+    titles = {"all": "Default threading: no CPU pin, no thread settings from the bench, every "
+                     "library at its defaults",
+              "one": "One thread: pinned to one CPU, BLAS, XLA and torch on one thread"}
+    md = []
+    for threads, run in runs.items():
+        md += [f"### {titles[threads]}", ""]
+        if run is None:
+            md += ["(failed: see the output above)", ""]
+            continue
+        md += [f"{run['cpus']} CPU{'s' * (run['cpus'] > 1)}; tapejit's thread budget "
+               f"{run['tapejit_threads']}. Medians "
+               f"of the gradient (x tapejit [numba])"
+               + (", the speed-up from one thread to all cores (one-thread median / this "
+                  "median)" if threads == "all" and runs.get("one") else "")
+               + ", the first two calls, and for gmm the gradient / objective ratio.", "",
+               *markdown(run, runs.get("one") if threads == "all" else None), ""]
+    print("\n" + "\n".join(md), flush=True)
+    if runs.get("all"):
+        print("### Goals (default threading)\n")
+        md += ["### Goals (default threading)", "", "```",
+               *goal_lines(runs["all"], runs.get("one")), "```", ""]
+    return md
+
+
+def main() -> None:
+    parser = H.make_parser(__doc__, repeats=5)
+    parser.add_argument("--workloads", default="elementwise,dispatch,mlp,lennard_jones,gmm")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--keep-cache", action="store_true",
+                        help="use the environment's TAPEJIT_CACHE_DIR and inductor cache")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="also write the tables and goal lines to PATH (bench/run_all.py)")
+    H.add_child_flags(parser)
+    args = H.parse_args(parser)
+    names, peers = args.workloads.split(","), args.peers.split(",")
+    unknown = ([n for n in names if n not in GOALS] + [p for p in peers if p not in PEERS])
+    if unknown:
+        parser.error(f"unknown workload or peer: {', '.join(unknown)}")
+    if args.config:
+        child(args, names, peers)
+        return
+    argv = (["--workloads", args.workloads, "--peers", args.peers, "--repeats",
+             str(args.repeats), "--warmup", str(args.warmup)]
+            + ["--quick"] * args.quick + ["--keep-cache"] * args.keep_cache)
+    runs = {threads: H.run_child(os.path.abspath(__file__), argv, threads)
+            for threads in H.threads_wanted(args.threads)}
+    md = summary(runs)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write("\n".join(md))
+    if None in runs.values():
+        raise SystemExit("a configuration failed (see above)")
 
 
 if __name__ == "__main__":

@@ -1,25 +1,31 @@
 """Run every compiler-issue benchmark in sequence and write one combined table, bench/RESULTS.md.
 
-Runs elementwise.py, dispatch.py, mlp.py, lennard_jones.py, compile.py and first_call.py
-(full sizes, `--repeats 5` by default), one after the other, each in its own process pinned to
-one CPU (the harness's sched_setaffinity; this process pins itself and its children inherit the
-CPU; TAPEJIT_BENCH_CPUS=all runs them unpinned), with a fresh empty
-TAPEJIT_CACHE_DIR (so every "tapejit [numba]" first call in the notes is a real compile; pass
---keep-cache to use the environment's cache instead). It benchmarks the *committed* src/ at git
-HEAD (exported with `git archive` into a temp dir, first on PYTHONPATH), so edits in progress in
-the working tree do not leak into the numbers; --working-tree benchmarks src/ as it is. Each script appends the numbers behind its
-`ratio ...` lines to a JSON-lines file ($TAPEJIT_BENCH_RESULTS); this script turns them into
-the table: for each workload the tapejit [numba] time, the tapejit [interpret] time, the
-reference and its time, the ratio, the goal and whether it is met. The date, the machine
-(nproc, CPU model, load average), the versions, and every script's full output (in collapsed
-sections) go into the file too.
+Runs peers.py in both configurations (default threading, then one thread: each in a child
+process of its own, see peers.py), then elementwise.py, dispatch.py, mlp.py, lennard_jones.py,
+compile.py and first_call.py (full sizes, `--repeats 5` by default), one after the other, each
+in its own process pinned to one CPU (the harness's sched_setaffinity and one-thread settings;
+this process pins itself and its children inherit the pin; TAPEJIT_BENCH_CPUS=all runs them
+unpinned): their goals compare tapejit with single-threaded hand-written loops, so their table
+is a one-thread table. Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
+"tapejit [numba]" first call is a real compile; pass --keep-cache to use the environment's
+cache instead). It benchmarks the *committed* src/ at git HEAD (exported with `git archive`
+into a temp dir, first on PYTHONPATH), so edits in progress in the working tree do not leak
+into the numbers; --working-tree benchmarks src/ as it is.
 
-    .venv/bin/python bench/run_all.py                      # full sizes, several minutes
+RESULTS.md gets, after the date, the machine (CPU model, nproc, load average) and the versions:
+peers.py's default-threading table first, with each row's speed-up from one thread to all
+cores, its one-thread table second and its goal lines; then the compiler goals (one thread),
+built from the numbers behind each script's `ratio ...` lines (a JSON-lines file,
+$TAPEJIT_BENCH_RESULTS): for each workload the tapejit [numba] time, the tapejit [interpret]
+time, the reference and its time, the ratio, the goal and whether it is met; then every
+script's full output (in collapsed sections).
+
+    .venv/bin/python bench/run_all.py                      # full sizes, many minutes
     .venv/bin/python bench/run_all.py --quick --out /tmp/RESULTS.md    # a fast dry run
 """
 from __future__ import annotations
 
-import _harness as H  # first: pins the process (and the scripts it runs) to one CPU
+import _harness as H  # first: pins the process (and the pinned scripts it runs) to one CPU
 
 import argparse
 import datetime
@@ -33,8 +39,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPTS = ["elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py", "compile.py",
-           "first_call.py"]
+SCRIPTS = ["peers.py", "elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py",
+           "compile.py", "first_call.py"]
 
 
 def cpu_model() -> str:
@@ -122,7 +128,8 @@ def main() -> None:
     load_before = loadavg()
     work = tempfile.mkdtemp(prefix="tapejit-run-all-")
     results = os.path.join(work, "results.jsonl")
-    env = dict(os.environ, **{H.RESULTS_ENV: results, "OPENBLAS_NUM_THREADS": "1"})
+    peers_md = os.path.join(work, "peers.md")
+    env = dict(os.environ, **{H.RESULTS_ENV: results})
     commit = None
     if not args.working_tree:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, check=True,
@@ -143,6 +150,8 @@ def main() -> None:
             cmd = [sys.executable, os.path.join(HERE, script), "--repeats", str(args.repeats)]
             if args.quick:
                 cmd.append("--quick")
+            if script == "peers.py":
+                cmd += ["--markdown", peers_md] + ["--keep-cache"] * args.keep_cache
             print(f"### {' '.join(cmd[1:])}", flush=True)
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, env=env, cwd=HERE, stdout=subprocess.PIPE,
@@ -156,6 +165,10 @@ def main() -> None:
         if os.path.exists(results):
             with open(results) as fh:
                 entries = [json.loads(line) for line in fh if line.strip()]
+        peers = []
+        if os.path.exists(peers_md):
+            with open(peers_md) as fh:
+                peers = fh.read().splitlines()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -171,18 +184,27 @@ def main() -> None:
         "tapejit [numba] / the reference; the goals are those of the compiler issue "
         "(see [README.md](README.md)).",
         "",
+        "Two configurations. **Default threading** (the first table): no CPU pin and no thread "
+        "settings from the bench, every library at its defaults, as users run it. **One thread** "
+        "(the second): the process pinned to one CPU, BLAS, XLA and torch on one thread, "
+        "tapejit's thread budget 1. `peers.py` measures both, each in a process of its own, "
+        "and the first table shows each row's speed-up from one thread to all cores; the "
+        "compiler goals and the other scripts ran pinned only (their references are "
+        "single-threaded loops): one thread.",
+        "",
         f"- date: {started:%Y-%m-%d %H:%M %Z} (took {(finished - started).total_seconds():.0f} s)",
         f"- machine: {nproc()} cpus (nproc), {cpu_model()}; load average {load_before} before, "
         f"{loadavg()} after (a shared machine: other jobs run too)",
         f"- versions: {version_line}",
         f"- run: {'--quick, ' if args.quick else 'full sizes, '}--repeats {args.repeats}, "
-        f"OPENBLAS_NUM_THREADS=1, {H.PIN_NOTE.split(':')[0]}, "
+        f"peers.py in both configurations, the other scripts: {H.PIN_NOTE.split(':')[0]}; "
         + ("the environment's TAPEJIT_CACHE_DIR" if args.keep_cache
            else "a fresh empty TAPEJIT_CACHE_DIR (first calls compile)"),
         "",
-        *table(entries),
-        "",
     ]
+    if peers:
+        md += ["## Peers (`peers.py`): default threading, then one thread", "", *peers, ""]
+    md += ["## Compiler goals: one thread (pinned to one CPU)", "", *table(entries), ""]
     failed = [s for s, _, _, rc in outputs if rc != 0]
     if failed:
         md += [f"**Failed scripts (non-zero exit): {', '.join(failed)}**", ""]
@@ -192,7 +214,7 @@ def main() -> None:
                out.rstrip(), "```", "", "</details>", ""]
     with open(args.out, "w") as fh:
         fh.write("\n".join(md))
-    print("\n".join(table(entries)))
+    print("\n".join(peers + table(entries)))
     print(f"\nwrote {args.out}")
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
