@@ -3,7 +3,8 @@ sizes, 1-2 repeats) in a subprocess, exits 0, passes its startup correctness che
 at least one "ratio ... = 1.23x" line. Nothing here looks at a time. --quick leaves the
 tapejit [numba] rows out (each compiles for seconds) except where --with-numba is passed:
 dispatch.py (the smallest program) runs both ways, and compile.py always compiles (one cold +
-warm pair of the small MLP)."""
+warm pair of the small MLP). peers.py and gemm.py run default threading, then one thread, each
+in a child process: their tests check that both ran, in that order."""
 from __future__ import annotations
 
 import os
@@ -52,9 +53,24 @@ def test_first_call_quick() -> None:
 
 def test_gemm_quick() -> None:
     out = run_bench("gemm.py")
-    assert "ratio tapejit kernel / BLAS (tj_blas) (float64)" in out, out
-    assert "ratio tapejit kernel / BLAS (tj_blas) (float32)" in out, out
-    assert len(re.findall(r"check .+: ok", out)) >= 8, out
+    for dtype in ("float64", "float32"):
+        for threads in ("default threading", "one thread"):
+            assert f"ratio tapejit blas.matmul / numpy @ ({dtype}, {threads})" in out, out
+    assert out.index("not pinned (TAPEJIT_BENCH_CPUS=all)") < out.index("pinned to CPU"), out
+    assert "1 thread -> all cores" in out, out
+    assert len(re.findall(r"check tapejit blas.matmul .+: ok", out)) == 8, out
+
+
+def test_peers_quick_both_configurations() -> None:
+    out = run_bench("peers.py", "--workloads", "elementwise", "--peers", "tapejit,hand-written")
+    default, one = out.index("### Default threading"), out.index("### One thread")
+    assert default < one, out
+    assert "1 thread → all cores" in out[default:one], out
+    assert re.search(r"check elementwise: tapejit \[numba\] .+: ok", out), out
+    goals = out[out.index("### Goals (default threading)"):]
+    assert re.search(r"^ratio tapejit \[numba\] / the best peer .+\[(met|NOT met)\]", goals,
+                     re.MULTILINE), out
+    assert "ratio tapejit [numba] all cores / one thread (elementwise)" in goals, out
 
 
 def test_parallel_quick_is_not_pinned() -> None:
