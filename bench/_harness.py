@@ -555,6 +555,10 @@ def flush() -> None:
 THREADS = {"all": "default threading", "one": "one thread"}   # --threads: their titles
 
 
+def threads_text(n: int) -> str:
+    return f"{n} thread{'s' * (n != 1)}"
+
+
 def threads_wanted(choice: str) -> list[str]:
     """The configurations `--threads all|one|both` asks for, default threading first."""
     return list(THREADS) if choice == "both" else [choice]

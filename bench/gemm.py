@@ -111,7 +111,7 @@ def child(args: argparse.Namespace) -> None:
                         ref="numpy @", ratio_name="x numpy @")
         with threadpool_limits(limits=1, user_api="blas"):     # as in a program's call
             table.add(TAPEJIT, H.measure(all_products(TAPEJIT, tapejit_matmul, cases),
-                                         args.repeats), note=f"{threads} threads")
+                                         args.repeats), note=H.threads_text(threads))
         table.add("numpy @", H.measure(all_products("numpy @", numpy_matmul, cases),
                                        args.repeats))
         if not args.no_jax:
