@@ -556,6 +556,7 @@ THREADS = {"all": "default threading", "one": "one thread"}   # --threads: their
 
 
 def threads_text(n: int) -> str:
+    """The text "1 thread" or "<n> threads"."""
     return f"{n} thread{'s' * (n != 1)}"
 
 
