@@ -20,8 +20,8 @@ default median), one thread second, and the goal lines of the default-threading 
 tapejit <= 0.95x JAX (mlp), <= 0.95x the best of hand-written and torch.compile (gmm), ahead
 of every peer (elementwise; dispatch: every autodiff peer, the hand-written `2*x` being no call
 of a compiled function), <= 2x the hand-written @njit pair loop (lennard_jones), never slower
-with all cores than with one, and at least 1.5x faster with all cores on mlp, gmm and
-elementwise where there are 2 CPUs or more. Workloads (float64):
+with all cores than with one (within 5%), and at least 1.5x faster with all cores on mlp, gmm
+and elementwise where there are 2 CPUs or more. Workloads (float64):
 
   elementwise     grad of sum(sin(x)*exp(-x*x) + tanh(x)*x), x of 10^6 elements
   dispatch        grad of sum(x*x), x of 10 elements (per-call overhead)
