@@ -403,3 +403,9 @@ def test_tree_map_structure_mismatch():
     with pytest.raises(tj.ArgumentError, match="structure"):
         tj.tree_map(np.add, {"a": 1.0, "b": 2.0}, {"a": 1.0})
     assert tj.tree_map(np.add, [1.0, (2.0,)], [3.0, (4.0,)]) == [4.0, (6.0,)]
+
+
+def test_all_lists_every_public_name():
+    public = {n for n in dir(tj) if not n.startswith("_")
+              and type(getattr(tj, n)).__name__ != "module"}
+    assert public | {"optimizers"} == set(tj.__all__)     # the one public submodule

@@ -35,4 +35,6 @@ __all__ = [
     "explain", "Explanation", "optimizers",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",
+    "jacobian", "hessian", "jvp", "jvp_cache_info", "custom_vjp", "stop_gradient",
+    "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info",
 ]

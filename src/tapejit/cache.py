@@ -108,8 +108,8 @@ def warn_memory_only(where: Path, err: BaseException) -> None:
 
 
 def adopt(module: ModuleType) -> None:
-    """Keep the machine code of one of tapejit's own numba modules (codegen/vmath.py, blas.py,
-    gemm.py call this at their end) under the cache root too, in `lib/<name>`, checked like
+    """Keep the machine code of one of tapejit's own numba modules (codegen/vmath.py and
+    blas.py call this at their end) under the cache root too, in `lib/<name>`, checked like
     a generated module's; in memory only where that cannot be written. Every artifact tapejit
     makes lies under TAPEJIT_CACHE_DIR."""
     from . import numba_cache
