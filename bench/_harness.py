@@ -29,9 +29,9 @@ One thread means one CPU, not one thread setting: JAX 0.10 ignores XLA_FLAGS'
 1797x256 @ 256x256 float64 product took 1.88 ms wall and 3.33 ms CPU on 2 cores). So importing
 this module pins the process with `os.sched_setaffinity` to one CPU, before numpy, jax or torch
 create their thread pools; child processes inherit the pin. A pinned process also sets
-OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1, TAPEJIT_PARALLEL_MIN_SIZE=0 (serial loops) and those
-XLA_FLAGS, the torch rows call `torch.set_num_threads(1)`, and tapejit's thread budget follows
-the pin (1). $TAPEJIT_BENCH_CPUS chooses:
+OPENBLAS_NUM_THREADS=1, MKL_NUM_THREADS=1 and those XLA_FLAGS, the torch rows call
+`torch.set_num_threads(1)`, and tapejit's thread budget follows the pin (1): tapejit runs the
+program a user on one core gets, its parallel nests on one thread. $TAPEJIT_BENCH_CPUS chooses:
   unset or "one"  pin to the CPU the process is running on now (the scheduler's pick);
   "<n>"           pin to CPU n;
   "all"           default threading: do not pin, and leave BLAS, XLA, torch and tapejit at
@@ -51,7 +51,6 @@ ALLOWED_ENV = "TAPEJIT_BENCH_ALLOWED_CPUS"
 # BLAS and tapejit loops, and XLA's one-thread flags (kept although JAX 0.10 ignores them: the
 # pin is what holds JAX to one core)
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "TAPEJIT_PARALLEL_MIN_SIZE": "0",
                "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
 
@@ -111,11 +110,10 @@ ONE_THREAD = PINNED or (not hasattr(os, "sched_setaffinity")
                         and os.environ.get(CPUS_ENV, "one").strip().lower() != "all")
 
 if ONE_THREAD:
-    # Single-threaded BLAS and tapejit loops for every bench, unless the caller asked otherwise
-    # for a given row (bench/parallel.py, TAPEJIT_BENCH_CPUS=all, measures what threads give).
+    # Single-threaded BLAS for every bench (tapejit's budget follows the pin), unless the caller
+    # asked otherwise (bench/parallel.py, TAPEJIT_BENCH_CPUS=all, measures what threads give).
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
-    os.environ.setdefault("TAPEJIT_PARALLEL_MIN_SIZE", "0")
     os.environ.setdefault("XLA_FLAGS", _ONE_THREAD["XLA_FLAGS"])
 
 import argparse  # noqa: E402

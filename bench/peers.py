@@ -388,7 +388,7 @@ def prepare(peer: str, w: Workload, want: list | None) -> tuple[Result, list | N
     return res, want
 
 
-# default threading: the pause before each peer's turn, so that the previous peer's thread pool
+# the pause before each peer's turn, so that the previous peer's thread pool
 # has gone back to sleep (OpenBLAS's workers spin for up to 2^28 cycles after a call, OpenMP's
 # and XLA's for a while too) and each library runs as it would alone in a user's process
 SETTLE_S = 0.1
@@ -396,15 +396,14 @@ SETTLE_S = 0.1
 
 def interleaved(fns: dict[str, Callable], repeats: int, min_run_s: float) -> dict[str, H.Timing]:
     """Per-call times of each function: warm-up calls, then `repeats` rounds in which every
-    function runs once in turn, so that load from other jobs falls on all of them alike (with
-    default threading each turn starts after SETTLE_S of quiet and one untimed call)."""
+    function runs once in turn, so that load from other jobs falls on all of them alike; each
+    turn starts after SETTLE_S of quiet and one untimed call."""
     number = {k: H.measure(fn, 1, min_run_s=min_run_s).number for k, fn in fns.items()}
     runs: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            if not H.PINNED:
-                time.sleep(SETTLE_S)
-                fn()
+            time.sleep(SETTLE_S)
+            fn()
             t0 = time.perf_counter()
             for _ in range(number[k]):
                 fn()
