@@ -66,4 +66,5 @@ def test_bench_peers_quick(tmp_path: Path) -> None:
     out = tapejit("bench", "peers", "--quick", "--workloads", "dispatch", "--peers",
                   "tapejit,hand-written", cache=tmp_path).stdout
     assert "grad of sum(x*x), n=10" in out
-    assert "| dispatch | " in out and "(1.00x)" in out
+    assert "| dispatch | tapejit [numba] | " in out and " 1.00x |" in out
+    assert out.index("### Default threading") < out.index("### One thread")
