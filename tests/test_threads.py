@@ -88,7 +88,7 @@ def _mlp(w1, w2, x):
     return np.sum(np.tanh(np.tanh(x @ w1) @ w2) ** 2)
 
 
-def _mlp_args(batch=512, width=256):
+def _mlp_args(batch=256, width=256):     # batch == width: square products
     rng = np.random.default_rng(0)
     return (rng.standard_normal((width, width)) / 16, rng.standard_normal((width, width)) / 16,
             rng.standard_normal((batch, width)))

@@ -100,8 +100,8 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
         _open += 1
     try:
         import numba
-        n = decide(**inputs(_blas_limit(_held)))
-        before = numba.get_num_threads()
+        given = inputs(_blas_limit(_held))
+        n, before = decide(**given), given["numba_threads"]
         if n != before:
             numba.set_num_threads(n)
         sizes[slot] = n

@@ -228,7 +228,8 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
                 idx = [f"i{d}_{number}" for d in range(len(step.domain))]
                 p.partials = {name: idx[0] for name in p.parallel.get(number, ())}
                 if p.partials:     # chunks of the outer loop: one per thread (_chunked)
-                    w.line(f"{idx[0]}n = min({p.sizes.threads()}, {p.sizes(step.domain[0])})")
+                    w.line(f"{_chunks(idx[0])} = min({p.sizes.threads()}, "
+                           f"{p.sizes(step.domain[0])})")
                 emit(p, step, p.plan.live[number], idx, number in p.parallel)
         else:
             _emit_call(p, step)
@@ -370,10 +371,15 @@ def _chunked(p: "_Program", loop: Loop, index: str) -> list[str]:
     """The header lines of a parallel nest's outer loop over `index` whose iterations
     reduce into partial results: chunks of the outer axis, one per thread, on `numba.prange`,
     and a serial loop over each chunk's part. Partial results are `<name>_p[chunk, ...]`."""
-    extent, chunks = p.sizes(loop.domain[0]), f"{index}n"    # (set before the nest)
+    extent, chunks = p.sizes(loop.domain[0]), _chunks(index)    # (set before the nest)
     return [f"for {index}c in numba.prange({chunks}):",
             f"    for {index} in range({index}c * {extent} // {chunks}, "
             f"({index}c + 1) * {extent} // {chunks}):"]
+
+
+def _chunks(index: str) -> str:
+    """The name of the chunk count of a chunked nest whose outer index is `index`."""
+    return f"{index}n"
 
 
 def _partial_target(p: "_Program", eqn: Eqn, kept: list[str], target: str) -> str:
@@ -385,13 +391,13 @@ def _partial_target(p: "_Program", eqn: Eqn, kept: list[str], target: str) -> st
     name, chunk = name_of(out), p.partials[out.name]
     shape = [p.sizes(n) for n in p.sizes.of(out)]
     total = " * ".join(shape) or "1"
-    p.w.line(f"{name}_p = np.full(({chunk}n, {total}), {reduction_init(eqn)}, "
+    p.w.line(f"{name}_p = np.full(({_chunks(chunk)}, {total}), {reduction_init(eqn)}, "
              f"{dtype_code(out.aval.dtype)})")
+    whole, part = f"{name}_f[{name}_e]", f"{name}_p[{name}_c, {name}_e]"
     p.after_nest += [f"{name}_f = {name}.reshape(({total},))",
-                     f"for {name}_c in range({chunk}n):",
+                     f"for {name}_c in range({_chunks(chunk)}):",
                      f"    for {name}_e in range({total}):",
-                     f"        {name}_f[{name}_e] = " +
-                     combine_of(eqn).format(f"{name}_f[{name}_e]", f"{name}_p[{name}_c, {name}_e]")]
+                     f"        {whole} = {combine_of(eqn).format(whole, part)}"]
     flat = " + ".join(f"{k} * {' * '.join(shape[d + 1:])}" if shape[d + 1:] else k
                       for d, k in enumerate(kept)) or "0"
     return f"{name}_p[{chunk}c, {flat}]"
