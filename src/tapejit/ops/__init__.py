@@ -14,7 +14,22 @@ An `Op` holds, side by side, everything the pipeline needs to know about a primi
   not differentiable (integer/bool results): the choice is always written down, never implied;
 - `axes(operand shapes, output shape, **params) -> groups`: which axes the op forces to be
   one axis (ops/axes.py); by default from its kind (broadcasting for elementwise ops, kept
-  axes for reductions, nothing for calls and control flow).
+  axes for reductions, nothing for calls and control flow);
+- `batch(bind, values, flags, **params)`: its batching rule (batching.py): the op on values
+  of which those flagged carry a leading batch axis, recorded through `bind(op, values,
+  params)`; it returns NotImplemented where it has no rule for these flags. `UNROLLED`
+  declares that the op runs once per batch element. Elementwise ops batch by their kind.
+
+How the code generators run it (passes and backends read these; none switches on op names):
+- `scalar`: an elementwise op's per-element expression, operands `{0}`, `{1}`, ...; the CUDA
+  kernels use `cuda_scalar` where it is given (a `ByKind` when int and float forms differ),
+  and with `vmath` the CPU's fast math calls the vectorised kernel of vmath.py named after it;
+  `cheap` ops are recomputed where read rather than stored (codegen/plan.py);
+- `view`: a `View`, the index map of a layout op that runs as reads inside a loop nest;
+- `reduction`: a `Reduction`, identity and combine of a reduction that loop nests run;
+- `cpu`, `cuda`: the code of a barrier (an op that runs outside loop nests), written through
+  the generator passed in; `cuda=HOST` runs it on the host between kernels; `fresh`: its
+  result is a new array, never a view of its inputs.
 
 Calling an Op binds it: on tracers it records an equation, on concrete arrays it runs `impl`.
 The binder is installed by `trace.py`, so this package depends on nothing above it.
@@ -42,6 +57,37 @@ class Kind(enum.Enum):
     CALL = "call"                 # a user's function or kernel (custom.py): an opaque call
 
 
+@dataclasses.dataclass(frozen=True)
+class ByKind:
+    """Scalar templates by operand dtype: `floats` for float operands, `others` otherwise.
+    Besides the operands they may use `{dtype}` (the operand dtype's numba name) and `{f}`
+    ("f" for float32, the suffix of libdevice's float32 functions)."""
+    floats: str
+    others: str
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """A layout op read in place: `index(eqn, read, sizes, idx)` is the expression of the
+    element at output position `idx` (index expressions), operands read through `read(k,
+    parts)`; `applies(eqn)` says whether this eqn is such a view (always if None)."""
+    index: Callable[..., str]
+    applies: Callable[..., bool] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduction:
+    """A reduction loop nests run: its identity (a Python number) and how it combines two
+    partial results `{0}`, `{1}` (`bool_combine` for bool operands)."""
+    identity: float
+    combine: str
+    bool_combine: str | None = None
+
+
+HOST = "host"          # `cuda=HOST`: the CUDA backend runs the op on the host
+UNROLLED = "unrolled"  # `batch=UNROLLED`: batching runs the op once per batch element
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Op:
     name: str
@@ -51,6 +97,20 @@ class Op:
     vjp: Callable[..., tuple]
     axes: _axes.AxesRule
     multiple_results: bool = False
+    batch: Callable[..., Any] | str | None = None
+    scalar: str | None = None
+    cuda_scalar: ByKind | str | None = None
+    vmath: bool = False
+    cheap: bool = False
+    view: View | None = None
+    reduction: Reduction | None = None
+    cpu: Callable[..., None] | None = None
+    cuda: Callable[..., None] | str | None = None
+    fresh: bool = False
+
+    def is_view(self, eqn: Any) -> bool:
+        """Whether `eqn` (of this op) runs as reads inside a loop nest."""
+        return self.view is not None and (self.view.applies is None or self.view.applies(eqn))
 
     def __call__(self, *args: Any, **params: Any) -> Any:
         return _binder(self, args, params)
@@ -68,11 +128,10 @@ _DEFAULT_AXES = {Kind.ELEMENTWISE: _axes.broadcast, Kind.REDUCE: _axes.kept,
 
 def defop(name: str, kind: Kind, impl: Callable[..., Any], *,
           shape: Callable[..., Any], vjp: Callable[..., tuple],
-          axes: _axes.AxesRule | None = None, multiple_results: bool = False) -> Op:
-    """Register a primitive. Its name must be new."""
+          axes: _axes.AxesRule | None = None, **fields: Any) -> Op:
+    """Register a primitive (the other `Op` fields by keyword). Its name must be new."""
     assert name not in OPS, f"op {name} defined twice"
-    op = Op(name, kind, impl, shape, vjp, axes or _DEFAULT_AXES.get(kind, _axes.none),
-            multiple_results)
+    op = Op(name, kind, impl, shape, vjp, axes or _DEFAULT_AXES.get(kind, _axes.none), **fields)
     OPS[name] = op
     return op
 
