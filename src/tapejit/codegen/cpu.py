@@ -20,7 +20,7 @@ from ..avals import Aval
 from ..config import config
 from ..dims import Dims
 from ..ir import Atom, Eqn, Lit, Tape, Var
-from ..ops import OPS
+from ..ops import OPS, nest_reduction
 from .. import threads
 from . import calls, control  # noqa: F401  (control registers its emitters)
 from .scalar import scalar_expr
@@ -316,24 +316,21 @@ def operand_parts(operand: tuple[int, ...], out: list[str], out_shape: tuple[int
     return ["0" if n == 1 else out[offset + k] for k, n in enumerate(operand)]
 
 
-_INIT = {"reduce_sum": 0, "reduce_max": -np.inf, "reduce_min": np.inf}
-_COMBINE = {"reduce_sum": "{0} + {1}", "reduce_max": "np.maximum({0}, {1})",
-            "reduce_min": "np.minimum({0}, {1})"}
-_BOOL_COMBINE = {"reduce_max": "({0} or {1})", "reduce_min": "({0} and {1})"}
-
-
 def combine_of(eqn: Eqn) -> str:
-    """How reduction `eqn` combines two partial results `{0}`, `{1}`."""
-    return (_BOOL_COMBINE if eqn.outs[0].aval.dtype.kind == "b" else _COMBINE)[eqn.op]
+    """How reduction `eqn` combines two partial results `{0}`, `{1}` (its op's record)."""
+    reduction = OPS[eqn.op].reduction
+    bools = eqn.outs[0].aval.dtype.kind == "b" and reduction.bool_combine
+    return reduction.bool_combine if bools else reduction.combine
 
 
 def reduction_init(eqn: Eqn) -> str:
+    """The identity of reduction `eqn` in its dtype: an infinite one is the dtype's extreme."""
     dtype = eqn.outs[0].aval.dtype
-    value: Any = _INIT[eqn.op]
+    value: Any = OPS[eqn.op].reduction.identity
     if dtype.kind in "iu" and value != 0:
         value = np.iinfo(dtype).min if value < 0 else np.iinfo(dtype).max
     if dtype.kind == "b":
-        value = eqn.op == "reduce_min"
+        value = value > 0
     return scalar(value, dtype)
 
 
@@ -353,14 +350,14 @@ def _parallel(loop: Loop, eqns: list[Eqn]) -> set[str] | None:
         return None
     partial = set()
     for eqn in eqns:
-        if eqn.op not in _INIT or is_view(eqn):
+        if not nest_reduction(eqn):
             continue
         positions = _loop_positions(eqn.ins[0].aval.shape)
         reduced = {positions[a] for a in eqn.kw["axes"] if a in positions}
         if 0 in reduced:
             stage = loop.stages[loop.stage_of[eqn.outs[0].name]]
             if stage == loop.domain and reduced == set(range(len(stage))):
-                if eqn.op != "reduce_sum":     # into one scalar: only a sum splits
+                if not nest_reduction(eqn).is_sum:     # into one scalar: only a sum splits
                     return None
             else:
                 partial.add(eqn.outs[0].name)
@@ -445,7 +442,7 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
         body.extend(after[rank])
         for e in group:   # the stage's values are gone; its complete reductions remain
             name = e.outs[0].name
-            if e.op in _INIT and not is_view(e) and loop.complete(name):
+            if nest_reduction(e) and loop.complete(name):
                 local.add(name)
             else:
                 local.discard(name)
@@ -542,13 +539,13 @@ def _emit_rows(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
 
         for eqn in group:
             out = eqn.outs[0]
-            if eqn.op in _INIT and not is_view(eqn) and loop.reductions[out.name]:
+            if nest_reduction(eqn) and loop.reductions[out.name]:
                 lines.append(comment(eqn, p.sizes))
                 _row_reduction(p, eqn, idx + order[:-1], order, row, read,
                                (head, opens, closes, lines, tail, before, after))
                 continue
             _emit_eqn(p, eqn, idx + order[:-1], [], [], lines, read, local)
-            if eqn.op in _INIT and not is_view(eqn):   # over unit axes only: a copy
+            if nest_reduction(eqn):   # over unit axes only: a copy
                 lines[-1] = f"t_{name_of(out)} = {read(eqn.ins[0], [])}"
                 local.add(out.name)
             if out.name in buffers:
@@ -646,7 +643,7 @@ def _emit_eqn(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list, body
     from `inner_from` on are the stage's own)."""
     out = eqn.outs[0]
     body.append(comment(eqn, p.sizes))
-    if eqn.op in _INIT and not is_view(eqn):
+    if nest_reduction(eqn):
         _emit_reduction(p, eqn, idx, pre, post, body, read, inner_from)
         return
     here = full_index(out.aval.shape, idx)

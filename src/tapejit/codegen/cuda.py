@@ -5,7 +5,7 @@ host between them.
 
 The fusion steps, the storage plan and the index maps are the CPU backend's (schedule.py,
 plan.py, views.py), and each element is computed by the same templates (scalar.py, the libm
-form; cuda_scalar.py replaces the few numpy ufuncs kernels cannot call). Only the shell
+form, or the op record's `cuda_scalar` where kernels cannot call a numpy ufunc). Only the shell
 differs. On the device every value a later step reads lives in device memory (a 0-d value in a
 1-element array): nothing of the plan's scalar domain stays on the host. A loop nest becomes:
 
@@ -30,7 +30,7 @@ host through the interpreter (cuda_support.host_call).
 
 Modules: this one (the generated module and its driver), cuda_base.py (shared state and
 reads), cuda_nest.py (loop nests), cuda_calls.py (products, combining kernels, barriers),
-cuda_scalar.py (per-element templates), cuda_math.py (device functions generated code calls).
+cuda_math.py (device functions generated code calls).
 """
 from __future__ import annotations
 

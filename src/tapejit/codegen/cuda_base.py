@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from .cpu import name_of, operand_parts
-from .cuda_scalar import scalar_expr
+from .scalar import cuda_scalar_expr as scalar_expr
 from .plan import Plan, plan
 from .schedule import steps
 from .views import is_view, view_expr

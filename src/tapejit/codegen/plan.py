@@ -20,8 +20,7 @@ import dataclasses
 import math
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
-from ..ops import OPS, Kind
-from ..passes.fuse import FUSIBLE_REDUCTIONS
+from ..ops import OPS, Kind, nest_reduction
 from .calls import FRESH
 from .schedule import Call, Loop, Step
 from .views import is_view
@@ -91,9 +90,8 @@ def plan(tape: Tape, steps: list[Step]) -> Plan:
 
 REMAT_OPS = 2   # at most this many elementwise ops are recomputed instead of stored
 REMAT_MIN_SIZE = 1 << 15   # ... of a value this large: a smaller array stays in cache
-# ... and only arithmetic: a tanh recomputed costs more than the store and load it saves
-REMAT_KINDS = frozenset({"neg", "abs", "add", "sub", "mul", "max", "min", "select", "convert",
-                         "lt", "le", "gt", "ge", "eq", "ne"})
+# ... and only ops whose record says `cheap` (arithmetic): a tanh recomputed costs more than
+# the store and load it saves
 
 
 def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays: set[str],
@@ -104,7 +102,7 @@ def _rematerialize(tape: Tape, steps: list[Step], where: dict[str, int], arrays:
     ops may include values recomputed already (the GMM's q * (x - mu), with x - mu recomputed
     too). Not for outputs nor for values a call reads (calls take arrays)."""
     producers = {e.outs[0].name: e for step in steps if isinstance(step, Loop)
-                 for e in step.eqns if e.op in REMAT_KINDS}
+                 for e in step.eqns if OPS[e.op].cheap}
     called = {a.name for step in steps if isinstance(step, Call) for a in step.eqn.ins
               if isinstance(a, Var)}
     outputs = {o.name for o in tape.outvars if isinstance(o, Var)}
@@ -203,7 +201,7 @@ def _live(loop: Loop, arrays: set[str], scalar: set[str]) -> list[Eqn]:
     kept: list[Eqn] = []
     for eqn in reversed(loop.eqns):
         name = eqn.outs[0].name
-        reduction = eqn.op in FUSIBLE_REDUCTIONS and not is_view(eqn)
+        reduction = nest_reduction(eqn) is not None
         if reduction or name in arrays or name in scalar or name in needed:
             kept.append(eqn)
             needed.update(a.name for a in eqn.ins if isinstance(a, Var))

@@ -16,14 +16,16 @@ An `Op` holds, side by side, everything the pipeline needs to know about a primi
   one axis (ops/axes.py); by default from its kind (broadcasting for elementwise ops, kept
   axes for reductions, nothing for calls and control flow);
 - `batch(bind, values, flags, **params)`: its batching rule (batching.py): the op on values
-  of which those flagged carry a leading batch axis, recorded through `bind(op, values,
-  params)`; it returns NotImplemented where it has no rule for these flags. `UNROLLED`
-  declares that the op runs once per batch element. Elementwise ops batch by their kind.
+  of which those flagged carry a leading batch axis, recorded through `bind(*values,
+  **params)` (this op with new params); NotImplemented where it has no rule for these flags.
+  `UNROLLED` declares that the op runs once per batch element. Elementwise ops batch by their kind.
 
 How the code generators run it (passes and backends read these; none switches on op names):
-- `scalar`: an elementwise op's per-element expression, operands `{0}`, `{1}`, ...; the CUDA
-  kernels use `cuda_scalar` where it is given (a `ByKind` when int and float forms differ),
-  and with `vmath` the CPU's fast math calls the vectorised kernel of vmath.py named after it;
+- `scalar`: an elementwise op's per-element expression, operands `{0}`, `{1}`, ... and the
+  result dtype's constructor `{out}` (or a function of the eqn giving it); the CUDA kernels
+  use `cuda_scalar` where it is given (a `ByKind` when int and float forms differ); with
+  `vmath` (or where `vmath(eqn)` holds) the CPU's fast math calls the vectorised kernel of
+  codegen/vmath.py named after the op;
   `cheap` ops are recomputed where read rather than stored (codegen/plan.py);
 - `view`: a `View`, the index map of a layout op that runs as reads inside a loop nest;
 - `reduction`: a `Reduction`, identity and combine of a reduction that loop nests run;
@@ -70,18 +72,23 @@ class ByKind:
 class View:
     """A layout op read in place: `index(eqn, read, sizes, idx)` is the expression of the
     element at output position `idx` (index expressions), operands read through `read(k,
-    parts)`; `applies(eqn)` says whether this eqn is such a view (always if None)."""
+    parts)`; `applies(eqn)` says whether this eqn is such a view (always if None). A view that
+    only places its operand's axes (a broadcast, a squeeze) has `placed(eqn)`: the output axes
+    its operand's axes of length > 1 land on, in order."""
     index: Callable[..., str]
     applies: Callable[..., bool] | None = None
+    placed: Callable[..., list[int]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Reduction:
     """A reduction loop nests run: its identity (a Python number) and how it combines two
-    partial results `{0}`, `{1}` (`bool_combine` for bool operands)."""
+    partial results `{0}`, `{1}` (`bool_combine` for bool operands). A sum (`is_sum`) is split
+    into per-thread partial sums by numba's parallel loops themselves."""
     identity: float
     combine: str
     bool_combine: str | None = None
+    is_sum: bool = False
 
 
 HOST = "host"          # `cuda=HOST`: the CUDA backend runs the op on the host
@@ -98,9 +105,9 @@ class Op:
     axes: _axes.AxesRule
     multiple_results: bool = False
     batch: Callable[..., Any] | str | None = None
-    scalar: str | None = None
+    scalar: str | Callable[..., str] | None = None
     cuda_scalar: ByKind | str | None = None
-    vmath: bool = False
+    vmath: bool | Callable[..., bool] = False
     cheap: bool = False
     view: View | None = None
     reduction: Reduction | None = None
@@ -134,6 +141,18 @@ def defop(name: str, kind: Kind, impl: Callable[..., Any], *,
     op = Op(name, kind, impl, shape, vjp, axes or _DEFAULT_AXES.get(kind, _axes.none), **fields)
     OPS[name] = op
     return op
+
+
+def is_view(eqn: Any) -> bool:
+    """Whether `eqn` runs as reads inside a loop nest (its op's `View`)."""
+    return OPS[eqn.op].is_view(eqn)
+
+
+def nest_reduction(eqn: Any) -> Reduction | None:
+    """The `Reduction` a loop nest runs for `eqn`; None for other eqns (and for a reduction
+    over unit axes only, which is a view)."""
+    reduction = OPS[eqn.op].reduction
+    return None if reduction is None or is_view(eqn) else reduction
 
 
 def zero_vjp(ct: Any, out: Any, *ins: Any, **params: Any) -> tuple:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError, UnsupportedOperationError
-from . import Kind, defop
+from . import UNROLLED, Kind, defop
 from .checkpointing import reversed_carries
 
 I64 = np.dtype(np.int64)
@@ -161,7 +161,7 @@ def saving_body(body: Any, n_carry: int) -> Any:
 
 
 scan = defop("scan", Kind.CONTROL, _scan_impl, shape=_scan_shape, vjp=_scan_vjp,
-             multiple_results=True)
+             multiple_results=True, batch=UNROLLED)
 
 
 # ---- tracing helpers -------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
 
 
 loop_grad = defop("loop_grad", Kind.CONTROL, _loop_grad_impl, shape=_loop_grad_shape,
-                  vjp=_loop_grad_vjp, multiple_results=True)
+                  vjp=_loop_grad_vjp, multiple_results=True, batch=UNROLLED)
 
 
 # ---- while -----------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ def _while_vjp(cts: tuple, outs: tuple, *ins: Any, cond: Any, body: Any, n_cond:
 
 
 while_ = defop("while", Kind.CONTROL, _while_impl, shape=_while_shape, vjp=_while_vjp,
-               multiple_results=True)
+               multiple_results=True, batch=UNROLLED)
 
 
 # ---- cond ------------------------------------------------------------------------------------
@@ -419,7 +419,7 @@ def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) ->
 
 
 cond = defop("cond", Kind.CONTROL, _cond_impl, shape=_cond_shape, vjp=_cond_vjp,
-             multiple_results=True)
+             multiple_results=True, batch=UNROLLED)
 
 
 # ---- checkpoint ------------------------------------------------------------------------------
@@ -443,4 +443,4 @@ def _checkpoint_vjp(cts: tuple, outs: tuple, *ins: Any, body: Any) -> tuple:
 
 
 checkpoint = defop("checkpoint", Kind.CONTROL, _checkpoint_impl, shape=_checkpoint_shape,
-                   vjp=_checkpoint_vjp, multiple_results=True)
+                   vjp=_checkpoint_vjp, multiple_results=True, batch=UNROLLED)

@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 
 from ..avals import Aval
-from . import Kind, defop, zero_vjp
+from . import UNROLLED, Kind, defop, zero_vjp
 from . import axes as _axes
 
 RULES: dict[str, Any] = {}   # param string -> the object with the rule (custom.py)
 
 stop_gradient = defop("stop_gradient", Kind.LAYOUT, lambda x: x,
-                      shape=lambda x: x, vjp=zero_vjp, axes=_axes.same)   # d sg(x) = 0
+                      shape=lambda x: x, vjp=zero_vjp, axes=_axes.same,   # d sg(x) = 0
+                      batch=lambda bind, xs, flags: bind(*xs))
 
 
 def _marker_shape(*avals: Aval, rule: str, index: int, n_out: int) -> Aval:
@@ -37,7 +38,7 @@ def _marker_vjp(ct: Any, out: Any, *ins: Any, rule: str, index: int, n_out: int)
 
 custom_vjp_call = defop("custom_vjp_call", Kind.CALL,
                         lambda *ins, rule, index, n_out: ins[index],
-                        shape=_marker_shape, vjp=_marker_vjp)
+                        shape=_marker_shape, vjp=_marker_vjp, batch=UNROLLED)
 
 
 def _kernel_impl(*ins: Any, kernel: str) -> np.ndarray:
@@ -52,4 +53,5 @@ def _kernel_vjp(ct: Any, out: Any, *ins: Any, kernel: str) -> tuple:
     return tuple(RULES[kernel].vjp(ct, out, *ins))   # the user's rule
 
 
-njit_call = defop("njit_call", Kind.CALL, _kernel_impl, shape=_kernel_shape, vjp=_kernel_vjp)
+njit_call = defop("njit_call", Kind.CALL, _kernel_impl, shape=_kernel_shape, vjp=_kernel_vjp,
+                  batch=UNROLLED)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..avals import DTYPES_BY_NAME, Aval, broadcast_shapes, dtype_name
 from ..errors import DtypeError
-from . import Kind, defop, zero_vjp
+from . import ByKind, Kind, defop, zero_vjp
 
 BOOL = np.dtype(np.bool_)
 
@@ -29,12 +29,27 @@ def _shape_rule(name: str, result: str, arity: int):
     return rule
 
 
-def unary(name: str, fn, vjp) -> object:
-    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, "same", 1), vjp=vjp)
+def unary(name: str, fn, scalar: str, vjp, **fields) -> object:
+    """An elementwise op of one operand: numpy's `fn`, the per-element `scalar` template."""
+    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, "same", 1), vjp=vjp,
+                 scalar=scalar, **fields)
 
 
-def binary(name: str, fn, vjp, result: str = "same") -> object:
-    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, result, 2), vjp=vjp)
+def binary(name: str, fn, scalar: str, vjp, result: str = "same", **fields) -> object:
+    """An elementwise op of two operands; `result="bool"` for comparisons and logic."""
+    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, result, 2), vjp=vjp,
+                 scalar=scalar, **fields)
+
+
+# numpy's float remainder (the divisor's sign) inline, for CUDA kernels that cannot call it
+_REM = ("(math.fmod({0}, {1}) + {1} if math.fmod({0}, {1}) != 0 and "
+        "(math.fmod({0}, {1}) < 0) != ({1} < 0) else math.fmod({0}, {1}))")
+
+
+def _libdevice(name: str) -> ByKind:
+    """CUDA's form of a float rounding function numpy provides: libdevice's `name` (cuda_math
+    as `tjm`) for floats; integers are already whole."""
+    return ByKind(f"tjm.{name}{{f}}({{0}})", "{0}")
 
 
 def _like(mask, ct):
@@ -43,38 +58,64 @@ def _like(mask, ct):
 
 
 # ---- unary math ---------------------------------------------------------------------------
-neg = unary("neg", np.negative, lambda ct, y, x: (-ct,))                 # d(-x) = -dx
-exp = unary("exp", np.exp, lambda ct, y, x: (ct * y,))                   # d exp x = exp x dx
-log = unary("log", np.log, lambda ct, y, x: (ct / x,))                   # d log x = dx / x
-expm1 = unary("expm1", np.expm1, lambda ct, y, x: (ct * (y + 1),))       # d expm1 x = e^x dx
-log1p = unary("log1p", np.log1p, lambda ct, y, x: (ct / (x + 1),))       # d log1p x = dx/(1+x)
-sqrt = unary("sqrt", np.sqrt, lambda ct, y, x: (ct * 0.5 / y,))          # d sqrt x = dx/(2 sqrt x)
-cbrt = unary("cbrt", np.cbrt, lambda ct, y, x: (ct / (3 * y * y),))      # d cbrt x = dx/(3 y^2)
-sin = unary("sin", np.sin, lambda ct, y, x: (ct * cos(x),))              # d sin x = cos x dx
-cos = unary("cos", np.cos, lambda ct, y, x: (-ct * sin(x),))             # d cos x = -sin x dx
-tan = unary("tan", np.tan, lambda ct, y, x: (ct * (1 + y * y),))         # d tan x = (1+tan^2) dx
-asin = unary("asin", np.arcsin, lambda ct, y, x: (ct / sqrt(1 - x * x),))
-acos = unary("acos", np.arccos, lambda ct, y, x: (-ct / sqrt(1 - x * x),))
-atan = unary("atan", np.arctan, lambda ct, y, x: (ct / (1 + x * x),))
-sinh = unary("sinh", np.sinh, lambda ct, y, x: (ct * cosh(x),))
-cosh = unary("cosh", np.cosh, lambda ct, y, x: (ct * sinh(x),))
-tanh = unary("tanh", np.tanh, lambda ct, y, x: (ct * (1 - y * y),))      # d tanh = 1 - tanh^2
-asinh = unary("asinh", np.arcsinh, lambda ct, y, x: (ct / sqrt(x * x + 1),))
-acosh = unary("acosh", np.arccosh, lambda ct, y, x: (ct / (sqrt(x - 1) * sqrt(x + 1)),))
-atanh = unary("atanh", np.arctanh, lambda ct, y, x: (ct / (1 - x * x),))
-abs_ = unary("abs", np.abs, lambda ct, y, x: (ct * sign(x),))            # d|x| = sign(x) dx
+# `vmath`: with fast math, the CPU calls vmath.py's vectorised kernel of the op's name
+neg = unary("neg", np.negative, "(-{0})", cheap=True,
+            vjp=lambda ct, y, x: (-ct,))                                 # d(-x) = -dx
+exp = unary("exp", np.exp, "math.exp({0})", vmath=True,
+            vjp=lambda ct, y, x: (ct * y,))                              # d exp x = exp x dx
+log = unary("log", np.log, "math.log({0})", vmath=True,
+            vjp=lambda ct, y, x: (ct / x,))                              # d log x = dx / x
+expm1 = unary("expm1", np.expm1, "math.expm1({0})", vmath=True,
+              vjp=lambda ct, y, x: (ct * (y + 1),))                      # d expm1 x = e^x dx
+log1p = unary("log1p", np.log1p, "math.log1p({0})", vmath=True,
+              vjp=lambda ct, y, x: (ct / (x + 1),))                      # d log1p x = dx/(1+x)
+sqrt = unary("sqrt", np.sqrt, "math.sqrt({0})",
+             vjp=lambda ct, y, x: (ct * 0.5 / y,))                       # d sqrt x = dx/(2 sqrt x)
+cbrt = unary("cbrt", np.cbrt, "np.cbrt({0})",
+             cuda_scalar=ByKind("tjm.cbrt{f}({0})", "tjm.cbrt(np.float64({0}))"),
+             vjp=lambda ct, y, x: (ct / (3 * y * y),))                   # d cbrt x = dx/(3 y^2)
+sin = unary("sin", np.sin, "math.sin({0})", vmath=True,
+            vjp=lambda ct, y, x: (ct * cos(x),))                         # d sin x = cos x dx
+cos = unary("cos", np.cos, "math.cos({0})", vmath=True,
+            vjp=lambda ct, y, x: (-ct * sin(x),))                        # d cos x = -sin x dx
+tan = unary("tan", np.tan, "math.tan({0})",
+            vjp=lambda ct, y, x: (ct * (1 + y * y),))                    # d tan x = (1+tan^2) dx
+asin = unary("asin", np.arcsin, "math.asin({0})",
+             vjp=lambda ct, y, x: (ct / sqrt(1 - x * x),))
+acos = unary("acos", np.arccos, "math.acos({0})",
+             vjp=lambda ct, y, x: (-ct / sqrt(1 - x * x),))
+atan = unary("atan", np.arctan, "math.atan({0})",
+             vjp=lambda ct, y, x: (ct / (1 + x * x),))
+sinh = unary("sinh", np.sinh, "math.sinh({0})",
+             vjp=lambda ct, y, x: (ct * cosh(x),))
+cosh = unary("cosh", np.cosh, "math.cosh({0})",
+             vjp=lambda ct, y, x: (ct * sinh(x),))
+tanh = unary("tanh", np.tanh, "math.tanh({0})", vmath=True,
+             vjp=lambda ct, y, x: (ct * (1 - y * y),))                   # d tanh = 1 - tanh^2
+asinh = unary("asinh", np.arcsinh, "math.asinh({0})",
+              vjp=lambda ct, y, x: (ct / sqrt(x * x + 1),))
+acosh = unary("acosh", np.arccosh, "math.acosh({0})",
+              vjp=lambda ct, y, x: (ct / (sqrt(x - 1) * sqrt(x + 1)),))
+atanh = unary("atanh", np.arctanh, "math.atanh({0})",
+              vjp=lambda ct, y, x: (ct / (1 - x * x),))
+abs_ = unary("abs", np.abs, "abs({0})", cheap=True,
+             vjp=lambda ct, y, x: (ct * sign(x),))                       # d|x| = sign(x) dx
 # piecewise-constant: zero gradient wherever defined
-sign = unary("sign", np.sign, zero_vjp)
-floor = unary("floor", np.floor, zero_vjp)
-ceil = unary("ceil", np.ceil, zero_vjp)
-round_ = unary("round", np.round, zero_vjp)
-trunc = unary("trunc", np.trunc, zero_vjp)
+sign = unary("sign", np.sign, "np.sign({0})", zero_vjp, cuda_scalar=ByKind(   # NaN stays NaN
+    "(({dtype}({0} > 0) - {dtype}({0} < 0)) if {0} == {0} else {0})",
+    "({dtype}({0} > 0) - {dtype}({0} < 0))"))
+floor = unary("floor", np.floor, "np.floor({0})", zero_vjp, cuda_scalar=_libdevice("floor"))
+ceil = unary("ceil", np.ceil, "np.ceil({0})", zero_vjp, cuda_scalar=_libdevice("ceil"))
+round_ = unary("round", np.round, "np.rint({0})", zero_vjp, cuda_scalar=_libdevice("rint"))
+trunc = unary("trunc", np.trunc, "np.trunc({0})", zero_vjp, cuda_scalar=_libdevice("trunc"))
 
 # ---- binary math --------------------------------------------------------------------------
-add = binary("add", np.add, lambda ct, y, a, b: (ct, ct))
-sub = binary("sub", np.subtract, lambda ct, y, a, b: (ct, -ct))
-mul = binary("mul", np.multiply, lambda ct, y, a, b: (ct * b, ct * a))
-div = binary("div", np.divide, lambda ct, y, a, b: (ct / b, -ct * y / b))  # d(a/b) = da/b - a db/b^2
+add = binary("add", np.add, "({0} + {1})", lambda ct, y, a, b: (ct, ct), cheap=True)
+sub = binary("sub", np.subtract, "({0} - {1})", lambda ct, y, a, b: (ct, -ct), cheap=True)
+mul = binary("mul", np.multiply, "({0} * {1})", lambda ct, y, a, b: (ct * b, ct * a),
+             cheap=True)
+div = binary("div", np.divide, "({0} / {1})",
+             lambda ct, y, a, b: (ct / b, -ct * y / b))                  # d(a/b) = da/b - a db/b^2
 def _one_at_zero(v):
     """v with its zeros replaced by 1."""
     return v + _like(eq(v, 0), v)
@@ -83,12 +124,23 @@ def _one_at_zero(v):
 # d x^p = p x^(p-1) dx + log(x) x^p dp. Where p = 0 (x = 0) the exponent p - 1 (the log's
 # argument) uses p = 1 (x = 1) instead: the term is zero there anyway (its factor p, resp. x^p
 # or log 1, is 0), and no 0 * inf reaches first or second derivatives.
-pow_ = binary("pow", np.power, lambda ct, y, x, p: (
-    ct * p * pow_(x, _one_at_zero(p) - 1), ct * log(_one_at_zero(x)) * y))
-atan2 = binary("atan2", np.arctan2, lambda ct, z, a, b: (
+def _pow_vmath(eqn) -> bool:
+    """A power by a constant -1, 0, 1 or 2 stays `**`, which LLVM rewrites exactly
+    (x ** 2.0 -> x * x); others call the fast-math kernel."""
+    exponent = getattr(eqn.ins[1], "value", None)      # a literal's value; None for a var
+    return exponent is None or float(exponent) not in (-1.0, 0.0, 1.0, 2.0)
+
+
+pow_ = binary("pow", np.power, "({0} ** {1})", lambda ct, y, x, p: (
+    ct * p * pow_(x, _one_at_zero(p) - 1), ct * log(_one_at_zero(x)) * y), vmath=_pow_vmath)
+atan2 = binary("atan2", np.arctan2, "math.atan2({0}, {1})", lambda ct, z, a, b: (
     ct * b / (a * a + b * b), -ct * a / (a * a + b * b)))                # atan2(a, b) = atan(a/b)
-rem = binary("rem", np.remainder, lambda ct, y, a, b: (ct, -ct * floor(a / b)))  # a - b floor(a/b)
-floor_div = binary("floor_div", np.floor_divide, zero_vjp)
+rem = binary("rem", np.remainder, "np.remainder({0}, {1})",
+             lambda ct, y, a, b: (ct, -ct * floor(a / b)),               # a - b floor(a/b)
+             cuda_scalar=ByKind(_REM, "({0} % {1})"))
+floor_div = binary("floor_div", np.floor_divide, "np.floor_divide({0}, {1})", zero_vjp,
+                   cuda_scalar=ByKind("({0} / {1} if {1} == 0 else tjm.rint{f}(({0} - "
+                                      + _REM + ") / {1}))", "({0} // {1})"))
 
 
 def _max_vjp(ct, y, a, b):
@@ -102,20 +154,20 @@ def _min_vjp(ct, y, a, b):
     return ct * wa, ct * (1 - wa)
 
 
-max_ = binary("max", np.maximum, _max_vjp)
-min_ = binary("min", np.minimum, _min_vjp)
+max_ = binary("max", np.maximum, "np.maximum({0}, {1})", _max_vjp, cheap=True)
+min_ = binary("min", np.minimum, "np.minimum({0}, {1})", _min_vjp, cheap=True)
 
 # ---- comparisons and logic: bool results, not differentiated ------------------------------
-lt = binary("lt", np.less, zero_vjp, "bool")
-le = binary("le", np.less_equal, zero_vjp, "bool")
-gt = binary("gt", np.greater, zero_vjp, "bool")
-ge = binary("ge", np.greater_equal, zero_vjp, "bool")
-eq = binary("eq", np.equal, zero_vjp, "bool")
-ne = binary("ne", np.not_equal, zero_vjp, "bool")
-and_ = binary("and", np.logical_and, zero_vjp, "bool")
-or_ = binary("or", np.logical_or, zero_vjp, "bool")
-xor = binary("xor", np.logical_xor, zero_vjp, "bool")
-not_ = unary("not", np.logical_not, zero_vjp)
+lt = binary("lt", np.less, "({0} < {1})", zero_vjp, "bool", cheap=True)
+le = binary("le", np.less_equal, "({0} <= {1})", zero_vjp, "bool", cheap=True)
+gt = binary("gt", np.greater, "({0} > {1})", zero_vjp, "bool", cheap=True)
+ge = binary("ge", np.greater_equal, "({0} >= {1})", zero_vjp, "bool", cheap=True)
+eq = binary("eq", np.equal, "({0} == {1})", zero_vjp, "bool", cheap=True)
+ne = binary("ne", np.not_equal, "({0} != {1})", zero_vjp, "bool", cheap=True)
+and_ = binary("and", np.logical_and, "({0} and {1})", zero_vjp, "bool")
+or_ = binary("or", np.logical_or, "({0} or {1})", zero_vjp, "bool")
+xor = binary("xor", np.logical_xor, "({0} != {1})", zero_vjp, "bool")
+not_ = unary("not", np.logical_not, "(not {0})", zero_vjp)
 
 
 # ---- select and convert ---------------------------------------------------------------------
@@ -128,6 +180,7 @@ def _select_shape(pred: Aval, a: Aval, b: Aval) -> Aval:
 
 
 select = defop("select", Kind.ELEMENTWISE, np.where, shape=_select_shape,
+               scalar="({1} if {0} else {2})", cheap=True,
                vjp=lambda ct, y, p, a, b: (None, select(p, ct, 0), select(p, 0, ct)))
 
 
@@ -142,6 +195,11 @@ def _convert_vjp(ct, y, x, *, dtype: str):
     return (convert(ct, dtype=dtype_name(x.dtype)),)
 
 
+def _convert_scalar(eqn) -> str:
+    """To bool: nonzero; else the result dtype's constructor (`{out}`)."""
+    return "({0} != 0)" if DTYPES_BY_NAME[eqn.kw["dtype"]].kind == "b" else "{out}({0})"
+
+
 convert = defop("convert", Kind.ELEMENTWISE, _convert_impl,
                 shape=lambda x, *, dtype: Aval(x.shape, DTYPES_BY_NAME[dtype]),
-                vjp=_convert_vjp)
+                vjp=_convert_vjp, scalar=_convert_scalar, cheap=True)

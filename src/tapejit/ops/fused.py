@@ -11,7 +11,7 @@ from typing import Any
 
 from ..avals import Aval
 from ..errors import IRError
-from . import Kind, defop
+from . import UNROLLED, Kind, defop
 
 
 def _shape(*avals: Aval, body: Any) -> tuple[Aval, ...]:
@@ -31,4 +31,5 @@ def _vjp(cts: Any, outs: Any, *ins: Any, body: Any) -> tuple:
     raise IRError("a fused group is not differentiated: fusion runs after differentiation")
 
 
-fused = defop("fused", Kind.FUSED, _impl, shape=_shape, vjp=_vjp, multiple_results=True)
+fused = defop("fused", Kind.FUSED, _impl, shape=_shape, vjp=_vjp, multiple_results=True,
+              batch=UNROLLED)

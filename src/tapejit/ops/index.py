@@ -11,7 +11,7 @@ import numpy as np
 
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
-from . import Kind, defop
+from . import UNROLLED, Kind, defop
 from . import axes as _axes
 
 
@@ -45,8 +45,10 @@ def _zeros_like(x):
 take = defop("take", Kind.INDEX, lambda x, idx, *, axis: np.take(x, idx, axis=axis),
              shape=_take_shape, axes=_axes.gathered,
              vjp=lambda ct, y, x, idx, *, axis: (
-                 scatter_add(_zeros_like(x), idx, ct, axis=axis), None))
+                 scatter_add(_zeros_like(x), idx, ct, axis=axis), None),
+             batch=lambda bind, xs, flags, *, axis:    # batched indices: no rule
+             NotImplemented if flags[1] else bind(*xs, axis=axis + 1))
 scatter_add = defop("scatter_add", Kind.INDEX, _scatter_impl, shape=_scatter_shape,
                     axes=_axes.scattered,
                     vjp=lambda ct, y, x, idx, updates, *, axis: (
-                        ct, None, take(ct, idx, axis=axis)))
+                        ct, None, take(ct, idx, axis=axis)), batch=UNROLLED)

@@ -1,7 +1,11 @@
-"""Layout primitives: broadcast_in_dim, reshape, transpose, slice, pad, concatenate, rev.
+"""Layout primitives: broadcast_in_dim, reshape, transpose, slice, pad, concatenate, rev, and
+reduce_sum, broadcast_in_dim's adjoint (so the pair needs no import cycle).
 
 They move or copy elements without arithmetic; each VJP is the adjoint data movement
 (broadcast <-> reduce_sum, slice <-> pad, concatenate <-> slices, transpose <-> inverse).
+Inside loop nests they are index maps (`View`): the expression reading the operand at output
+position `idx` (index expressions, one per output axis; operands read by `read(k, parts)`,
+sizes spelled by `sizes`, codegen/writer.py). Batching rules get a leading batch axis.
 """
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import numpy as np
 
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
-from . import Kind, defop
+from . import Kind, Reduction, View, defop
 from . import axes as _axes
 
 
@@ -21,6 +25,41 @@ def kept_dims(ndim: int, axes: tuple[int, ...]) -> tuple[int, ...]:
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise ShapeError(message)
+
+
+def shifted(axes) -> tuple[int, ...]:
+    """Axis numbers once a batch axis is put in front."""
+    return tuple(a + 1 for a in axes)
+
+
+def batch_axes(bind, xs, flags, **p):
+    """The batching rule of an op of one operand whose param `axes` names its axes."""
+    return bind(xs[0], **{**p, "axes": shifted(p["axes"])})
+
+
+def batch_axis(bind, xs, flags, **p):
+    """The batching rule of an op of one operand whose param `axis` names its axis."""
+    return bind(xs[0], **{**p, "axis": p["axis"] + 1})
+
+
+# ---- squeezes: reshapes and reductions that only add or remove unit axes --------------------
+def _squeezes(eqn) -> bool:
+    """A reshape that only adds or removes unit axes, or a reduction over unit axes only:
+    the same elements in the same order."""
+    a, b = eqn.ins[0].aval.shape, eqn.outs[0].aval.shape
+    return [n for n in a if n != 1] == [n for n in b if n != 1]
+
+
+def _squeeze(eqn, read, sizes, idx):
+    free = iter(d for d, n in enumerate(eqn.outs[0].aval.shape) if n != 1)
+    return read(0, ["0" if n == 1 else idx[next(free)] for n in eqn.ins[0].aval.shape])
+
+
+def _squeeze_placed(eqn) -> list[int]:
+    return [d for d, n in enumerate(eqn.outs[0].aval.shape) if n != 1]
+
+
+SQUEEZE = View(_squeeze, applies=_squeezes, placed=_squeeze_placed)
 
 
 # ---- broadcast_in_dim: operand axis i becomes output axis dims[i] ---------------------------
@@ -42,12 +81,48 @@ def _broadcast_vjp(ct, y, x, *, shape, dims):
     # sum over the new axes and over the axes that were stretched from size 1
     summed = tuple(d for d in range(len(shape)) if d not in dims
                    or (x.shape[dims.index(d)] == 1 and shape[d] != 1))
-    from .reduce import reduce_sum
     return (reshape(reduce_sum(ct, axes=summed), shape=x.shape),)
 
 
-broadcast_in_dim = defop("broadcast_in_dim", Kind.LAYOUT, _broadcast_impl,
-                         shape=_broadcast_shape, vjp=_broadcast_vjp, axes=_axes.placed)
+def _broadcast_view(eqn, read, sizes, idx):
+    shape = eqn.ins[0].aval.shape
+    return read(0, ["0" if n == 1 else idx[d] for n, d in zip(shape, eqn.kw["dims"])])
+
+
+def _broadcast_placed(eqn) -> list[int]:
+    return [d for n, d in zip(eqn.ins[0].aval.shape, eqn.kw["dims"]) if n != 1]
+
+
+broadcast_in_dim = defop(
+    "broadcast_in_dim", Kind.LAYOUT, _broadcast_impl, shape=_broadcast_shape,
+    vjp=_broadcast_vjp, axes=_axes.placed, view=View(_broadcast_view, placed=_broadcast_placed),
+    batch=lambda bind, xs, flags, *, shape, dims: bind(
+        xs[0], shape=(np.shape(xs[0])[0],) + tuple(shape),
+        dims=(0,) + shifted(dims)))
+
+
+# ---- reduce_sum ---------------------------------------------------------------------------
+def reduced_shape(name: str):
+    """The shape rule of reduction `name` over `axes`."""
+    def rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
+        if any(not 0 <= a < x.ndim for a in axes) or len(set(axes)) != len(axes):
+            raise ShapeError(f"{name}: axes {axes} out of range for {x}")
+        return Aval(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
+    return rule
+
+
+def expand(ct, x, axes):
+    """Broadcast a reduced value back over the reduced axes of `x`."""
+    return broadcast_in_dim(ct, shape=x.shape, dims=kept_dims(x.ndim, axes))
+
+
+reduce_sum = defop(
+    "reduce_sum", Kind.REDUCE,
+    lambda x, *, axes: np.sum(x, axis=axes, dtype=x.dtype),
+    shape=reduced_shape("reduce_sum"), view=SQUEEZE,
+    reduction=Reduction(0, "{0} + {1}", is_sum=True),
+    batch=batch_axes,
+    vjp=lambda ct, y, x, *, axes: (expand(ct, x, axes),))           # d sum x = sum dx
 
 
 # ---- reshape / transpose / rev ----------------------------------------------------------------
@@ -58,8 +133,10 @@ def _reshape_shape(x: Aval, *, shape: tuple[int, ...]) -> Aval:
 
 
 reshape = defop("reshape", Kind.LAYOUT, lambda x, *, shape: np.reshape(x, shape),
-                shape=_reshape_shape, axes=_axes.regrouped,
-                vjp=lambda ct, y, x, *, shape: (reshape(ct, shape=x.shape),))
+                shape=_reshape_shape, axes=_axes.regrouped, view=SQUEEZE,
+                vjp=lambda ct, y, x, *, shape: (reshape(ct, shape=x.shape),),
+                batch=lambda bind, xs, flags, *, shape: bind(
+                    xs[0], shape=(np.shape(xs[0])[0],) + tuple(shape)))
 
 
 def _transpose_shape(x: Aval, *, perm: tuple[int, ...]) -> Aval:
@@ -68,10 +145,17 @@ def _transpose_shape(x: Aval, *, perm: tuple[int, ...]) -> Aval:
     return Aval(tuple(x.shape[p] for p in perm), x.dtype)
 
 
+def _transpose_view(eqn, read, sizes, idx):
+    perm = eqn.kw["perm"]
+    return read(0, [idx[perm.index(k)] for k in range(len(perm))])
+
+
 transpose = defop("transpose", Kind.LAYOUT, lambda x, *, perm: np.transpose(x, perm),
-                  shape=_transpose_shape, axes=_axes.permuted,
+                  shape=_transpose_shape, axes=_axes.permuted, view=View(_transpose_view),
                   vjp=lambda ct, y, x, *, perm: (
-                      transpose(ct, perm=tuple(int(i) for i in np.argsort(perm))),))
+                      transpose(ct, perm=tuple(int(i) for i in np.argsort(perm))),),
+                  batch=lambda bind, xs, flags, *, perm: bind(
+                      xs[0], perm=(0,) + shifted(perm)))
 
 
 def _rev_shape(x: Aval, *, axes: tuple[int, ...]) -> Aval:
@@ -79,8 +163,14 @@ def _rev_shape(x: Aval, *, axes: tuple[int, ...]) -> Aval:
     return x
 
 
+def _rev_view(eqn, read, sizes, idx):
+    return read(0, [f"{sizes(n)} - 1 - {idx[d]}" if d in eqn.kw["axes"] else idx[d]
+                    for d, n in enumerate(sizes.of(eqn.ins[0]))])
+
+
 rev = defop("rev", Kind.LAYOUT, lambda x, *, axes: np.flip(x, axes), shape=_rev_shape,
-            vjp=lambda ct, y, x, *, axes: (rev(ct, axes=axes),), axes=_axes.same)
+            vjp=lambda ct, y, x, *, axes: (rev(ct, axes=axes),), axes=_axes.same,
+            view=View(_rev_view), batch=batch_axes)
 
 
 # ---- slice and pad: adjoint pair ----------------------------------------------------------------
@@ -100,9 +190,23 @@ def _slice_vjp(ct, y, x, *, start, limit, step):
     return (pad(ct, 0, lo=start, hi=hi, interior=interior),)
 
 
+def _slice_view(eqn, read, sizes, idx):
+    parts = []
+    for d, (start, step) in enumerate(zip(eqn.kw["start"], eqn.kw["step"])):
+        index = idx[d] if step == 1 else f"{idx[d]} * {sizes(step)}"
+        parts.append(index if start == 0 else f"{sizes(start)} + {index}")
+    return read(0, parts)
+
+
+def _slice_batch(bind, xs, flags, *, start, limit, step):
+    return bind(xs[0], start=(0,) + tuple(start),
+                limit=(np.shape(xs[0])[0],) + tuple(limit), step=(1,) + tuple(step))
+
+
 slice_ = defop("slice", Kind.LAYOUT,
                lambda x, *, start, limit, step: x[tuple(map(slice, start, limit, step))],
-               shape=_slice_shape, vjp=_slice_vjp, axes=_axes.whole_axes)
+               shape=_slice_shape, vjp=_slice_vjp, axes=_axes.whole_axes,
+               view=View(_slice_view), batch=_slice_batch)
 
 
 def _pad_shape(x: Aval, value: Aval, *, lo, hi, interior) -> Aval:
@@ -125,7 +229,6 @@ def _pad_impl(x, value, *, lo, hi, interior):
 
 
 def _pad_vjp(ct, y, x, value, *, lo, hi, interior):
-    from .reduce import reduce_sum
     ct_x = slice_(ct, start=lo, limit=tuple(n - h for n, h in zip(y.shape, hi)),
                   step=tuple(i + 1 for i in interior))
     everything = tuple(range(y.ndim))
@@ -133,8 +236,35 @@ def _pad_vjp(ct, y, x, value, *, lo, hi, interior):
     return ct_x, reduce_sum(ct, axes=everything) - reduce_sum(ct_x, axes=everything)
 
 
+def _pad_view(eqn, read, sizes, idx):
+    # out position p maps to operand position (p - lo) / (interior + 1) when that is a whole
+    # number inside the operand; every other position holds the pad value
+    conditions, parts = [], []
+    for d, (lo, n, interior) in enumerate(zip(eqn.kw["lo"], sizes.of(eqn.ins[0]),
+                                             eqn.kw["interior"])):
+        shifted_ = f"({idx[d]} - {sizes(lo)})" if lo else idx[d]
+        stride = interior + 1
+        if lo:
+            conditions.append(f"{idx[d]} >= {sizes(lo)}")
+        if stride != 1:
+            conditions.append(f"{shifted_} % {sizes(stride)} == 0")
+            shifted_ = f"{shifted_} // {sizes(stride)}"
+        conditions.append(f"{shifted_} < {sizes(n)}")
+        parts.append(shifted_)
+    inside = read(0, parts)
+    value = read(1, [])
+    return f"({inside} if {' and '.join(conditions)} else {value})" if conditions else inside
+
+
+def _pad_batch(bind, xs, flags, *, lo, hi, interior):
+    if flags[1]:                               # a batched padding value: no rule
+        return NotImplemented
+    return bind(*xs, lo=(0,) + tuple(lo), hi=(0,) + tuple(hi),
+                interior=(0,) + tuple(interior))
+
+
 pad = defop("pad", Kind.LAYOUT, _pad_impl, shape=_pad_shape, vjp=_pad_vjp,
-            axes=_axes.unpadded)
+            axes=_axes.unpadded, view=View(_pad_view), batch=_pad_batch)
 
 
 # ---- concatenate ------------------------------------------------------------------------------
@@ -161,6 +291,27 @@ def _concat_vjp(ct, y, *xs, axis):
     return tuple(cts)
 
 
+def _concat_view(eqn, read, sizes, idx):
+    axis, rank = eqn.kw["axis"], eqn.outs[0].aval.ndim
+    pieces, offset = [], 0
+    for k, atom in enumerate(eqn.ins):
+        at = f"{idx[axis]} - {sizes(offset)}" if offset else idx[axis]
+        offset += atom.aval.shape[axis]
+        pieces.append((offset, read(k, [at if d == axis else idx[d] for d in range(rank)])))
+    expr = pieces[-1][1]
+    for end, piece in reversed(pieces[:-1]):
+        expr = f"({piece} if {idx[axis]} < {sizes(end)} else {expr})"
+    return expr
+
+
+def _concat_batch(bind, xs, flags, *, axis):
+    n = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
+    xs = [x if f else broadcast_in_dim(x, shape=(n,) + np.shape(x),
+                                       dims=shifted(range(np.ndim(x)))) for x, f in zip(xs, flags)]
+    return bind(*xs, axis=axis + 1)
+
+
 concatenate = defop("concatenate", Kind.LAYOUT,
                     lambda *xs, axis: np.concatenate(xs, axis=axis),
-                    shape=_concat_shape, vjp=_concat_vjp, axes=_axes.joined)
+                    shape=_concat_shape, vjp=_concat_vjp, axes=_axes.joined,
+                    view=View(_concat_view), batch=_concat_batch)

@@ -14,7 +14,7 @@ from ..avals import Aval
 from ..errors import DtypeError, ShapeError
 from . import Kind, defop
 from . import axes as _axes
-from .layout import transpose
+from .layout import shifted, transpose
 
 
 def free_axes(ndim: int, contract: tuple[int, ...], batch: tuple[int, ...]) -> tuple[int, ...]:
@@ -84,5 +84,23 @@ def _dot_vjp(ct, y, lhs, rhs, *, contract, batch):
             _side_vjp(ct, lhs, rhs.ndim, rc, rb, lc, lb, other_first=True))
 
 
+def _dot_batch(bind, xs, flags, *, contract, batch):
+    # both batched: one more batch axis; one batched: its batch axis is a free axis, moved to
+    # the front of the result (after the batch axes come lhs's free axes, then rhs's)
+    (lc, rc), (lb, rb) = contract, batch
+    if all(flags):
+        return bind(*xs, contract=(shifted(lc), shifted(rc)),
+                    batch=((0,) + shifted(lb), (0,) + shifted(rb)))
+    if flags[0]:
+        out = bind(*xs, contract=(shifted(lc), tuple(rc)), batch=(shifted(lb), tuple(rb)))
+        where = len(lb)                        # the first free axis of lhs
+    else:
+        out = bind(*xs, contract=(tuple(lc), shifted(rc)), batch=(tuple(lb), shifted(rb)))
+        where = np.ndim(xs[0]) - len(lc)       # batch dims, lhs free, then rhs's first free
+    if where == 0:
+        return out
+    return transpose(out, perm=(where,) + tuple(d for d in range(np.ndim(out)) if d != where))
+
+
 dot_general = defop("dot_general", Kind.LINALG, _dot_impl, shape=_dot_shape, vjp=_dot_vjp,
-                    axes=_axes.contracted)
+                    axes=_axes.contracted, batch=_dot_batch)

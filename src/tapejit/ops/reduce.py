@@ -1,4 +1,5 @@
-"""Reductions over axes (sum, max, min, prod, argmax, argmin) and cumulative ops along one axis.
+"""Reductions over axes (max, min, prod, argmax, argmin) and cumulative ops along one axis;
+reduce_sum, broadcast's adjoint, is defined with the layout ops (layout.py).
 
 Reductions drop the reduced axes (`keepdims` is a reshape added by tracing); the output keeps
 the input dtype (tracing converts bools and small ints first, as numpy does). `axes` is a sorted
@@ -10,40 +11,27 @@ import numpy as np
 
 from ..avals import DTYPES_BY_NAME, Aval
 from ..errors import ShapeError
-from . import Kind, defop, zero_vjp
+from . import UNROLLED, Kind, Reduction, defop, zero_vjp
 from .elementwise import _like, eq, select
-from .layout import broadcast_in_dim, kept_dims, pad, reshape, rev, slice_, transpose
-
-
-def _reduced(name: str):
-    def rule(x: Aval, *, axes: tuple[int, ...]) -> Aval:
-        if any(not 0 <= a < x.ndim for a in axes) or len(set(axes)) != len(axes):
-            raise ShapeError(f"{name}: axes {axes} out of range for {x}")
-        return Aval(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
-    return rule
-
-
-def _expand(ct, x, axes):
-    """Broadcast a reduced value back over the reduced axes of `x`."""
-    return broadcast_in_dim(ct, shape=x.shape, dims=kept_dims(x.ndim, axes))
+from .layout import (SQUEEZE, batch_axes, batch_axis, broadcast_in_dim, expand, kept_dims, pad,
+                     reduce_sum, reduced_shape, reshape, rev, slice_, transpose)
 
 
 def _extremum_vjp(ct, y, x, *, axes):
     # the gradient goes to the extremal elements, shared evenly between ties
-    mask = _like(eq(x, _expand(y, x, axes)), ct)
+    mask = _like(eq(x, expand(y, x, axes)), ct)
     count = reduce_sum(mask, axes=axes)
-    return (_expand(ct / count, x, axes) * mask,)
+    return (expand(ct / count, x, axes) * mask,)
 
 
-reduce_sum = defop(
-    "reduce_sum", Kind.REDUCE,
-    lambda x, *, axes: np.sum(x, axis=axes, dtype=x.dtype),
-    shape=_reduced("reduce_sum"),
-    vjp=lambda ct, y, x, *, axes: (_expand(ct, x, axes),))          # d sum x = sum dx
 reduce_max = defop("reduce_max", Kind.REDUCE, lambda x, *, axes: np.max(x, axis=axes),
-                   shape=_reduced("reduce_max"), vjp=_extremum_vjp)
+                   shape=reduced_shape("reduce_max"), vjp=_extremum_vjp, view=SQUEEZE,
+                   reduction=Reduction(-np.inf, "np.maximum({0}, {1})", "({0} or {1})"),
+                   batch=batch_axes)
 reduce_min = defop("reduce_min", Kind.REDUCE, lambda x, *, axes: np.min(x, axis=axes),
-                   shape=_reduced("reduce_min"), vjp=_extremum_vjp)
+                   shape=reduced_shape("reduce_min"), vjp=_extremum_vjp, view=SQUEEZE,
+                   reduction=Reduction(np.inf, "np.minimum({0}, {1})", "({0} and {1})"),
+                   batch=batch_axes)
 
 
 def _move_to_last(x, axes):
@@ -67,7 +55,7 @@ def _prod_vjp(ct, y, x, *, axes):
     # d prod x / dx_i = product of all the other elements: exclusive prefix times exclusive
     # suffix products, which stays exact when some x_j are zero (unlike prod / x_i)
     if not axes or x.size == 0:
-        return (_expand(ct, x, axes),)
+        return (expand(ct, x, axes),)
     flat, perm, moved_shape = _move_to_last(x, axes)
     last = flat.ndim - 1
     n = flat.shape[-1]
@@ -83,7 +71,7 @@ def rev_one(x, axis: int):
 
 
 reduce_prod = defop("reduce_prod", Kind.REDUCE, lambda x, *, axes: np.prod(x, axis=axes),
-                    shape=_reduced("reduce_prod"), vjp=_prod_vjp)
+                    shape=reduced_shape("reduce_prod"), vjp=_prod_vjp, batch=batch_axes)
 
 
 def _arg_shape(name: str):
@@ -97,9 +85,9 @@ def _arg_shape(name: str):
 
 
 argmax = defop("argmax", Kind.REDUCE, lambda x, *, axis: np.argmax(x, axis=axis),
-               shape=_arg_shape("argmax"), vjp=zero_vjp)
+               shape=_arg_shape("argmax"), vjp=zero_vjp, batch=batch_axis)
 argmin = defop("argmin", Kind.REDUCE, lambda x, *, axis: np.argmin(x, axis=axis),
-               shape=_arg_shape("argmin"), vjp=zero_vjp)
+               shape=_arg_shape("argmin"), vjp=zero_vjp, batch=batch_axis)
 
 
 # the number of elements of an axis selection, as a scalar of `dtype` (np.mean's divisor). It is
@@ -108,7 +96,8 @@ argmin = defop("argmin", Kind.REDUCE, lambda x, *, axis: np.argmin(x, axis=axis)
 dim_size = defop("dim_size", Kind.REDUCE,
                  lambda *, sizes, dtype: np.asarray(np.prod(sizes, dtype=np.int64),
                                                     DTYPES_BY_NAME[dtype]),
-                 shape=lambda *, sizes, dtype: Aval((), DTYPES_BY_NAME[dtype]), vjp=zero_vjp)
+                 shape=lambda *, sizes, dtype: Aval((), DTYPES_BY_NAME[dtype]), vjp=zero_vjp,
+                 batch=UNROLLED)      # it reads no array: never batched
 
 
 # ---- cumulative ops along one axis ------------------------------------------------------------
@@ -147,6 +136,7 @@ def _cumprod_vjp(ct, y, x, *, axis, reverse):
 
 
 cumsum = defop("cumsum", Kind.SCAN, _cumulative(np.cumsum), shape=_scan_shape,
-               vjp=lambda ct, y, x, *, axis, reverse: (cumsum(ct, axis=axis, reverse=not reverse),))
+               vjp=lambda ct, y, x, *, axis, reverse: (cumsum(ct, axis=axis, reverse=not reverse),),
+               batch=batch_axis)
 cumprod = defop("cumprod", Kind.SCAN, _cumulative(np.cumprod), shape=_scan_shape,
-                vjp=_cumprod_vjp)
+                vjp=_cumprod_vjp, batch=batch_axis)

@@ -5,8 +5,9 @@ else (matrix products, gathers, scatters, scans, layout copies) is a barrier wit
 A `Loop` is one loop nest over a `domain`: the dims (dims.py) of the values it computes, axes
 of length 1 dropped (a loop over a scalar domain is straight-line code). Domains are compared
 by axis symbol, never by length. It holds elementwise eqns whose output has the domain's shape,
-layout ops producing that shape (codegen/views.py: read from memory through an index map), and
-the reductions (sum/max/min) that consume them (accumulated inside the nest). Values that live
+views producing that shape (layout ops whose record has a `View`: read from memory through an
+index map), and the reductions whose record has a `Reduction` (sum/max/min) that consume them
+(accumulated inside the nest). Values that live
 only inside a loop never touch memory.
 
 An eqn joins the loop it fits that computes most of its inputs (else a new one) when everything
@@ -21,14 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..codegen.views import is_view, squeezes
 from ..dims import Dim, Dims
 from ..ir import Eqn, Tape, Var, make_params
-from ..ops import OPS, Kind
+from ..ops import OPS, Kind, is_view, nest_reduction
 from ..ops.fused import fused
 
 MAX_LOOP_OPS = 40
-FUSIBLE_REDUCTIONS = ("reduce_sum", "reduce_max", "reduce_min")
 
 
 @dataclasses.dataclass
@@ -51,7 +50,7 @@ class Loop:
             self.stages.append(domain)
         self.eqns.append(eqn)
         self.stage_of[eqn.outs[0].name] = len(self.stages) - 1
-        if eqn.op in FUSIBLE_REDUCTIONS and not is_view(eqn):
+        if nest_reduction(eqn):
             self.reductions[eqn.outs[0].name] = reduced_axes(eqn)
 
     def complete(self, name: str, outer: tuple[Dim, ...] | None = None) -> bool:
@@ -75,7 +74,7 @@ def loop_domain(eqn: Eqn, dims: Names) -> tuple[Dim, ...] | None:
     kind = OPS[eqn.op].kind
     if kind is Kind.ELEMENTWISE or is_view(eqn):
         return squeezed(dims[eqn.outs[0].name])
-    if eqn.op in FUSIBLE_REDUCTIONS:
+    if nest_reduction(eqn):
         return squeezed(dims[eqn.ins[0].name])
     return None
 
@@ -122,7 +121,7 @@ def _fits(loop: Loop, index: int, eqn: Eqn, domain: tuple[Dim, ...], outer: tupl
                 return False      # not complete before the nest ends, or still running
             held = outer
         if is_view(eqn):
-            if not (held == outer and (_broadcasts_outer(eqn, outer) or squeezes(eqn))):
+            if not (held == outer and _places_outer(eqn, outer)):
                 return False      # other views read their operand from memory
         elif not _read_in_place(eqn, atom):
             return False          # the loop holds it at another position than it is read
@@ -142,15 +141,15 @@ def _read_in_place(eqn: Eqn, atom: Var) -> bool:
     return read == list(range(len(read)))
 
 
-def _broadcasts_outer(eqn: Eqn, outer: tuple[Dim, ...]) -> bool:
-    """A broadcast of a value of the outer domain along inner axes only (so inside the loop it
-    is that value's local)."""
-    if eqn.op != "broadcast_in_dim":
+def _places_outer(eqn: Eqn, outer: tuple[Dim, ...]) -> bool:
+    """A view placing a value of the outer domain on the outer axes (a broadcast along inner
+    axes only, a squeeze): inside the loop it is that value's local."""
+    placed = OPS[eqn.op].view.placed
+    if placed is None:
         return False
-    operand, out = eqn.ins[0].aval.shape, eqn.outs[0].aval.shape
-    placed = [d for n, d in zip(operand, eqn.kw["dims"]) if n != 1]
-    loop_axes = [d for d, n in enumerate(out) if n != 1]
-    return len(placed) == len(outer) and placed == loop_axes[:len(placed)]
+    axes = placed(eqn)
+    loop_axes = [d for d, n in enumerate(eqn.outs[0].aval.shape) if n != 1]
+    return len(axes) == len(outer) and axes == loop_axes[:len(axes)]
 
 
 def fuse(tape: Tape) -> Tape:
