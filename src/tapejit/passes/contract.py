@@ -18,6 +18,9 @@ import math
 
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
+from ..ops import elementwise as E
+from ..ops import layout as L
+from ..ops import linalg as LA
 from .rewrite import expand, fresh_names
 
 SMALL = 16          # a matrix size at most this is "tiny"
@@ -48,7 +51,7 @@ def _merge(order: list[str], other: list[str]) -> list[str]:
 
 def small_contractions(tape: Tape) -> Tape:
     """Rewrite each small `dot_general` of `tape` into broadcast, mul and reduce_sum."""
-    if not any(e.op == "dot_general" and _small(e) for e in tape.eqns):
+    if not any(e.op == LA.dot_general.name and _small(e) for e in tape.eqns):
         return tape
     producers: dict[str, Eqn] = {}
     readers: dict[str, list[Eqn]] = {}
@@ -62,7 +65,7 @@ def small_contractions(tape: Tape) -> Tape:
     fresh = fresh_names(tape, "_c")
 
     def rewrite(eqn: Eqn) -> list[Eqn] | None:
-        if eqn.op != "dot_general" or not _small(eqn):
+        if eqn.op != LA.dot_general.name or not _small(eqn):
             return None
         eqns: list[Eqn] = []
         _rewrite(eqn, producers, readers, outputs, fresh, eqns)
@@ -101,7 +104,7 @@ def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
         """The labels in the order the operand's values lie in memory (a transpose producing
         it reads its own operand, in that operand's order)."""
         producer = producers.get(atom.name) if isinstance(atom, Var) else None
-        if producer is not None and producer.op == "transpose":
+        if producer is not None and producer.op == L.transpose.name:
             perm = producer.kw["perm"]       # out axis j is operand axis perm[j]
             inverse = [0] * len(perm)
             for j, p in enumerate(perm):
@@ -111,7 +114,7 @@ def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
 
     wanted = list(dot_order)
     users = readers.get(result.name, [])
-    if len(users) == 1 and users[0].op == "transpose" and result.name not in outputs:
+    if len(users) == 1 and users[0].op == L.transpose.name and result.name not in outputs:
         wanted = [dot_order[p] for p in users[0].kw["perm"]]
     sides = sorted([(math.prod(lhs.aval.shape), memory_order(lhs, lhs_labels)),
                     (math.prod(rhs.aval.shape), memory_order(rhs, rhs_labels))],
@@ -133,13 +136,13 @@ def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
         x = atom
         if perm != tuple(range(len(perm))):
             producer = producers.get(atom.name)
-            if producer is not None and producer.op == "transpose":   # compose the two
+            if producer is not None and producer.op == L.transpose.name:   # compose the two
                 inner = producer.kw["perm"]
                 perm = tuple(inner[p] for p in perm)
                 x = producer.ins[0]
             if perm != tuple(range(len(perm))):
                 t = Var(fresh(result.name), Aval(tuple(x.aval.shape[p] for p in perm), dtype))
-                emit.append(Eqn("transpose", (x,), (t,), make_params({"perm": perm}), eqn.src))
+                emit.append(Eqn(L.transpose.name, (x,), (t,), make_params({"perm": perm}), eqn.src))
                 x = t
         return x, tuple(order.index(label) for label in mine)
 
@@ -149,7 +152,7 @@ def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
         if x.aval.shape == shape:
             return x
         b = Var(fresh(result.name), Aval(shape, dtype))
-        emit.append(Eqn("broadcast_in_dim", (x,), (b,),
+        emit.append(Eqn(L.broadcast_in_dim.name, (x,), (b,),
                         make_params({"shape": shape, "dims": dims}), eqn.src))
         return b
 
@@ -160,7 +163,7 @@ def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
     to_dot = tuple(kept.index(label) for label in dot_order)
     last_is_product = not axes and to_dot == tuple(range(len(to_dot)))
     prod = result if last_is_product else Var(fresh(result.name), Aval(shape, dtype))
-    emit.append(Eqn("mul", (a, b), (prod,), (), eqn.src))
+    emit.append(Eqn(E.mul.name, (a, b), (prod,), (), eqn.src))
     if last_is_product:
         return eqn
     reduced = prod
@@ -168,11 +171,11 @@ def _rewrite(eqn: Eqn, producers: dict[str, Eqn], readers: dict[str, list[Eqn]],
         identity = to_dot == tuple(range(len(to_dot)))
         reduced = result if identity else Var(
             fresh(result.name), Aval(tuple(size[label] for label in kept), dtype))
-        emit.append(Eqn("reduce_sum", (prod,), (reduced,), make_params({"axes": axes}),
+        emit.append(Eqn(L.reduce_sum.name, (prod,), (reduced,), make_params({"axes": axes}),
                         eqn.src))
         if identity:
             return eqn
-    emit.append(Eqn("transpose", (reduced,), (result,), make_params({"perm": to_dot}),
+    emit.append(Eqn(L.transpose.name, (reduced,), (result,), make_params({"perm": to_dot}),
                     eqn.src))
     return eqn
 
@@ -209,7 +212,7 @@ class _Sums:
         if not isinstance(atom, Var):
             return None
         eqn = self.producers.get(atom.name)
-        if eqn is None or (eqn.op != "transpose" and self.reads.get(atom.name, 0) != 1):
+        if eqn is None or (eqn.op != L.transpose.name and self.reads.get(atom.name, 0) != 1):
             return None
         return eqn
 
@@ -219,17 +222,17 @@ class _Sums:
         if eqn is None or not axes:
             return False
         out = eqn.outs[0].aval
-        if eqn.op == "dot_general":
+        if eqn.op == LA.dot_general.name:
             return self.reads.get(atom.name, 0) == 1
-        if eqn.op == "neg":
+        if eqn.op == E.neg.name:
             return self.reaches_product(eqn.ins[0], axes)
-        if eqn.op in ("add", "sub"):
+        if eqn.op in (E.add.name, E.sub.name):
             return all(a.aval == out for a in eqn.ins) and any(
                 self.reaches_product(a, axes) for a in eqn.ins)
-        if eqn.op == "mul":
+        if eqn.op == E.mul.name:
             return any(self._factor(eqn, k, axes) and self.reaches_product(eqn.ins[k], axes)
                        for k in (0, 1))
-        if eqn.op == "transpose":
+        if eqn.op == L.transpose.name:
             perm = eqn.kw["perm"]
             return self.reaches_product(eqn.ins[0], tuple(sorted(perm[a] for a in axes)))
         return False
@@ -239,7 +242,7 @@ class _Sums:
         factor times the term's sum (one multiply per sum, not per element; and the term's
         sum is often computed anyway, so CSE shares it)."""
         eqn = self._through(atom)
-        return bool(axes) and eqn is not None and eqn.op == "mul" and any(
+        return bool(axes) and eqn is not None and eqn.op == E.mul.name and any(
             self._factor(eqn, k, axes) for k in (0, 1))
 
     @staticmethod
@@ -263,7 +266,7 @@ class _Sums:
         if not axes:
             return atom
         eqn = self._through(atom)
-        if eqn is not None and eqn.op == "transpose":
+        if eqn is not None and eqn.op == L.transpose.name:
             perm = eqn.kw["perm"]
             inner = tuple(sorted(perm[a] for a in axes))
             summed = self.sum(eqn.ins[0], inner, src)
@@ -272,28 +275,28 @@ class _Sums:
                              if a not in axes)
             if new_perm == tuple(range(len(new_perm))):
                 return summed
-            return self._emit("transpose", (summed,), aval, {"perm": new_perm}, src)
+            return self._emit(L.transpose.name, (summed,), aval, {"perm": new_perm}, src)
         if eqn is not None and (self.reaches_product(atom, axes) or self.factors(atom, axes)):
-            if eqn.op == "neg":
-                return self._emit("neg", (self.sum(eqn.ins[0], axes, src),), aval, {}, src)
-            if eqn.op in ("add", "sub"):
+            if eqn.op == E.neg.name:
+                return self._emit(E.neg.name, (self.sum(eqn.ins[0], axes, src),), aval, {}, src)
+            if eqn.op in (E.add.name, E.sub.name):
                 terms = tuple(self.sum(a, axes, src) for a in eqn.ins)
                 return self._emit(eqn.op, terms, aval, {}, src)
-            if eqn.op == "mul":
+            if eqn.op == E.mul.name:
                 terms = [k for k in (0, 1) if self._factor(eqn, k, axes)]
                 k = next((k for k in terms if self.reaches_product(eqn.ins[k], axes)), terms[0])
                 factor = eqn.ins[1 - k]
                 if factor.aval.ndim:
-                    factor = self._emit("reshape", (factor,), Aval(tuple(
+                    factor = self._emit(L.reshape.name, (factor,), Aval(tuple(
                         n for d, n in enumerate(factor.aval.shape) if d not in axes),
                         factor.aval.dtype), {"shape": tuple(
                             n for d, n in enumerate(factor.aval.shape) if d not in axes)}, src)
                 term = self.sum(eqn.ins[k], axes, src)
-                return self._emit("mul", (term, factor) if k == 0 else (factor, term), aval,
+                return self._emit(E.mul.name, (term, factor) if k == 0 else (factor, term), aval,
                                   {}, src)
-            if eqn.op == "dot_general":
+            if eqn.op == LA.dot_general.name:
                 return self._product(eqn, axes, aval, src)
-        return self._emit("reduce_sum", (atom,), aval, {"axes": tuple(axes)}, src)
+        return self._emit(L.reduce_sum.name, (atom,), aval, {"axes": tuple(axes)}, src)
 
     def _product(self, eqn: Eqn, axes: tuple[int, ...], aval, src) -> Var:
         lhs, rhs = eqn.ins
@@ -315,7 +318,7 @@ class _Sums:
         new_r = self.sum(rhs, tuple(sorted(sum_r)), src)
         params = {"contract": (renumber(lc, sum_l), renumber(rc, sum_r)),
                   "batch": (renumber(lb, sum_l), renumber(rb, sum_r))}
-        return self._emit("dot_general", (new_l, new_r), aval, params, src)
+        return self._emit(LA.dot_general.name, (new_l, new_r), aval, params, src)
 
 
 def sums_of_products(tape: Tape) -> Tape:
@@ -324,7 +327,7 @@ def sums_of_products(tape: Tape) -> Tape:
     sums = _Sums(tape, fresh_names(tape, ""))
 
     def rewrite(eqn: Eqn) -> list[Eqn] | None:
-        axes = eqn.kw["axes"] if eqn.op == "reduce_sum" else ()
+        axes = eqn.kw["axes"] if eqn.op == L.reduce_sum.name else ()
         if not axes or not (sums.reaches_product(eqn.ins[0], axes)
                             or sums.factors(eqn.ins[0], axes)):
             return None

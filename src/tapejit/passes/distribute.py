@@ -19,6 +19,9 @@ import math
 
 from ..avals import Aval
 from ..ir import Eqn, Tape, Var, make_params
+from ..ops import elementwise as E
+from ..ops import layout as L
+from ..ops import linalg as LA
 from .contract import SMALL
 from .rewrite import expand, fresh_names
 
@@ -29,7 +32,7 @@ def split_products(tape: Tape) -> Tape:
     fresh = fresh_names(tape, "_d")
 
     def rewrite(eqn: Eqn) -> list[Eqn] | None:
-        side = _splittable(eqn, producers) if eqn.op == "dot_general" else None
+        side = _splittable(eqn, producers) if eqn.op == LA.dot_general.name else None
         if side is None:
             return None
         difference = producers[eqn.ins[side].name]
@@ -54,14 +57,14 @@ def _broadcast_axes(term: Var, operand: Var) -> tuple[int, ...]:
 def _splittable(eqn: Eqn, producers: dict[str, Eqn]) -> int | None:
     """The side whose operand is a difference (or sum) of terms, one of them broadcast at
     least, in a product that either contracts more than SMALL elements or has more than
-    SMALL^2 results and loses a batch axis in some term's product; else None. (At most one term is whole: two whole terms would
-    double the product's work.)"""
+    SMALL^2 results and loses a batch axis in some term's product; else None. (At most one
+    term is whole: two whole terms would double the product's work.)"""
     for side in (0, 1):
         operand = eqn.ins[side]
         if not isinstance(operand, Var):
             continue
         difference = producers.get(operand.name)
-        if difference is None or difference.op not in ("add", "sub") or \
+        if difference is None or difference.op not in (E.add.name, E.sub.name) or \
                 not all(isinstance(t, Var) for t in difference.ins):
             continue
         contract, batch = _axes(eqn, side)
@@ -84,7 +87,7 @@ def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
     o_contract, o_batch = _axes(eqn, 1 - side)
     base, axis = other, list(range(other.aval.ndim))     # other's axis a is base's axis[a]
     producer = producers.get(other.name) if isinstance(other, Var) else None
-    if producer is not None and producer.op == "transpose":
+    if producer is not None and producer.op == L.transpose.name:
         base, axis = producer.ins[0], list(producer.kw["perm"])
     other_axis = {b: a for a, b in enumerate(axis)}
     dtype, src = eqn.outs[0].aval.dtype, eqn.src
@@ -100,13 +103,13 @@ def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
     kept = [d for d in range(operand.aval.ndim) if d not in gone]
     t = term
     if tuple(aligned[d] for d in kept) != term.aval.shape:
-        t = emit("reshape", term, tuple(aligned[d] for d in kept),
+        t = emit(L.reshape.name, term, tuple(aligned[d] for d in kept),
                  shape=tuple(aligned[d] for d in kept))
     # the other operand summed over the axes contracted with the term's broadcast ones
     summed = tuple(sorted(axis[o_contract[k]] for k, d in enumerate(contract) if d in gone))
     o = base
     if summed:
-        o = emit("reduce_sum", base, tuple(n for d, n in enumerate(base.aval.shape)
+        o = emit(L.reduce_sum.name, base, tuple(n for d, n in enumerate(base.aval.shape)
                                            if d not in summed), axes=summed)
     o_kept = [d for d in range(base.aval.ndim) if d not in summed]      # base's axes
     pairs_c = [(d, axis[od]) for d, od in zip(contract, o_contract) if d not in gone]
@@ -144,13 +147,13 @@ def _product(eqn: Eqn, side: int, term: Var, producers: dict[str, Eqn], fresh,
              **{("t", d): operand.aval.shape[d] for d in free},
              **{("o", d): other.aval.shape[d] for d in o_free}}
     product = Var(fresh(eqn.outs[0].name), Aval(tuple(shape[label] for label in new), dtype))
-    out.append(Eqn("dot_general", ins, (product,), make_params(params), src))
+    out.append(Eqn(LA.dot_general.name, ins, (product,), make_params(params), src))
     present = [label for label in original if label in new]
     perm = tuple(new.index(label) for label in present)
     if perm != tuple(range(len(perm))):
-        product = emit("transpose", product, tuple(shape[label] for label in present),
+        product = emit(L.transpose.name, product, tuple(shape[label] for label in present),
                        perm=perm)
     if len(present) < len(original):
         broadcastable = tuple(shape[label] if label in new else 1 for label in original)
-        product = emit("reshape", product, broadcastable, shape=broadcastable)
+        product = emit(L.reshape.name, product, broadcastable, shape=broadcastable)
     return product

@@ -2,7 +2,9 @@
 
 Each rule looks at one eqn (with its literal inputs; an array that is a broadcast literal, a
 "splat", is shown to the rules as that literal) and may return an existing atom that computes
-the same value with the same aval; the eqn then disappears and its readers use that atom. Eqns whose inputs are all literals and whose result is a scalar are evaluated (folded).
+the same value with the same aval; the eqn then disappears and its readers use that atom.
+Eqns whose inputs are all literals and whose result is a scalar are evaluated (folded). The
+rules name their ops through the op objects (ops/), never by string.
 Rewrites that change values at special points are deliberately absent: `x * 0 -> 0` (NaN and
 inf times 0 are NaN), `exp(log x) -> x` (NaN for x < 0), `log(exp x) -> x` (inf for large x).
 """
@@ -13,6 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ir import Atom, Eqn, Lit, Tape, Var, make_params
+from ..ops import elementwise as E
+from ..ops import layout as L
 from ..ops import OPS
 from .rewrite import forward_rewrite
 
@@ -34,19 +38,20 @@ def _same(atom: Atom, eqn: Eqn) -> Atom | None:
 Rule = Callable[..., "Atom | None"]
 
 RULES: dict[str, Rule] = {
-    "add": lambda e, a, b: _same(a, e) if _is(b, 0) else _same(b, e) if _is(a, 0) else None,
-    "sub": lambda e, a, b: _same(a, e) if _is(b, 0) else None,                  # x - 0 -> x
-    "mul": lambda e, a, b: _same(a, e) if _is(b, 1) else _same(b, e) if _is(a, 1) else None,
-    "div": lambda e, a, b: _same(a, e) if _is(b, 1) else None,                  # x / 1 -> x
-    "pow": lambda e, a, b: _same(a, e) if _is(b, 1) else None,                  # x ** 1 -> x
+    E.add.name: lambda e, a, b: _same(a, e) if _is(b, 0) else _same(b, e) if _is(a, 0) else None,
+    E.sub.name: lambda e, a, b: _same(a, e) if _is(b, 0) else None,                  # x - 0 -> x
+    E.mul.name: lambda e, a, b: _same(a, e) if _is(b, 1) else _same(b, e) if _is(a, 1) else None,
+    E.div.name: lambda e, a, b: _same(a, e) if _is(b, 1) else None,                  # x / 1 -> x
+    E.pow_.name: lambda e, a, b: _same(a, e) if _is(b, 1) else None,                  # x ** 1 -> x
     # select on a literal condition picks a branch
-    "select": lambda e, p, a, b: (_same(a, e) if _is(p, True) else
+    E.select.name: lambda e, p, a, b: (_same(a, e) if _is(p, True) else
                                   _same(b, e) if _is(p, False) else None),
     # layout ops that do nothing: same shape broadcast, reshape, identity transpose, convert
-    "broadcast_in_dim": lambda e, x: _same(x, e),
-    "reshape": lambda e, x: _same(x, e),
-    "transpose": lambda e, x: _same(x, e) if e.kw["perm"] == tuple(range(x.aval.ndim)) else None,
-    "convert": lambda e, x: _same(x, e),
+    L.broadcast_in_dim.name: lambda e, x: _same(x, e),
+    L.reshape.name: lambda e, x: _same(x, e),
+    L.transpose.name: lambda e, x: (_same(x, e) if e.kw["perm"] == tuple(range(x.aval.ndim))
+                                    else None),
+    E.convert.name: lambda e, x: _same(x, e),
 }
 
 
@@ -66,21 +71,24 @@ def _twice(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> Eqn | None:
     return inner if inner is not None and inner.op == eqn.op else None
 
 
+_INVOLUTIONS = (E.neg.name, L.transpose.name, L.reshape.name)
+
+
 def _op_of_op(eqn: Eqn, ins: list[Atom], producers: dict[str, Eqn]) -> Atom | Eqn | None:
     """neg(neg(x)) -> x; transpose(transpose(x)) and reshape(reshape(x)) -> x, or one
     transpose (reshape) of x."""
-    inner = _twice(eqn, ins, producers) if eqn.op in ("neg", "transpose", "reshape") else None
+    inner = _twice(eqn, ins, producers) if eqn.op in _INVOLUTIONS else None
     if inner is None:
         return None
-    if eqn.op == "neg":
+    if eqn.op == E.neg.name:
         return inner.ins[0]
-    if eqn.op == "reshape":
-        return _same(inner.ins[0], eqn) or Eqn("reshape", inner.ins, eqn.outs, eqn.params,
+    if eqn.op == L.reshape.name:
+        return _same(inner.ins[0], eqn) or Eqn(L.reshape.name, inner.ins, eqn.outs, eqn.params,
                                                 eqn.src)
     perm = tuple(inner.kw["perm"][p] for p in eqn.kw["perm"])
     if perm == tuple(range(len(perm))):
         return _same(inner.ins[0], eqn)
-    return Eqn("transpose", inner.ins, eqn.outs, make_params({"perm": perm}), eqn.src)
+    return Eqn(L.transpose.name, inner.ins, eqn.outs, make_params({"perm": perm}), eqn.src)
 
 
 def simplify(tape: Tape) -> Tape:
@@ -103,14 +111,14 @@ def simplify(tape: Tape) -> Tape:
         if replacement is None:
             out = eqn.outs[0]
             producers[out.name] = eqn
-            if eqn.op == "broadcast_in_dim" and isinstance(seen[0], Lit):
+            if eqn.op == L.broadcast_in_dim.name and isinstance(seen[0], Lit):
                 splats[out.name] = seen[0]
-            if eqn.op == "div" and _is(seen[0], 1) and isinstance(ins[1], Var) \
+            if eqn.op == E.div.name and _is(seen[0], 1) and isinstance(ins[1], Var) \
                     and out.aval == ins[1].aval:
                 reciprocals[ins[1].name] = out
-            elif eqn.op == "div" and isinstance(ins[1], Var) and ins[1].name in reciprocals:
+            elif eqn.op == E.div.name and isinstance(ins[1], Var) and ins[1].name in reciprocals:
                 # a / b with 1 / b at hand: one multiplication instead of another division
-                return Eqn("mul", (ins[0], reciprocals[ins[1].name]), eqn.outs, (), eqn.src)
+                return Eqn(E.mul.name, (ins[0], reciprocals[ins[1].name]), eqn.outs, (), eqn.src)
             return composed
         return replacement
 

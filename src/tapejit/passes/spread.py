@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from ..avals import Aval
 from ..ir import Atom, Eqn, Lit, Tape, Var, make_params
+from ..ops import elementwise as E
+from ..ops import layout as L
 from ..ops import OPS, Kind
 from .rewrite import expand, fresh_names
 
-CHEAP = frozenset({"neg", "add", "sub", "mul", "convert"})   # one instruction each
+CHEAP = frozenset(op.name for op in (E.neg, E.add, E.sub, E.mul, E.convert))  # 1 instruction
 
 
 def spread_broadcasts(tape: Tape) -> Tape:
@@ -31,7 +33,7 @@ def spread_broadcasts(tape: Tape) -> Tape:
 
     def rewrite(eqn: Eqn) -> list[Eqn] | None:
         inner = (producers.get(eqn.ins[0].name)
-                 if eqn.op == "broadcast_in_dim" and isinstance(eqn.ins[0], Var) else None)
+                 if eqn.op == L.broadcast_in_dim.name and isinstance(eqn.ins[0], Var) else None)
         if inner is None or inner.op not in CHEAP or not inner.outs[0].aval.ndim \
                 or not all(free(a) for a in inner.ins):     # (a splat of a scalar stays one)
             producers.update((o.name, eqn) for o in eqn.outs)
@@ -45,7 +47,7 @@ def spread_broadcasts(tape: Tape) -> Tape:
                 operands.append(a)
                 continue
             b = Var(fresh(a.name), Aval(shape, a.aval.dtype))
-            eqns.append(Eqn("broadcast_in_dim", (a,), (b,), make_params(
+            eqns.append(Eqn(L.broadcast_in_dim.name, (a,), (b,), make_params(
                 {"shape": shape, "dims": dims[rank - a.aval.ndim:]}), eqn.src))
             operands.append(b)
         eqns.append(Eqn(inner.op, tuple(operands), eqn.outs, inner.params, eqn.src))
