@@ -2,8 +2,10 @@
 
 The rules run at trace time on tracers (and on the constants mixed with them). They implement
 numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasting, `axis` and
-`keepdims`, negative axes. Modules: math (ufuncs), reductions, shape (layout functions), linalg
-(contractions), indexing (getitem/setitem). Each registers its rules with `implements`.
+`keepdims`, negative axes. Modules, each importing only this package and those before it:
+math (ufuncs), shape (layout functions), reductions (and the reducing ufunc methods), indexing
+(getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions).
+Each registers its rules with `implements`.
 """
 from __future__ import annotations
 
@@ -86,4 +88,4 @@ def reject(what: str, **given: Any) -> None:
                 user_source(3)))
 
 
-from . import math, reductions, shape, linalg, indexing  # noqa: E402,F401
+from . import math, shape, reductions, indexing, linalg  # noqa: E402,F401

@@ -1,5 +1,6 @@
 """Indexing: `x[key]`, `x[key] = v` (recorded as a functional update), np.take,
-np.take_along_axis and np.add.at.
+np.take_along_axis, np.add.at, and the layout functions that gather (np.repeat with uneven
+counts, np.pad's edge/wrap/reflect/symmetric modes).
 
 Basic indexing (ints, slices, None, ...) lowers to slice/rev/reshape; index assignment with a
 basic key to pad + select with a constant mask, so both stay fusible elementwise work. Advanced
@@ -17,7 +18,7 @@ from ..errors import UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
-from ..trace import Tracer, View, as_view, rebind, user_source
+from ..trace import METHOD_RULES, Tracer, View, as_view, rebind, user_source
 from . import asarray, cast, implements, lift, normalize_axis
 from .shape import broadcast_to_shape, ravel, reshape
 
@@ -246,6 +247,17 @@ def add_at(x: Tracer, key: Any, values: Any) -> Any:
     return reshape(ravel(x) + added, x.shape)
 
 
+def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
+    if ufunc is not np.add or not isinstance(x, Tracer):
+        raise UnsupportedOperationError(at_source(
+            f"numpy.{ufunc.__name__}.at is supported only as np.add.at on a traced array",
+            user_source(3)))
+    rebind(x, add_at(x, index, values))
+
+
+METHOD_RULES["at"] = _at_method
+
+
 @implements(np.take)
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
     a = asarray(a)
@@ -267,5 +279,46 @@ def take_along_axis(arr: Any, indices: Any, axis: int) -> Any:
     return getitem(arr, tuple(key))
 
 
+@implements(np.repeat)
+def repeat(x: Any, repeats: Any, axis: Any = None) -> Any:
+    x = asarray(x)
+    if axis is None:
+        x, axis = ravel(x), 0
+    ax = normalize_axis(axis, x.ndim, "numpy.repeat")
+    if isinstance(repeats, Tracer):
+        raise UnsupportedOperationError("numpy.repeat: traced repeat counts give a "
+                                        "data-dependent shape")
+    reps = np.broadcast_to(np.asarray(repeats), (x.shape[ax],))
+    if np.all(reps == reps[0]) and x.shape[ax]:
+        r = int(reps[0])
+        grid = x.shape[:ax + 1] + (r,) + x.shape[ax + 1:]
+        dims = tuple(d if d <= ax else d + 1 for d in range(x.ndim))
+        out = L.broadcast_in_dim(x, shape=grid, dims=dims)
+        return reshape(out, x.shape[:ax] + (x.shape[ax] * r,) + x.shape[ax + 1:])
+    return take(x, np.repeat(np.arange(x.shape[ax]), reps), axis=ax)
+
+
+@implements(np.pad)
+def pad(x: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
+    x = asarray(x)
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2)).tolist()
+    if mode == "constant":
+        value = np.asarray(kwargs.get("constant_values", 0))
+        if value.ndim:
+            raise UnsupportedOperationError("numpy.pad: only a scalar constant_values is "
+                                            "supported on traced arrays")
+        lo, hi = (tuple(w[i] for w in widths) for i in (0, 1))
+        return L.pad(lift(x), cast(value, x.dtype)[()], lo=lo, hi=hi, interior=(0,) * x.ndim)
+    if mode not in ("edge", "wrap", "reflect", "symmetric"):
+        raise UnsupportedOperationError(f"numpy.pad: mode={mode!r} is not supported on traced "
+                                        f"arrays (supported: constant, edge, wrap, reflect, "
+                                        f"symmetric)")
+    for ax, (lo, hi) in enumerate(widths):
+        if lo or hi:   # the padded positions' source indices, computed by numpy itself
+            x = take(x, np.pad(np.arange(x.shape[ax]), (lo, hi), mode=mode), axis=ax)
+    return x
+
+
 Tracer.__getitem__ = getitem
 Tracer.__setitem__ = setitem
+Tracer.repeat = repeat

@@ -13,7 +13,7 @@ from ..ops import layout as L
 from ..ops import linalg as LA
 from ..trace import UFUNC_RULES, Tracer, user_source
 from . import asarray, implements, lift, normalize_axis
-from .shape import _common, broadcast_to_shape, moveaxis, ravel, reshape, stack
+from .shape import broadcast_to_shape, in_common_dtype, moveaxis, ravel, reshape, stack
 from .reductions import sum as _sum
 
 
@@ -31,7 +31,7 @@ def _dot(a: Any, b: Any, ca: Sequence[int], cb: Sequence[int], ba: Sequence[int]
 
 @implements(np.dot)
 def dot(a: Any, b: Any, out: Any = None) -> Any:
-    a, b = _common([a, b], "numpy.dot")
+    a, b = in_common_dtype([a, b], "numpy.dot")
     if a.ndim == 0 or b.ndim == 0:
         return a * b
     return _dot(a, b, (a.ndim - 1,), (b.ndim - 1 if b.ndim == 1 else b.ndim - 2,))
@@ -39,7 +39,7 @@ def dot(a: Any, b: Any, out: Any = None) -> Any:
 
 @implements(np.matmul)
 def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:
-    a, b = _common([a, b], "numpy.matmul")
+    a, b = in_common_dtype([a, b], "numpy.matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(at_source("matmul: input operand does not have enough dimensions "
                                    f"({a.shape} @ {b.shape})", user_source(3)))
@@ -56,7 +56,7 @@ def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:
 
 @implements(np.tensordot)
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
-    a, b = _common([a, b], "numpy.tensordot")
+    a, b = in_common_dtype([a, b], "numpy.tensordot")
     if isinstance(axes, (int, np.integer)):
         ca, cb = range(a.ndim - axes, a.ndim), range(axes)
     else:
@@ -67,7 +67,7 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
 
 @implements(np.inner)
 def inner(a: Any, b: Any) -> Any:
-    a, b = _common([a, b], "numpy.inner")
+    a, b = in_common_dtype([a, b], "numpy.inner")
     if a.ndim == 0 or b.ndim == 0:
         return a * b
     return _dot(a, b, (a.ndim - 1,), (b.ndim - 1,))
@@ -93,7 +93,7 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any
     spec = subscripts.replace(" ", "")
     inputs, arrow, output = spec.partition("->")
     specs = inputs.split(",")
-    arrays = _common(operands, "numpy.einsum")
+    arrays = in_common_dtype(operands, "numpy.einsum")
     if "..." in spec:
         specs, output, arrays = _expand_ellipsis(specs, output if arrow else None, arrays)
     elif not arrow:
@@ -210,7 +210,7 @@ implements(np.triu)(lambda m, k=0: _triangle(
 @implements(np.cross)
 def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
           axis: Any = None) -> Any:
-    a, b = _common([a, b], "numpy.cross")
+    a, b = in_common_dtype([a, b], "numpy.cross")
     if axis is not None:
         axisa = axisb = axisc = axis
     a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import DtypeError, UnsupportedOperationError, at_source
 from ..ops import custom as C
 from ..ops import elementwise as E
-from ..trace import METHOD_RULES, UFUNC_RULES, Tracer, rebind, user_source
+from ..trace import UFUNC_RULES, Tracer, user_source
 from ..avals import dtype_name
 from . import asarray, cast, dtype_of, implements
 
@@ -179,41 +179,6 @@ def _bool_only(name: str, prim: Callable[..., Any]) -> Callable[..., Any]:
 for _uf, _prim in {np.bitwise_and: E.and_, np.bitwise_or: E.or_, np.bitwise_xor: E.xor,
                    np.invert: E.not_}.items():
     UFUNC_RULES[_uf] = _bool_only(_uf.__name__, _prim)
-
-
-# ---- ufunc methods -----------------------------------------------------------------------------
-def _reduce_method(ufunc: np.ufunc, x: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
-                   keepdims: bool = False, **kwargs: Any) -> Any:
-    from .reductions import REDUCERS
-    if ufunc not in REDUCERS or out is not None or kwargs:
-        raise UnsupportedOperationError(at_source(
-            f"numpy.{ufunc.__name__}.reduce is not supported on traced arrays "
-            f"(supported: {', '.join(u.__name__ for u in REDUCERS)})", user_source(3)))
-    given = {} if dtype is None else {"dtype": dtype}   # max/min/any/all take no dtype
-    return REDUCERS[ufunc](x, axis=axis, keepdims=keepdims, **given)
-
-
-def _accumulate_method(ufunc: np.ufunc, x: Any, axis: int = 0, dtype: Any = None,
-                       out: Any = None) -> Any:
-    from .reductions import cumprod, cumsum
-    rules = {np.add: cumsum, np.multiply: cumprod}
-    if ufunc not in rules or out is not None:
-        raise UnsupportedOperationError(at_source(
-            f"numpy.{ufunc.__name__}.accumulate is not supported on traced arrays "
-            f"(supported: add, multiply)", user_source(3)))
-    return rules[ufunc](x, axis=axis, dtype=dtype)
-
-
-def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
-    from .indexing import add_at
-    if ufunc is not np.add or not isinstance(x, Tracer):
-        raise UnsupportedOperationError(at_source(
-            f"numpy.{ufunc.__name__}.at is supported only as np.add.at on a traced array",
-            user_source(3)))
-    rebind(x, add_at(x, index, values))
-
-
-METHOD_RULES.update(reduce=_reduce_method, accumulate=_accumulate_method, at=_at_method)
 
 
 @implements(np.sinc)

@@ -1,6 +1,6 @@
 """numpy reductions -> reduce_* primitives: sum mean average prod max min var std any all
 count_nonzero argmax argmin cumsum cumprod linalg.norm, with numpy's `axis`, `keepdims` and
-result dtypes."""
+result dtypes; the ufunc methods that reduce (`np.add.reduce`, `np.multiply.accumulate`, ...)."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +12,9 @@ from ..errors import UnsupportedOperationError, at_source
 from ..ops import elementwise as E
 from ..ops import layout as L
 from ..ops import reduce as R
-from ..trace import Tracer, current_trace, user_source
+from ..trace import METHOD_RULES, Tracer, current_trace, user_source
 from . import asarray, cast, implements, normalize_axes, normalize_axis, reject
+from .shape import reshape
 
 _SUM_DTYPES: dict[tuple, np.dtype] = {}
 
@@ -212,7 +213,6 @@ def average(x: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
         return _mean(x, axis=axis, keepdims=keepdims)
     w = asarray(weights)
     if w.ndim == 1 and x.ndim > 1:
-        from .shape import reshape
         ax = normalize_axis(axis, x.ndim, "numpy.average")
         w = reshape(w, tuple(w.shape[0] if d == ax else 1 for d in range(x.ndim)))
     total = sum(w * np.ones_like(x), axis=axis, keepdims=keepdims)
@@ -221,6 +221,29 @@ def average(x: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
 
 REDUCERS = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: min,
             np.logical_or: any, np.logical_and: all}
+
+
+def _reduce_method(ufunc: np.ufunc, x: Any, axis: Any = 0, dtype: Any = None, out: Any = None,
+                   keepdims: bool = False, **kwargs: Any) -> Any:
+    if ufunc not in REDUCERS or out is not None or kwargs:
+        raise UnsupportedOperationError(at_source(
+            f"numpy.{ufunc.__name__}.reduce is not supported on traced arrays "
+            f"(supported: {', '.join(u.__name__ for u in REDUCERS)})", user_source(3)))
+    given = {} if dtype is None else {"dtype": dtype}   # max/min/any/all take no dtype
+    return REDUCERS[ufunc](x, axis=axis, keepdims=keepdims, **given)
+
+
+def _accumulate_method(ufunc: np.ufunc, x: Any, axis: int = 0, dtype: Any = None,
+                       out: Any = None) -> Any:
+    rules = {np.add: cumsum, np.multiply: cumprod}
+    if ufunc not in rules or out is not None:
+        raise UnsupportedOperationError(at_source(
+            f"numpy.{ufunc.__name__}.accumulate is not supported on traced arrays "
+            f"(supported: add, multiply)", user_source(3)))
+    return rules[ufunc](x, axis=axis, dtype=dtype)
+
+
+METHOD_RULES.update(reduce=_reduce_method, accumulate=_accumulate_method)
 
 for _name, _fn in {"sum": sum, "prod": prod, "max": max, "min": min, "mean": mean, "var": var,
                    "std": std, "any": any, "all": all, "argmax": argmax, "argmin": argmin,

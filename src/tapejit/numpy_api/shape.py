@@ -1,6 +1,6 @@
 """numpy layout functions -> layout primitives: reshape transpose swapaxes moveaxis expand_dims
-squeeze broadcast_to ravel concatenate stack hstack vstack split tile repeat flip roll pad where
-clip diff *_like, and the matching Tracer methods."""
+squeeze broadcast_to ravel concatenate stack hstack vstack split tile flip roll where clip diff
+*_like, and the matching Tracer methods (np.repeat and np.pad gather: indexing.py)."""
 from __future__ import annotations
 
 import builtins
@@ -147,7 +147,7 @@ implements(np.atleast_1d)(_atleast_rule(1))
 implements(np.atleast_2d)(_atleast_rule(2))
 
 
-def _common(arrays: Sequence[Any], what: str) -> list[Any]:
+def in_common_dtype(arrays: Sequence[Any], what: str) -> list[Any]:
     """Operands in their common dtype (numpy's promotion)."""
     arrays = [asarray(a) for a in arrays]
     dtype = np.result_type(*[np.empty(0, dtype_of(a)) for a in arrays])
@@ -158,7 +158,7 @@ def _common(arrays: Sequence[Any], what: str) -> list[Any]:
 def concatenate(arrays: Sequence[Any], axis: Any = 0, out: Any = None, dtype: Any = None,
                 casting: str = "same_kind") -> Any:
     reject("numpy.concatenate", out=out)
-    arrays = _common(arrays, "numpy.concatenate")
+    arrays = in_common_dtype(arrays, "numpy.concatenate")
     if dtype is not None:
         arrays = [cast(a, np.dtype(dtype)) for a in arrays]
     if axis is None:
@@ -238,26 +238,6 @@ def tile(x: Any, reps: Any) -> Any:
     return reshape(out, tuple(r * n for r, n in zip(reps, x.shape)))
 
 
-@implements(np.repeat)
-def repeat(x: Any, repeats: Any, axis: Any = None) -> Any:
-    x = asarray(x)
-    if axis is None:
-        x, axis = ravel(x), 0
-    ax = normalize_axis(axis, x.ndim, "numpy.repeat")
-    if isinstance(repeats, Tracer):
-        raise UnsupportedOperationError("numpy.repeat: traced repeat counts give a "
-                                        "data-dependent shape")
-    reps = np.broadcast_to(np.asarray(repeats), (x.shape[ax],))
-    if np.all(reps == reps[0]) and x.shape[ax]:
-        r = int(reps[0])
-        grid = x.shape[:ax + 1] + (r,) + x.shape[ax + 1:]
-        dims = tuple(d if d <= ax else d + 1 for d in range(x.ndim))
-        out = L.broadcast_in_dim(x, shape=grid, dims=dims)
-        return reshape(out, x.shape[:ax] + (x.shape[ax] * r,) + x.shape[ax + 1:])
-    from .indexing import take
-    return take(x, np.repeat(np.arange(x.shape[ax]), reps), axis=ax)
-
-
 @implements(np.flip)
 def flip(x: Any, axis: Any = None) -> Any:
     x = asarray(x)
@@ -281,28 +261,6 @@ def roll(x: Any, shift: Any, axis: Any = None) -> Any:
         k = int(s) % n if n else 0
         if k:
             x = concatenate([slice_axis(x, ax, n - k, n), slice_axis(x, ax, 0, n - k)], axis=ax)
-    return x
-
-
-@implements(np.pad)
-def pad(x: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
-    x = asarray(x)
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2)).tolist()
-    if mode == "constant":
-        value = np.asarray(kwargs.get("constant_values", 0))
-        if value.ndim:
-            raise UnsupportedOperationError("numpy.pad: only a scalar constant_values is "
-                                            "supported on traced arrays")
-        lo, hi = (tuple(w[i] for w in widths) for i in (0, 1))
-        return L.pad(lift(x), cast(value, x.dtype)[()], lo=lo, hi=hi, interior=(0,) * x.ndim)
-    if mode not in ("edge", "wrap", "reflect", "symmetric"):
-        raise UnsupportedOperationError(f"numpy.pad: mode={mode!r} is not supported on traced "
-                                        f"arrays (supported: constant, edge, wrap, reflect, "
-                                        f"symmetric)")
-    from .indexing import take
-    for ax, (lo, hi) in enumerate(widths):
-        if lo or hi:   # the padded positions' source indices, computed by numpy itself
-            x = take(x, np.pad(np.arange(x.shape[ax]), (lo, hi), mode=mode), axis=ax)
     return x
 
 
@@ -397,7 +355,7 @@ def _flatten(x: Tracer, order: str = "C") -> Any:
 
 
 for _name, _fn in {"reshape": _reshape_method, "ravel": ravel, "flatten": _flatten,
-                   "squeeze": squeeze, "swapaxes": swapaxes, "clip": clip, "repeat": repeat,
+                   "squeeze": squeeze, "swapaxes": swapaxes, "clip": clip,
                    "astype": _astype, "round": lambda x, decimals=0: _round(x, decimals, None),
                    "copy": lambda x, order="C": Tracer(x._trace, x._var, x.weak),
                    "transpose": transpose}.items():
