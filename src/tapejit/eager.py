@@ -16,6 +16,7 @@ import numpy as np
 from .avals import aval_of
 from .ir import Lit, Var
 from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, refresh)
+from .variables import Variable
 
 
 class EagerTracer(Tracer):
@@ -97,10 +98,9 @@ class EagerTrace(Trace):
         super().__init__(level)
         self.values: dict[str, Any] = {}
         self.recording: list[Any] = []       # the GradientTapes recording now
-        self.variables: dict[int, tuple[Any, np.ndarray, EagerTracer]] = {}
+        self.variables: dict[int, tuple[Variable, np.ndarray, EagerTracer]] = {}
 
     def atom(self, x: Any, dtype: np.dtype | None = None) -> Any:
-        from .variables import Variable
         if isinstance(x, Variable):
             x = self.read_variable(x)
         elif isinstance(x, EagerTracer) and x._trace is not self:
@@ -128,7 +128,7 @@ class EagerTrace(Trace):
             return atom.aval.dtype.type(atom.value)
         return self.values[atom.name]
 
-    def read_variable(self, variable: Any) -> EagerTracer:
+    def read_variable(self, variable: Variable) -> EagerTracer:
         """The tracer of `variable`'s current value in this trace (a constant var named after
         it), watched by the recording tapes that watch it."""
         entry = self.variables.get(id(variable))
@@ -164,7 +164,6 @@ def _values(x: Any) -> Any:
 
 def _read(x: Any) -> Any:
     """`x` (nested in lists, tuples and dicts) with Variables replaced by what they read."""
-    from .variables import Variable
     if isinstance(x, Variable):
         return x.read()
     if isinstance(x, (list, tuple)):
@@ -176,7 +175,6 @@ def _read(x: Any) -> Any:
 
 def unwrap(x: Any) -> Any:
     """A Variable's or recorded value's array (other values as they are)."""
-    from .variables import Variable
     if isinstance(x, Variable):
         return x._value
     if isinstance(x, EagerTracer):

@@ -34,6 +34,7 @@ from .passes import dce, optimize
 from .pytree import flatten, unflatten
 from .trace import Trace, Tracer, current_trace, user_source
 from .transforms import jacobian_tape, split_joint
+from .variables import Variable
 
 
 class TapeError(TapejitError, RuntimeError):
@@ -178,7 +179,6 @@ class GradientTape:
         return unflatten(td, [self._watch_leaf(leaf) for leaf in leaves])
 
     def _watch_leaf(self, leaf: Any) -> Any:
-        from .variables import Variable
         trace = self._trace
         assert trace is not None
         if isinstance(leaf, Variable):
@@ -293,7 +293,6 @@ class GradientTape:
 
     def _source(self, leaf: Any, active: set[str]) -> Var | None:
         """The var of a source, or None when the tape never saw it connected."""
-        from .variables import Variable
         trace = self._trace
         if isinstance(leaf, Variable):
             entry = trace.variables.get(id(leaf)) if isinstance(trace, EagerTrace) else None

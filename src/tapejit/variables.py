@@ -6,6 +6,9 @@ watch it differentiate (trainable Variables are watched automatically unless the
 `watch_accessed_variables=False`). `assign` replaces the array (a tape that recorded the old
 value keeps it). Inside `tj.jit` or another transform a Variable cannot be read: pass its value
 as an argument and assign the result outside.
+
+Below eager.py in the layers: a recording trace reads a Variable with its `read_variable`
+method (eager.EagerTrace), which this module calls without importing eager.py.
 """
 from __future__ import annotations
 
@@ -63,9 +66,9 @@ class Variable:
         trace = current_trace()
         if trace is None:
             return self._value
-        from .eager import EagerTrace
-        if isinstance(trace, EagerTrace):
-            return trace.read_variable(self)
+        read_variable = getattr(trace, "read_variable", None)   # an eager.EagerTrace's
+        if read_variable is not None:
+            return read_variable(self)
         raise ArgumentError(at_source(
             f"Variable {self.name} was read inside a traced function (tj.jit, tj.grad, ...), "
             f"where its value would be baked in: pass {self.name}.numpy() as an argument and "
