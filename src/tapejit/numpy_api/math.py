@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import DtypeError, UnsupportedOperationError, at_source
 from ..ops import custom as C
+from ..ops import OPS
 from ..ops import elementwise as E
 from ..trace import UFUNC_RULES, Tracer, user_source
 from ..avals import dtype_name
@@ -83,26 +84,10 @@ def ufunc_rule(ufunc: np.ufunc, fn: Callable[..., Any], mode: str = "arith") -> 
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 
-for _uf, _prim in {
-    np.add: E.add, np.subtract: E.sub, np.multiply: E.mul, np.true_divide: E.div,
-    np.power: E.pow_, np.maximum: E.max_, np.minimum: E.min_, np.arctan2: E.atan2,
-    np.remainder: E.rem, np.floor_divide: E.floor_div, np.negative: E.neg, np.absolute: E.abs_,
-    np.fabs: E.abs_, np.sign: E.sign, np.exp: E.exp, np.expm1: E.expm1, np.log: E.log,
-    np.log1p: E.log1p, np.sqrt: E.sqrt, np.cbrt: E.cbrt, np.sin: E.sin, np.cos: E.cos,
-    np.tan: E.tan, np.arcsin: E.asin, np.arccos: E.acos, np.arctan: E.atan, np.sinh: E.sinh,
-    np.cosh: E.cosh, np.tanh: E.tanh, np.arcsinh: E.asinh, np.arccosh: E.acosh,
-    np.arctanh: E.atanh, np.floor: E.floor, np.ceil: E.ceil, np.rint: E.round_,
-    np.trunc: E.trunc,
-}.items():
-    ufunc_rule(_uf, _prim)
-
-for _uf, _prim in {np.less: E.lt, np.less_equal: E.le, np.greater: E.gt,
-                   np.greater_equal: E.ge, np.equal: E.eq, np.not_equal: E.ne}.items():
-    ufunc_rule(_uf, _prim, "compare")
-
-for _uf, _prim in {np.logical_and: E.and_, np.logical_or: E.or_, np.logical_xor: E.xor,
-                   np.logical_not: E.not_}.items():
-    ufunc_rule(_uf, _prim, "logic")
+# the ufuncs an elementwise op's record names (`ufuncs`) lower to it directly
+for _prim in OPS.values():
+    for _uf in _prim.ufuncs:
+        ufunc_rule(_uf, _prim, _prim.promotion)
 
 # compositions; the comment gives the identity used
 ufunc_rule(np.positive, lambda x: x)

@@ -27,6 +27,9 @@ How the code generators run it (passes and backends read these; none switches on
   `vmath` (or where `vmath(eqn)` holds) the CPU's fast math calls the vectorised kernel of
   codegen/vmath.py named after the op;
   `cheap` ops are recomputed where read rather than stored (codegen/plan.py);
+- `ufuncs`: the numpy ufuncs an elementwise op implements (numpy_api/math.py lowers them to
+  it), their operands promoted as numpy does: `promotion` "arith" computes in the result
+  dtype, "compare" in the operands' common dtype (bool result), "logic" on bools;
 - `view`: a `View`, the index map of a layout op that runs as reads inside a loop nest;
 - `reduction`: a `Reduction`, identity and combine of a reduction that loop nests run;
 - `cpu`, `cuda`: the code of a barrier (an op that runs outside loop nests), written through
@@ -109,6 +112,8 @@ class Op:
     cuda_scalar: ByKind | str | None = None
     vmath: bool | Callable[..., bool] = False
     cheap: bool = False
+    ufuncs: tuple[Any, ...] = ()
+    promotion: str = "arith"
     view: View | None = None
     reduction: Reduction | None = None
     cpu: Callable[..., None] | None = None

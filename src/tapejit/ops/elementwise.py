@@ -30,15 +30,22 @@ def _shape_rule(name: str, result: str, arity: int):
 
 
 def unary(name: str, fn, scalar: str, vjp, **fields) -> object:
-    """An elementwise op of one operand: numpy's `fn`, the per-element `scalar` template."""
+    """An elementwise op of one operand: numpy's `fn` (the ufunc it implements, unless
+    `ufuncs` says otherwise), the per-element `scalar` template."""
     return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, "same", 1), vjp=vjp,
-                 scalar=scalar, **fields)
+                 scalar=scalar, **{"ufuncs": _ufuncs(fn), **fields})
 
 
 def binary(name: str, fn, scalar: str, vjp, result: str = "same", **fields) -> object:
-    """An elementwise op of two operands; `result="bool"` for comparisons and logic."""
+    """An elementwise op of two operands; `result="bool"` for comparisons and logic (whose
+    operands numpy compares in their common dtype)."""
+    promotion = "compare" if result == "bool" else "arith"
     return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, result, 2), vjp=vjp,
-                 scalar=scalar, **fields)
+                 scalar=scalar, **{"ufuncs": _ufuncs(fn), "promotion": promotion, **fields})
+
+
+def _ufuncs(fn) -> tuple:
+    return (fn,) if isinstance(fn, np.ufunc) else ()
 
 
 # numpy's float remainder (the divisor's sign) inline, for CUDA kernels that cannot call it
@@ -98,7 +105,7 @@ acosh = unary("acosh", np.arccosh, "math.acosh({0})",
               vjp=lambda ct, y, x: (ct / (sqrt(x - 1) * sqrt(x + 1)),))
 atanh = unary("atanh", np.arctanh, "math.atanh({0})",
               vjp=lambda ct, y, x: (ct / (1 - x * x),))
-abs_ = unary("abs", np.abs, "abs({0})", cheap=True,
+abs_ = unary("abs", np.abs, "abs({0})", cheap=True, ufuncs=(np.absolute, np.fabs),
              vjp=lambda ct, y, x: (ct * sign(x),))                       # d|x| = sign(x) dx
 # piecewise-constant: zero gradient wherever defined
 sign = unary("sign", np.sign, "np.sign({0})", zero_vjp, cuda_scalar=ByKind(   # NaN stays NaN
@@ -106,7 +113,8 @@ sign = unary("sign", np.sign, "np.sign({0})", zero_vjp, cuda_scalar=ByKind(   # 
     "({dtype}({0} > 0) - {dtype}({0} < 0))"))
 floor = unary("floor", np.floor, "np.floor({0})", zero_vjp, cuda_scalar=_libdevice("floor"))
 ceil = unary("ceil", np.ceil, "np.ceil({0})", zero_vjp, cuda_scalar=_libdevice("ceil"))
-round_ = unary("round", np.round, "np.rint({0})", zero_vjp, cuda_scalar=_libdevice("rint"))
+round_ = unary("round", np.round, "np.rint({0})", zero_vjp, cuda_scalar=_libdevice("rint"),
+                ufuncs=(np.rint,))
 trunc = unary("trunc", np.trunc, "np.trunc({0})", zero_vjp, cuda_scalar=_libdevice("trunc"))
 
 # ---- binary math --------------------------------------------------------------------------
@@ -164,10 +172,10 @@ gt = binary("gt", np.greater, "({0} > {1})", zero_vjp, "bool", cheap=True)
 ge = binary("ge", np.greater_equal, "({0} >= {1})", zero_vjp, "bool", cheap=True)
 eq = binary("eq", np.equal, "({0} == {1})", zero_vjp, "bool", cheap=True)
 ne = binary("ne", np.not_equal, "({0} != {1})", zero_vjp, "bool", cheap=True)
-and_ = binary("and", np.logical_and, "({0} and {1})", zero_vjp, "bool")
-or_ = binary("or", np.logical_or, "({0} or {1})", zero_vjp, "bool")
-xor = binary("xor", np.logical_xor, "({0} != {1})", zero_vjp, "bool")
-not_ = unary("not", np.logical_not, "(not {0})", zero_vjp)
+and_ = binary("and", np.logical_and, "({0} and {1})", zero_vjp, "bool", promotion="logic")
+or_ = binary("or", np.logical_or, "({0} or {1})", zero_vjp, "bool", promotion="logic")
+xor = binary("xor", np.logical_xor, "({0} != {1})", zero_vjp, "bool", promotion="logic")
+not_ = unary("not", np.logical_not, "(not {0})", zero_vjp, promotion="logic")
 
 
 # ---- select and convert ---------------------------------------------------------------------
