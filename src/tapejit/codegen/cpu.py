@@ -60,7 +60,7 @@ def name_of(var: Var) -> str:
     return f"u_{re.sub(r'[^0-9a-zA-Z]', '_', name)}_{digest}"
 
 
-class _Program:
+class _Function:
     """State shared by the steps of one generated function."""
 
     def __init__(self, tape: Tape, module: "Module", workspace: bool) -> None:
@@ -207,7 +207,7 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
     0-d inputs and outputs are scalars, else (the entry point) arrays, and it takes the
     workspace `W` too: a tuple of arrays the caller keeps between calls (calls hold the GIL,
     so one per program is enough)."""
-    p = _Program(tape, module, workspace=not scalars)
+    p = _Function(tape, module, workspace=not scalars)
     w = p.w
     params = []
     for v in tape.invars + tape.constvars:
@@ -256,7 +256,7 @@ def comment(eqn: Eqn, sizes: Sizes) -> str:
     return f"# {outs} = {eqn.op} {ins}"
 
 
-def _emit_call(p: _Program, step: Call) -> None:
+def _emit_call(p: _Function, step: Call) -> None:
     eqn = step.eqn
     if OPS[eqn.op].multiple_results:     # control flow: 0-d values as scalars, both ways
         count = eqn.ins[0] if eqn.ins else None   # a literal trip count is a size slot
@@ -287,7 +287,7 @@ def _emit_call(p: _Program, step: Call) -> None:
         p.own(eqn.outs[0])
 
 
-def _call_inputs(p: _Program, eqn: Eqn, scalars: bool) -> list[str]:
+def _call_inputs(p: _Function, eqn: Eqn, scalars: bool) -> list[str]:
     """What a call reads for each input: with `scalars` (control flow), a 0-d value as a
     scalar; everything else as an array, so literals and values that live as Python locals
     (of a scalar domain, e.g. a (1, 1) mean) are put into arrays first."""
@@ -364,7 +364,7 @@ def _parallel(loop: Loop, eqns: list[Eqn]) -> set[str] | None:
     return partial
 
 
-def _chunked(p: "_Program", loop: Loop, index: str) -> list[str]:
+def _chunked(p: "_Function", loop: Loop, index: str) -> list[str]:
     """The header lines of a parallel nest's outer loop over `index` whose iterations
     reduce into partial results: chunks of the outer axis, one per thread, on `numba.prange`,
     and a serial loop over each chunk's part. Partial results are `<name>_p[chunk, ...]`."""
@@ -379,7 +379,7 @@ def _chunks(index: str) -> str:
     return f"{index}n"
 
 
-def _partial_target(p: "_Program", eqn: Eqn, kept: list[str], target: str) -> str:
+def _partial_target(p: "_Function", eqn: Eqn, kept: list[str], target: str) -> str:
     """Where a reduction into an array element accumulates: `target`, or in a chunked nest
     (`_chunked`) the chunk's partial result, allocated now and combined after the nest."""
     out = eqn.outs[0]
@@ -405,7 +405,7 @@ def _loop_positions(shape: tuple[int, ...]) -> dict[int, int]:
     return {a: k for k, a in enumerate(d for d, n in enumerate(shape) if n != 1)}
 
 
-def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
+def _emit_loop(p: _Function, loop: Loop, eqns: list[Eqn], idx: list[str],
                parallel: bool = False) -> None:
     """The loop nest computing `eqns` (the live ones of `loop`), with loop indices `idx` for
     its domain (unique per loop: numba's SSA reconstruction is slow on reused variables),
@@ -463,7 +463,7 @@ def _emit_loop(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
     p.after_nest.clear()
 
 
-def _loop_header(p: _Program, loop: Loop, idx: list[str], level: int, parallel: bool) -> None:
+def _loop_header(p: _Function, loop: Loop, idx: list[str], level: int, parallel: bool) -> None:
     """Open the nest's loop at `level` (the outer one on threads if `parallel`, in chunks where
     it reduces into partial results)."""
     if level == 0 and parallel and p.partials:
@@ -477,7 +477,7 @@ def _loop_header(p: _Program, loop: Loop, idx: list[str], level: int, parallel: 
     p.w.indent()
 
 
-def _loop_footer(p: _Program, level: int) -> None:
+def _loop_footer(p: _Function, level: int) -> None:
     p.w.dedent()
     if level == 0 and p.partials:
         p.w.dedent()
@@ -491,7 +491,7 @@ def _by_rows(loop: Loop, sizes: Sizes) -> bool:
             and not sizes.is_fixed(loop.domain[-1]))
 
 
-def _emit_rows(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
+def _emit_rows(p: _Function, loop: Loop, eqns: list[Eqn], idx: list[str],
                parallel: bool = False) -> None:
     """The loop nest computing `eqns` row by row: the domain's outer loops as in _emit_loop,
     and inside them each stage as its own loop over the last axis (a row), with the stage's
@@ -572,7 +572,7 @@ def _emit_rows(p: _Program, loop: Loop, eqns: list[Eqn], idx: list[str],
     p.after_nest.clear()
 
 
-def _row_reduction(p: _Program, eqn: Eqn, idx: list[str], order: list[str], row: str,
+def _row_reduction(p: _Function, eqn: Eqn, idx: list[str], order: list[str], row: str,
                    read: Any, parts: tuple[list, ...]) -> None:
     """A reduction in a stage of _emit_rows, whose loops are `order` (the row's last):
     - over exactly the stage's inner axes: into the row buffer, read by later stages;
@@ -637,7 +637,7 @@ def _stages(loop: Loop, eqns: list[Eqn]) -> list[tuple[int, list[Eqn]]]:
     return groups
 
 
-def _emit_eqn(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list, body: list,
+def _emit_eqn(p: _Function, eqn: Eqn, idx: list[str], pre: list, post: list, body: list,
               read: Any, local: set[str], inner_from: int | None = None) -> None:
     """One eqn inside a loop body whose loop indices are `idx` (in an inner stage, the levels
     from `inner_from` on are the stage's own)."""
@@ -655,7 +655,7 @@ def _emit_eqn(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list, body
         body.append(f"{name}[{', '.join(here) if here else '()'}] = t_{name}")
 
 
-def _emit_reduction(p: _Program, eqn: Eqn, idx: list[str], pre: list, post: list,
+def _emit_reduction(p: _Function, eqn: Eqn, idx: list[str], pre: list, post: list,
                     body: list, read: Any, inner_from: int | None = None) -> None:
     """A reduction accumulating inside a nest with indices `idx`: into a scalar when its axes
     are the innermost ones (stored after their loops end; in an inner stage starting at level
