@@ -115,7 +115,7 @@ def run_ptx() -> int:
     from numba.np import numpy_support
 
     from tapejit.avals import Aval
-    from tapejit.cache import load_program
+    from tapejit.cache import load_module
     from tapejit.codegen.cuda import ENTRY, generate, var_name
     try:
         cuda.compile_ptx(lambda a: None, (types.float64[:],), cc=(9, 0))
@@ -130,7 +130,7 @@ def run_ptx() -> int:
         avals = {var_name(v): v.aval for v in _vars(ex.tape)}
         avals.update({f"t_p_{name}": Aval((1, *aval.shape), aval.dtype)   # partial results
                       for name, aval in list(avals.items())})
-        module = load_program(generate(ex.tape)[0], ENTRY, key="cuda").fn.__globals__
+        module = load_module(generate(ex.tape)[0], ENTRY, key="cuda").fn.__globals__
         try:
             for kname, kernel in sorted(module.items()):
                 if kname.startswith("t_k"):

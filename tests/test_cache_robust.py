@@ -42,12 +42,12 @@ def source(c: float) -> str:
     return f"import numba\n\n\n@numba.njit(cache=True)\ndef entry(x):\n    return x * {c!r}\n"
 
 
-def calls_warn_once(c: float, path_part: str) -> cache.Program:
+def calls_warn_once(c: float, path_part: str) -> cache.CachedModule:
     """Load and call a program CALLS times: right answers, one warning naming `path_part`."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(CALLS):
-            program = cache.load_program(source(c), "entry")
+            program = cache.load_module(source(c), "entry")
             assert program(float(i)) == c * i
     tapejit_warnings = [w for w in caught if issubclass(w.category, tj.TapejitWarning)]
     assert len(tapejit_warnings) == 1, [str(w.message) for w in caught]
@@ -84,7 +84,7 @@ def test_numba_folder_that_is_a_file(env):
 def test_numba_folder_made_read_only_is_made_writable(env):
     root = cache.cache_root()
     (root / "__pycache__").mkdir(mode=0o500)
-    program = cache.load_program(source(1.75), "entry")
+    program = cache.load_module(source(1.75), "entry")
     assert program(2.0) == 3.5
     assert len(list((root / "__pycache__").glob(program.modname + ".*.nbc"))) == 1
     assert nothing_outside(env)

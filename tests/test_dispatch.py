@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import cache, config
+from tapejit import arguments, cache, config
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +85,7 @@ def test_fast_path_converts_like_the_first_call(monkeypatch):
     def unused(*args, **kwargs):
         raise AssertionError("the fast path does not flatten arguments")
 
-    monkeypatch.setattr(tj.api, "split_args", unused)
+    monkeypatch.setattr(arguments, "split_args", unused)
     for x, s in [(base, 7.0), (base.T, 7.0), (base, np.array(7.0))]:
         _assert_tree_close(vg(x, s), ref_values(x, s))
 
@@ -240,7 +240,7 @@ def test_clear_cache_empties_every_transform_and_the_disk():
     g = tj.grad(lambda x: np.sum(x * x), backend="interpret")
     x = np.ones(3)
     f(x), g(x), f(x), g(x)
-    cache.load_program("def entry(x):\n    return x\n", "entry")    # one file on disk
+    cache.load_module("def entry(x):\n    return x\n", "entry")    # one file on disk
     assert len(cache.cache_entries()) == 1
     assert tj.clear_cache() == 1
     assert cache.cache_entries() == []

@@ -16,7 +16,7 @@ import pytest
 
 import tapejit as tj
 from tapejit import config
-from tapejit.dispatch import INTERPRET_FIRST_MAX_BYTES, interpret_first
+from tapejit.first_call import INTERPRET_FIRST_MAX_BYTES, interpret_first
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ STRUCTURES = 8       # distinct programs the hypothesis test draws from
 EXAMPLES = 200
 
 
-def structure(k: int) -> randprog.Program:
+def structure(k: int) -> randprog.RandomProgram:
     return generate(selfcheck.program_seed(SEED, k))
 
 

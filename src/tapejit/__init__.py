@@ -15,7 +15,8 @@ from .gradient_tape import GradientTape, TapeError, tape_cache_info
 from .variables import Variable
 from .dispatch import clear_cache
 from .threads import get_num_threads, set_num_threads
-from .explain import Explanation, explain
+from .explain import explain
+from .explanation import Explanation
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IRError, RandomnessError, ShapeError, TapejitError, TapejitWarning,
                      UnsupportedOperationError)

@@ -1,6 +1,6 @@
 """On-disk, content-addressed cache of generated numba modules.
 
-    prog = load_program(source, "entry", key=None)   # -> Program
+    prog = load_module(source, "entry", key=None)   # -> CachedModule
     out = prog(*args)          # numba compiles, or loads machine code from its disk cache
     prog.compiles, prog.disk_loads, prog.recoveries   # counts in this process
     prog.fn                    # the numba dispatcher (calling it directly skips recovery)
@@ -46,7 +46,7 @@ from .errors import TapejitWarning
 _FORMAT = 2  # bump when the file layout below changes (2: checksum sidecars)
 _HEADER = "# tapejit generated program, body sha256="
 _load_lock = threading.RLock()
-_programs: dict[tuple[Path, str], "Program"] = {}
+_modules: dict[tuple[Path, str], "CachedModule"] = {}
 _warned: set[Path] = set()   # directories `warn_memory_only` warned about
 # names every generated module can read besides math/numba/np (user kernels, from custom.py)
 GLOBALS: dict[str, Any] = {}
@@ -217,8 +217,8 @@ def _counts(fn: Any) -> tuple[int, int]:
     return sum(stats.cache_misses.values()), sum(stats.cache_hits.values())
 
 
-class Program:
-    """A generated module's entry function; call it like the function."""
+class CachedModule:
+    """A generated module in the disk cache, loaded; calling it calls its entry function."""
 
     def __init__(self, source: str, entry: str, digest: str, path: Path,
                  on_disk: bool = True) -> None:
@@ -303,17 +303,17 @@ def program_hash(source: str, key: str | None = None) -> str:
     return h.hexdigest()[:32]
 
 
-def load_program(source: str, entry: str, key: str | None = None) -> Program:
-    """The program for `source` (one per process and cache dir), written to disk if needed."""
+def load_module(source: str, entry: str, key: str | None = None) -> CachedModule:
+    """The module of `source` (one per process and cache dir), written to disk if needed."""
     digest = program_hash(source, key)
     with _load_lock:
         root = _usable_root()
         path = (root or config().cache_dir) / f"tj_{digest}.py"
-        prog = _programs.get((path, entry))
-        if prog is None:
-            prog = _programs[path, entry] = Program(source, entry, digest, path,
-                                                    on_disk=root is not None)
-        return prog
+        module = _modules.get((path, entry))
+        if module is None:
+            module = _modules[path, entry] = CachedModule(source, entry, digest, path,
+                                                          on_disk=root is not None)
+        return module
 
 
 def cache_entries() -> list[CacheEntry]:
@@ -335,7 +335,7 @@ def clear_cache() -> int:
     """Delete every program in the versioned cache directory; return how many there were
     (0 when the directory cannot be used: programs are then in memory only)."""
     with _load_lock:
-        _programs.clear()
+        _modules.clear()
         try:
             root = cache_root()
         except OSError:

@@ -1,28 +1,61 @@
-"""Optimized tape -> something to call: the numpy interpreter or a numba-compiled program.
+"""Optimized tape -> something to call on its input leaves: the backends and their calling
+conventions.
 
-`executable(tape, backend)` returns a callable on the tape's input leaves. For "numba" it
-generates the module source (codegen/cpu.py) and loads it through the disk cache (cache.py):
-the source contains no concrete sizes (they are passed in the size table `S`), so tapes that
-differ only in sizes share one source, one module and one compiled function.
+`executable(tape, backend)` returns a runner: `runner(leaves) -> outputs`. "interpret" runs the
+tape on numpy; "numba" generates the module source (codegen/cpu.py) and loads it through the
+disk cache (cache.py): the source contains no concrete sizes (they are passed in the size table
+`S`), so tapes that differ only in sizes share one source, one module and one compiled
+function; "cuda" is cuda_support.py's. `default_backend` and `check_backend` say which backend
+a transform uses. `direct_caller` is how the dispatch's fast path calls a runner: a compiled
+program's numba function directly, with everything about its calling convention precomputed.
+
+In the layers: above code generation and the disk cache, beside cuda_support.py; below the
+first-call tier (first_call.py) and the per-signature cache (dispatch.py), which run what this
+module makes.
 
 With `TAPEJIT_VERIFY=1` every call of a compiled program also runs the tape on the interpreter
 and raises `CompiledMismatchError` unless the two agree (the test suite runs this way).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import threads
-from .cache import Program, load_program
+from .cache import CachedModule, load_module
 from .codegen.cpu import ENTRY, entry_args, generate
 from .config import config
-from .errors import ArgumentError, CompiledMismatchError
+from .cuda_support import CudaCompiled, CudaUnavailableError, problem
+from .errors import ArgumentError, CompiledMismatchError, at_source
+from .explanation import dump
 from .interpret import interpret
 from .ir import Tape
+from .trace import user_source
 
 BACKENDS = ("interpret", "numba", "cuda")
+
+
+def default_backend(backend: str | None) -> str:
+    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "numba";
+    TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
+    settings = config()
+    if settings.disable_jit:
+        return "interpret"
+    return backend or settings.backend
+
+
+def check_backend(backend: str | None) -> None:
+    """An unknown backend is an error where the transform is made (at the user's line)."""
+    if backend is not None and backend not in BACKENDS:
+        raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
+                                      f"{', '.join(BACKENDS)}", user_source(2)))
+    if backend == "cuda" and not config().disable_jit:
+        reason = problem()
+        if reason is not None:
+            raise CudaUnavailableError(at_source(f'backend="cuda" cannot run: {reason}',
+                                                 user_source(2)))
 
 
 class Interpreted:
@@ -33,18 +66,25 @@ class Interpreted:
         return interpret(self.tape, leaves)
 
 
+# `fn(*args, *tail)`: a runner called with a call's arguments as given (`direct_caller`)
+DirectCall = tuple[Callable[..., Sequence[Any]], tuple]
+
+
 class Compiled:
     """A tape compiled to one numba function; `program` counts compiles and disk loads.
-    Programs with parallel work run each call in a thread window (threads.py)."""
+    Programs with parallel work run each call in a thread window (threads.py).
+
+    The calling convention: the entry function takes the tape's inputs (C-contiguous arrays,
+    0-d ones for scalars; `entry_args`), its constants, the size table `S` and the workspace,
+    and returns the outputs."""
 
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
         self.source, self.sizes, workspace, self.threads_slot = generate(tape)
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
         self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
-        self.program: Program = load_program(self.source, ENTRY)
-        from .explain import dump  # TAPEJIT_DUMP (a late import: explain.py imports this module)
-        dump(self)
+        self.program: CachedModule = load_module(self.source, ENTRY)
+        dump(self.program.path.stem, tape, self.source, self.sizes)   # TAPEJIT_DUMP
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
         args = (*entry_args(self.tape, leaves), self.sizes, self.workspace)
@@ -54,6 +94,54 @@ class Compiled:
         if config().verify:
             verify(self.tape, leaves, outs)
         return outs
+
+    def direct_call(self, positions: tuple[int, ...], leaves: Sequence[Any],
+                    n_args: int) -> DirectCall:
+        """`direct_caller`'s `(fn, tail)` for this program: numba's dispatcher itself (without
+        the disk cache's recovery wrapper, which matters only on a first call), converting
+        only what needs it (scalars; arrays that are not C-contiguous)."""
+        fn, tape = self.program.fn, self.tape
+        tail = (*entry_args(tape, list(leaves))[len(tape.invars):], self.sizes, self.workspace)
+        if self.threads_slot is not None:     # calls run in a thread window (threads.py)
+            fn = functools.partial(_windowed, fn, self.sizes, self.threads_slot)
+        ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in leaves]
+        # the compiled function is called with the arguments as given only if each is its leaf
+        # (no static argument among them: those are in the program, not passed to it)
+        if all(ready) and positions == tuple(range(n_args)):
+            return fn, tail
+        convert = [None if ok else _c_array if isinstance(leaf, np.ndarray) else
+                   functools.partial(np.asarray, dtype=var.aval.dtype)
+                   for ok, leaf, var in zip(ready, leaves, tape.invars)]
+        return (lambda *args: fn(*[args[i] if c is None else c(args[i])
+                                   for c, i in zip(convert, positions)], *tail)), ()
+
+
+def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
+              *args: Any) -> Sequence[Any]:
+    return threads.run(fn, args, sizes, slot)
+
+
+def _c_array(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, order="C")
+
+
+def direct_caller(runner: Any, positions: tuple[int, ...], leaves: Sequence[Any],
+                  n_args: int) -> DirectCall:
+    """`(fn, tail)`: `fn(*args, *tail)` are `runner`'s outputs for calls of `n_args` positional
+    arguments whose leaf k is argument `positions[k]`, each with the type, shape, dtype and
+    strides of `leaves[k]`. A compiled program's function is called directly (`direct_call`);
+    with TAPEJIT_VERIFY each such call is checked against the interpreter."""
+    if not isinstance(runner, Compiled):
+        return (lambda *args: runner([args[i] for i in positions])), ()
+    fn, tail = runner.direct_call(positions, leaves, n_args)
+    if not config().verify:
+        return fn, tail
+
+    def verified(*args: Any) -> Sequence[Any]:
+        outs = fn(*args, *tail)
+        verify(runner.tape, [args[i] for i in positions], [np.asarray(o) for o in outs])
+        return outs
+    return verified, ()
 
 
 # how far a compiled float output may be from the interpreter's: summation order and the
@@ -86,12 +174,12 @@ def verify(tape: Tape, leaves: Sequence[Any], outs: Sequence[np.ndarray]) -> Non
                 f"it with tj.explain's output; backend=\"interpret\" gives the right result.")
 
 
-def executable(tape: Tape, backend: str) -> Interpreted | Compiled:
+def executable(tape: Tape, backend: str) -> Interpreted | Compiled | CudaCompiled:
+    """The runner of `tape` on `backend`."""
     if backend == "interpret":
         return Interpreted(tape)
     if backend == "numba":
         return Compiled(tape)
     if backend == "cuda":      # numba.cuda kernels (cuda_support.py, codegen/cuda.py)
-        from .cuda_support import CudaCompiled
-        return CudaCompiled(tape)  # type: ignore[return-value]
+        return CudaCompiled(tape)
     raise ArgumentError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -9,6 +9,9 @@ A program takes numpy arrays (copied to the device, results copied back) or devi
 (numba.cuda device arrays or anything with `__cuda_array_interface__`; then the results stay
 on the device as numba device arrays). Generated drivers call `empty`, `full`, `reshape`,
 `blocks`, `grid` and `host_call` of this module (as `tjrt`).
+
+In the layers: beside the numba backend's compile.py, whose `executable` makes a `CudaCompiled`;
+below the dispatch (which asks `problem` and `device_key`) and the transforms (`device_aval`).
 """
 from __future__ import annotations
 
@@ -20,7 +23,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from .avals import Aval, dtype_name
+from .cache import load_module
 from .errors import ArgumentError, TapejitError
+from .explanation import dump
+from .interpret import apply_impl
+from .ir import Var
 
 MAX_BLOCKS = 8192    # grid-stride kernels launch at most this many blocks
 PARTIAL_BLOCKS = 1024  # blocks of a kernel keeping per-block partial reductions (not tuned)
@@ -134,9 +141,6 @@ def partial_grid(n: int) -> int:
 def host_call(eqn: Any, args: Sequence[Any]) -> tuple:
     """An eqn the CUDA backend has no kernel for, run by the interpreter on host copies."""
     from numba import cuda
-
-    from .interpret import apply_impl
-    from .ir import Var
     values = iter(args)
     ins = [np.asarray(next(values).copy_to_host()).reshape(a.aval.shape)
            if isinstance(a, Var) else np.asarray(a.value, a.aval.dtype) for a in eqn.ins]
@@ -153,15 +157,13 @@ class CudaCompiled:
     """A tape compiled to numba.cuda kernels and their host driver."""
 
     def __init__(self, tape: Any) -> None:
-        from .cache import load_program
         from .codegen.cuda import ENTRY, generate
         require()
         self.tape = tape
         self.source, self.sizes, self.host_eqns = generate(tape)
-        self.program = load_program(self.source, ENTRY, key="cuda")
+        self.program = load_module(self.source, ENTRY, key="cuda")
         self._device: dict[str, Any] = {}     # sizes and constants, copied once
-        from .explain import dump  # TAPEJIT_DUMP
-        dump(self)  # type: ignore[arg-type]
+        dump(self.program.path.stem, tape, self.source, self.sizes)   # TAPEJIT_DUMP
 
     def _resident(self) -> tuple[list[Any], Any]:
         if not self._device:

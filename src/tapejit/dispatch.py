@@ -1,29 +1,27 @@
-"""The per-signature program cache behind every transform, and how a program runs.
+"""The per-signature cache of programs behind every transform.
 
 A transform (`value_and_grad`, `jit`, ...) is a `CachedTransform`. A call is looked up twice:
 
 - the **fast path**: when every argument is an ndarray or a scalar (or static) and there are no
   keyword arguments, a cheap key (each argument's type, shape, dtype and strides; static values)
-  finds the entry an earlier call of that key made: it calls the compiled function directly
-  (numba's dispatcher, without the disk-cache recovery wrapper, which matters only on a first
-  call), converting only scalars and non-contiguous arrays, and builds the result with
-  everything about the signature precomputed. (Strides are in the key so that whether an
-  array needs a copy is known per entry, not checked per call.)
-- otherwise `split_args` flattens the call (api.py), and its full key (pytree structure, leaf
-  avals, weak types, static values) finds the `Program`; on a miss it traces and builds one, and
-  gets it an executable for the chosen backend (compile.py). The first call of a new program
-  runs under the transform's lock, so concurrent first calls trace and compile once.
-
-Tiers: on the numba backend a new program's first call runs on the numpy interpreter (its
-tape is already optimized; nothing is generated or compiled), and the program compiles on its
-second call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=compile` turns it off).
-A script that needs one gradient never waits for numba, and which calls ran where does not
-depend on timing or on what the disk cache holds: call 1 interpreted, the rest compiled.
+  finds the entry an earlier call of that key made: it calls the runner as `direct_caller`
+  (compile.py) prepared it for that key (a compiled program's numba function directly), and
+  builds the result with everything about the signature precomputed. (Strides are in the key
+  so that whether an array needs a copy is known per entry, not checked per call.)
+- otherwise the subclass's `_signature` flattens the call (`arguments.split_args`), and its full
+  key (pytree structure, leaf avals, weak types, static values) finds the `Specialization`; on
+  a miss it builds one (programs.py) and gets its runner and first outputs from the first-call
+  tier (first_call.py: on the numba backend the first call is interpreted, the second
+  compiles). The first call of a new program runs under the transform's lock, so concurrent
+  first calls trace and compile once.
 
 Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
 most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
 it has been re-traced more than `RETRACE_WARNING` times. `cache_info()` reports what happened,
 `clear_cache()` empties every transform's cache and the disk cache.
+
+In the layers: above arguments.py, programs.py, compile.py and first_call.py; below the
+transforms (api.py, transforms.py, gradient_tape.py), which subclass `CachedTransform`.
 """
 from __future__ import annotations
 
@@ -38,72 +36,25 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import cache, threads
-from .codegen.cpu import entry_args
-from .compile import BACKENDS, Compiled, Interpreted, executable, verify
-from .config import config
-from .errors import ArgumentError, TapejitWarning, at_source
-from .interpret import inline, interpret
-from .ir import Tape, sub_tapes
+from . import cache
+from .arguments import fn_name
+from .compile import check_backend, default_backend, direct_caller
+from .cuda_support import device_key
+from .errors import TapejitWarning
+from .first_call import PENDING, compile_and_run, start
+from .interpret import inline
+from .ir import Tape
 from .pytree import TreeDef
 from .trace import Tracer, _stack, current_trace, user_source
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
-# A first call runs on the interpreter only if the arrays it makes total at most this many
-# bytes (an upper bound of what it holds at once: it drops each value after its last reader).
-# Fresh memory costs page faults: a first call making 160 MB took 0.13-0.37 s in a new
-# process, what numba takes to compile a small program, so the bound is set below that ...
-INTERPRET_FIRST_MAX_BYTES = 128 * 2**20
-# ... and the tape has none of these (the interpreter runs a loop's body op by op, each step)
-LOOPS = frozenset({"scan", "loop_grad", "while"})
 
 _transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
 _STATIC = object()     # marks a static argument's part of a fast key
 # argument types the fast path takes (anything else goes through split_args)
 _FAST_SCALARS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32,
                            np.bool_])
-
-
-def run(tape: Tape, leaves: Sequence[Any], program: Any = None) -> list[Any]:
-    """Run a tape: inline it into the open trace, or run its program (default: interpret)."""
-    if current_trace() is not None:
-        return inline(tape, leaves)
-    outs = program(leaves) if program is not None else interpret(tape, leaves)
-    return [o[()] if o.ndim == 0 else o for o in outs]
-
-
-def interpret_first(tape: Tape) -> bool:
-    """Whether a new numba program runs its first call on the interpreter (see the module
-    docstring): when `TAPEJIT_FIRST_CALL` allows it, the tape has no loop, and the interpreter's
-    arrays are small enough."""
-    if config().first_call != "interpret":
-        return False
-    made = _interpreted_bytes(tape)
-    return made is not None and made <= INTERPRET_FIRST_MAX_BYTES
-
-
-def _interpreted_bytes(tape: Tape) -> int | None:
-    """The bytes of every array the interpreter makes running `tape` (None: it has a loop)."""
-    total = 0
-    for eqn in tape.eqns:
-        if eqn.op in LOOPS:
-            return None
-        total += sum(o.aval.size * o.aval.dtype.itemsize for o in eqn.outs)
-        for _, body in sub_tapes(eqn):
-            inner = _interpreted_bytes(body)
-            if inner is None:
-                return None
-            total += inner
-    return total
-
-
-class Pending:
-    """The runner of a numba program whose first call ran on the interpreter: the program
-    compiles on its next call (`CachedTransform._lookup`)."""
-
-
-PENDING = Pending()
 
 
 def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -117,36 +68,14 @@ def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
     return " + ".join(done) or "cache hit"
 
 
-def default_backend(backend: str | None) -> str:
-    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "numba";
-    TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
-    settings = config()
-    if settings.disable_jit:
-        return "interpret"
-    return backend or settings.backend
-
-
-def check_backend(backend: str | None) -> None:
-    """An unknown backend is an error where the transform is made (at the user's line)."""
-    if backend is not None and backend not in BACKENDS:
-        raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
-                                      f"{', '.join(BACKENDS)}", user_source(2)))
-    if backend == "cuda" and not config().disable_jit:
-        from .cuda_support import CudaUnavailableError, problem
-        reason = problem()
-        if reason is not None:
-            raise CudaUnavailableError(at_source(f'backend="cuda" cannot run: {reason}',
-                                                 user_source(2)))
-
-
 @dataclasses.dataclass(frozen=True)
-class Program:
+class Specialization:
     """What a transform caches per signature: the optimized tape, how to run it, the output
     structures and the names of the input leaves (for cache-miss reasons)."""
 
     tape: Tape
     aux: TreeDef | None
-    run: Any = None           # Interpreted | Compiled | PENDING; None when built in a trace
+    run: Any = None           # a compile.py runner | PENDING; None when built in a trace
     out: TreeDef | None = None
     names: tuple[str, ...] = ()
 
@@ -181,8 +110,9 @@ Finish = Callable[[Sequence[Any]], Any]
 class CachedTransform:
     """A per-signature cache of programs, with counts of what happened (`cache_info()`).
 
-    Subclasses provide `_signature(args, kwargs) -> (call, key, build)` (call: api._Args; key:
-    a tuple `(options, treedefs, avals, weak, static, n_pos)`; build: () -> Program) and
+    Subclasses provide `_signature(args, kwargs) -> (call, key, build)` (call: an
+    `arguments.CallArgs`, or anything with its `leaves`, `names`, `dynamic` and `args`; key: a
+    tuple `(options, treedefs, avals, weak, static, n_pos)`; build: () -> Specialization) and
     `_finisher(program, call, traced) -> Finish`, and call `self._call(args, kwargs)`."""
 
     max_programs = MAX_PROGRAMS
@@ -197,7 +127,7 @@ class CachedTransform:
         self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
-        self._cache: OrderedDict[tuple, Program] = OrderedDict()
+        self._cache: OrderedDict[tuple, Specialization] = OrderedDict()
         self._fast: dict[tuple, tuple] = {}     # fast key -> (key, fn, tail, finish)
         self._lock = threading.Lock()
         self._info = {"traces": 0, "interpreted": 0, "compiles": 0, "disk_loads": 0,
@@ -222,10 +152,11 @@ class CachedTransform:
             self._retraces, self._warned, self._cleared = 0, False, True
 
     # -- subclass hooks ------------------------------------------------------------------------
-    def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable[[], Program]]:
+    def _signature(self, args: tuple, kwargs: dict,
+                   ) -> tuple[Any, tuple, Callable[[], Specialization]]:
         raise NotImplementedError
 
-    def _finisher(self, program: Program, call: Any, traced: bool) -> Finish:
+    def _finisher(self, program: Specialization, call: Any, traced: bool) -> Finish:
         raise NotImplementedError
 
     # -- calls ---------------------------------------------------------------------------------
@@ -292,7 +223,6 @@ class CachedTransform:
     def _call_slow(self, args: tuple, kwargs: dict, fast_key: tuple | None) -> Any:
         call, key, build = self._signature(args, kwargs)
         if default_backend(self.backend) == "cuda":     # programs are per device
-            from .cuda_support import device_key
             key = (*key, device_key())
         if current_trace() is not None:   # inside another trace: inline, never cache
             program = build()
@@ -303,11 +233,12 @@ class CachedTransform:
         finish = self._finisher(program, call, False)
         result = finish(outs)
         if fast_key is not None and program.run is not PENDING:
-            self._fast[fast_key] = (key, *_fast_call(program.run, call), finish)
+            self._fast[fast_key] = (key, *direct_caller(program.run, call.dynamic, call.leaves,
+                                                        len(call.args)), finish)
         return result
 
-    def _lookup(self, key: tuple, call: Any, build: Callable[[], Program],
-                ) -> tuple[Program, list[Any] | None]:
+    def _lookup(self, key: tuple, call: Any, build: Callable[[], Specialization],
+                ) -> tuple[Specialization, list[Any] | None]:
         """The program for `key`, and its outputs on `call` when this call made it (or
         compiled it: the second call of a program whose first ran on the interpreter)."""
         program = self._cache.get(key)
@@ -324,7 +255,9 @@ class CachedTransform:
                 self._info["hits"] += 1
                 if program.run is not PENDING:
                     return program, None
-                runner, outs = self._compile(program.tape, call.leaves)
+                runner, outs = compile_and_run(program.tape, call.leaves,
+                                               default_backend(self.backend), self._info,
+                                               fn_name(self.fn))
                 program = self._cache[key] = dataclasses.replace(program, run=runner)
                 return program, outs
             self._last_miss = self._miss_reason(key, call.names)
@@ -332,7 +265,8 @@ class CachedTransform:
             if self._cache:
                 self._retraces += 1
             program = build()
-            runner, outs = self._start(program.tape, call.leaves)
+            runner, outs = start(program.tape, call.leaves, default_backend(self.backend),
+                                 self._info, fn_name(self.fn))
             program = dataclasses.replace(program, run=runner, names=tuple(call.names))
             self._cache[key] = program
             self._evict()
@@ -341,45 +275,6 @@ class CachedTransform:
         if warn:
             self._warn_retrace()
         return program, outs
-
-    def _start(self, tape: Tape, leaves: Sequence[Any]) -> tuple[Any, list[Any]]:
-        """The runner for a new program and its first outputs."""
-        if default_backend(self.backend) == "numba" and interpret_first(tape):
-            self._info["interpreted"] += 1
-            return PENDING, interpret(tape, leaves)
-        return self._compile(tape, leaves)
-
-    def _compile(self, tape: Tape, leaves: Sequence[Any]) -> tuple[Any, list[Any]]:
-        """The backend's runner for a program and its outputs on `leaves`. A program the numba
-        backend cannot compile runs on the interpreter, with a warning, rather than failing."""
-        backend = default_backend(self.backend)
-        try:
-            runner = executable(tape, backend)
-            return runner, self._first_call(runner, leaves)
-        except Exception as err:
-            if backend != "numba" or not _compile_failure(err):
-                raise
-            name = getattr(self.fn, "__name__", type(self.fn).__name__)
-            src = user_source() or ("<unknown>", 0)
-            warnings.warn_explicit(
-                f"tapejit could not compile {name} with numba ({type(err).__name__}: "
-                f"{str(err).strip().splitlines()[0][:200]}); it runs on the numpy interpreter "
-                f"instead. Please report this with the output of tj.explain.",
-                TapejitWarning, src[0], src[1])
-            runner = Interpreted(tape)
-            return runner, runner(leaves)
-
-    def _first_call(self, runner: Any, leaves: Sequence[Any]) -> list[Any]:
-        """Run a new program, counting the compile or disk load it caused (a program whose
-        source was compiled before, e.g. for another batch size, causes neither)."""
-        if not isinstance(runner, Compiled):
-            return runner(leaves)
-        before = runner.program.compiles, runner.program.disk_loads
-        try:
-            return runner(leaves)
-        finally:
-            self._info["compiles"] += runner.program.compiles - before[0]
-            self._info["disk_loads"] += runner.program.disk_loads - before[1]
 
     def _evict(self) -> None:
         while len(self._cache) > self.max_programs:
@@ -396,19 +291,12 @@ class CachedTransform:
 
     def _warn_retrace(self) -> None:
         src = user_source() or ("<unknown>", 0)
-        name = getattr(self.fn, "__name__", type(self.fn).__name__)
         warnings.warn_explicit(
-            f"{name} was traced {self._info['traces']} times ({self._retraces} re-traces "
-            f"since its first call); the last because {self._last_miss}. Every new pytree "
-            f"structure, leaf shape or dtype, or static argument value traces again: pass "
+            f"{fn_name(self.fn)} was traced {self._info['traces']} times ({self._retraces} "
+            f"re-traces since its first call); the last because {self._last_miss}. Every new "
+            f"pytree structure, leaf shape or dtype, or static argument value traces again: pass "
             f"changing numbers as arguments rather than static_argnums, and keep shapes to a "
             f"few sizes (pad batches).", TapejitWarning, src[0], src[1])
-
-
-def _compile_failure(err: Exception) -> bool:
-    """Whether `err` says code generation or numba compilation failed (not the program)."""
-    from numba.core.errors import NumbaError
-    return isinstance(err, (NotImplementedError, NumbaError))
 
 
 def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
@@ -443,54 +331,6 @@ def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
         reasons.append("static arguments changed: " + (", ".join(changed) or
                                                         f"{o_static!r:.60} -> {n_static!r:.60}"))
     return "; ".join(reasons) or "signature changed"
-
-
-def _fast_call(runner: Any, call: Any) -> tuple[Callable[..., Sequence[Any]], tuple]:
-    """`(fn, tail)`: `fn(*args, *tail)` are the outputs for calls whose arguments have the
-    types, shapes, dtypes and strides of `call`'s (each positional, its own leaf). The compiled
-    function is called directly; only what needs it is converted (scalars; arrays that are not
-    C-contiguous). With TAPEJIT_VERIFY each such call is checked against the interpreter."""
-    positions = call.dynamic
-    if not isinstance(runner, Compiled):
-        return (lambda *args: runner([args[i] for i in positions])), ()
-    fn, tail = _direct(runner, call)
-    if not config().verify:
-        return fn, tail
-
-    def verified(*args: Any) -> Sequence[Any]:
-        outs = fn(*args, *tail)
-        verify(runner.tape, [args[i] for i in positions], [np.asarray(o) for o in outs])
-        return outs
-    return verified, ()
-
-
-def _direct(runner: Compiled, call: Any) -> tuple[Callable[..., Sequence[Any]], tuple]:
-    """`_fast_call`'s function for a compiled program."""
-    positions = call.dynamic
-    fn, tape = runner.program.fn, runner.tape
-    tail = (*entry_args(tape, list(call.leaves))[len(tape.invars):], runner.sizes,
-            runner.workspace)
-    if runner.threads_slot is not None:     # calls run in a thread window (threads.py)
-        fn = functools.partial(_windowed, fn, runner.sizes, runner.threads_slot)
-    ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in call.leaves]
-    # the compiled function is called with the arguments as given only if each is its leaf
-    # (no static argument among them: those are in the program, not passed to it)
-    if all(ready) and positions == tuple(range(len(call.args))):
-        return fn, tail
-    convert = [None if ok else _c_array if isinstance(leaf, np.ndarray) else
-               functools.partial(np.asarray, dtype=var.aval.dtype)
-               for ok, leaf, var in zip(ready, call.leaves, tape.invars)]
-    return (lambda *args: fn(*[args[i] if c is None else c(args[i])
-                               for c, i in zip(convert, positions)], *tail)), ()
-
-
-def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
-              *args: Any) -> Sequence[Any]:
-    return threads.run(fn, args, sizes, slot)
-
-
-def _c_array(a: np.ndarray) -> np.ndarray:
-    return np.asarray(a, order="C")
 
 
 def clear_cache() -> int:

@@ -23,9 +23,10 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import autodiff
-from .api import refuse_subclass
+from .arguments import refuse_subclass
 from .avals import aval_of
-from .dispatch import CachedTransform, Program, check_backend
+from .compile import check_backend
+from .dispatch import CachedTransform, Specialization
 from .errors import ArgumentError, DtypeError, TapejitError, at_source
 from .interpret import inline
 from .eager import EagerTrace, EagerTracer, type_for, unwrap
@@ -42,10 +43,10 @@ class TapeError(TapejitError, RuntimeError):
     non-persistent tape)."""
 
 
-_PROGRAMS: dict[str | None, "_Programs"] = {}     # per backend
+_SWEEP_CACHES: dict[str | None, "_SweepCache"] = {}     # per backend
 
 
-class _Programs(CachedTransform):
+class _SweepCache(CachedTransform):
     """The compiled reverse sweeps (and Jacobians) of recorded tapes, keyed by the cut tape."""
 
     def __init__(self, backend: str | None) -> None:
@@ -64,8 +65,8 @@ class _Programs(CachedTransform):
             names = self._inputs[key] = [v.name for v in tape.invars[:n_values]]
         leaves = [values(name) for name in names] + extra
         program, outs = self._lookup(key, _Call(leaves, names + ["ct"] * len(extra)),
-                                     lambda: Program(optimize(built[0] if built
-                                                              else build()[0]), None))
+                                     lambda: Specialization(optimize(built[0] if built
+                                                                     else build()[0]), None))
         return program.run(leaves) if outs is None else outs
 
     def _miss_reason(self, key: tuple, names: Sequence[str]) -> str:
@@ -81,16 +82,16 @@ class _Call:
         self.leaves, self.names = leaves, names
 
 
-def _programs(backend: str | None) -> _Programs:
-    if backend not in _PROGRAMS:
-        _PROGRAMS.setdefault(backend, _Programs(backend))
-    return _PROGRAMS[backend]
+def _sweep_cache(backend: str | None) -> _SweepCache:
+    if backend not in _SWEEP_CACHES:
+        _SWEEP_CACHES.setdefault(backend, _SweepCache(backend))
+    return _SWEEP_CACHES[backend]
 
 
 def tape_cache_info(backend: str | None = None) -> dict[str, Any]:
     """Counts of the reverse-sweep programs of GradientTape (traces: cut tapes derived;
     compiles; hits) for tapes made with `backend`."""
-    return _programs(backend).cache_info()
+    return _sweep_cache(backend).cache_info()
 
 
 class GradientTape:
@@ -405,7 +406,7 @@ class GradientTape:
                                            for e in extra])
         assert isinstance(trace, EagerTrace)
         extra = [np.asarray(unwrap(e)) for e in extra]
-        return _programs(self.backend).run(key, build, trace.values.__getitem__, extra)
+        return _sweep_cache(self.backend).run(key, build, trace.values.__getitem__, extra)
 
     def _unconnected(self, source: Any, policy: str) -> Any:
         return None if policy == "none" else np.zeros_like(unwrap(source))

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from .randprog import MAGNITUDE_LIMIT, ONE, Arg, Line, Program, Sym, bases, largest, size_of
+from .randprog import MAGNITUDE_LIMIT, ONE, Arg, Line, RandomProgram, Sym, bases, largest, size_of
 
 MAX_RANK = 4
 
@@ -178,9 +178,9 @@ class Builder:
                 self.add(Made(f"{last.name} + np.sum({arg.name})", last.dims,
                               last.mag + arg.mag * largest(arg.dims), (last.name, arg.name)))
 
-    def program(self, scalar: bool) -> Program:
-        whole = Program(tuple(self.args), tuple(self.lines), self.lines[-1].name, scalar,
-                        tuple(self.minimum.items()))
+    def program(self, scalar: bool) -> RandomProgram:
+        whole = RandomProgram(tuple(self.args), tuple(self.lines), self.lines[-1].name, scalar,
+                              tuple(self.minimum.items()))
         return whole.upto(whole.output)
 
     # -- elementwise ------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class Line:
 
 
 @dataclasses.dataclass(frozen=True)
-class Program:
+class RandomProgram:
     """A generated function: its parameters, statements, returned value, and the least length
     each base symbol needs (an axis reduced by max must not be empty, ...)."""
 
@@ -148,7 +148,7 @@ class Program:
         exec(compile(source, filename, "exec"), scope)
         return scope["f"]
 
-    def upto(self, name: str) -> "Program":
+    def upto(self, name: str) -> "RandomProgram":
         """The program that returns the value `name`, without the statements it does not
         need (a smaller program for a failure report)."""
         needed, kept = {name}, []

@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import TapejitError, TapejitWarning
 from .randops import Builder
-from .randprog import NEW_SIZES, Program
+from .randprog import NEW_SIZES, RandomProgram
 
 CALLS = 3           # calls with the first lengths, then 2 with new ones
 RTOL = 1e-6         # compiled against numpy / the interpreter
@@ -38,7 +38,7 @@ FD_RTOL = 1e-5      # the interpreted gradient against finite differences
 KINK_RTOL = 1e-3    # one-sided differences further apart than this: a kink, not checked
 
 
-def generate(seed: int | np.random.SeedSequence, statements: int | None = None) -> Program:
+def generate(seed: int | np.random.SeedSequence, statements: int | None = None) -> RandomProgram:
     """A random program from `seed`: 1-3 float parameters and 1-6 statements."""
     rng = np.random.default_rng(seed)
     builder = Builder(rng)
@@ -164,7 +164,7 @@ def finite_differences(fn: Callable[..., Any], args: list[np.ndarray],
 class Checker:
     """The checks of one program; `stage` names the one running (for the failure report)."""
 
-    def __init__(self, program: Program, rng: np.random.Generator) -> None:
+    def __init__(self, program: RandomProgram, rng: np.random.Generator) -> None:
         import tapejit as tj
         self.program, self.rng = program, rng
         self.fn = program.function()
@@ -232,7 +232,7 @@ class Checker:
                                 self.program.arguments(self.sizes, self.rng), False)
 
 
-def check(program: Program, seed: int, index: int = 0,
+def check(program: RandomProgram, seed: int, index: int = 0,
           sizes: dict | None = None) -> tuple[Failure | None, Checker]:
     """Run every check of `program` (lengths, unless given, and values drawn from `seed`)."""
     checker = Checker(program, np.random.default_rng(seed))
@@ -255,7 +255,7 @@ def _symptom(failure: Failure) -> tuple[str, str, bool]:
     return failure.kind, failure.stage.split(",")[0], "new lengths" in failure.stage
 
 
-def shrink(program: Program, seed: int, failure: Failure, sizes: dict) -> Failure:
+def shrink(program: RandomProgram, seed: int, failure: Failure, sizes: dict) -> Failure:
     """The failure of the shortest prefix of `program` (with the same first lengths) that
     fails the same way; `failure` itself where none does."""
     for line in program.lines[:-1]:

@@ -9,6 +9,9 @@ All three are built from `autodiff.vjp_tape` alone:
   reverse pass with respect to them, seeded with the tangents, gives J @ tangent (forward mode
   without forward rules; it works through custom_vjp, whose bwd is ordinary IR).
 - `hessian(f)` is `jacobian(grad(f))`.
+
+In the layers: above api.py (grad, for hessian) and the per-signature cache (dispatch.py);
+gradient_tape.py uses `split_joint` and `jacobian_tape`.
 """
 from __future__ import annotations
 
@@ -20,13 +23,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import autodiff
-from .api import _check_float_inputs, _normalize_argnums, argnums_signature, split_args, trace_flat
+from .api import grad
+from .arguments import argnums_signature, check_float_inputs, normalize_argnums, split_args
 from .batching import batched_inline
-from .dispatch import CachedTransform, Program, unbox, unbox_traced
+from .dispatch import CachedTransform, Specialization, unbox, unbox_traced
 from .errors import ArgumentError, at_source
 from .interpret import inline
 from .ir import Tape, Var
 from .passes import dce, optimize
+from .programs import trace_flat
 from .pytree import flatten, unflatten
 from .trace import Tracer, new_trace, user_source
 
@@ -138,21 +143,23 @@ class _Jacobian(CachedTransform):
         return self._call(args, kwargs)
 
     def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable]:
-        return argnums_signature(self, args, kwargs)
+        call, key, argnums = argnums_signature(self, args, kwargs)
+        return call, key, lambda: self._build(call, argnums)
 
-    def _build(self, call: Any, argnums: tuple[int, ...]) -> Program:
+    def _build(self, call: Any, argnums: tuple[int, ...]) -> Specialization:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
-        _check_float_inputs("jacobian", call, wrt)
+        check_float_inputs("jacobian", call, wrt)
         tape, out_td, _ = trace_flat(self.fn, call)
         for o in tape.outvars:
             if not o.aval.is_float:
                 raise ArgumentError(at_source(
                     f"jacobian: {self.__name__} returned a {o.aval} output; only float "
                     f"outputs have Jacobians", tape.eqns[-1].src if tape.eqns else None))
-        return Program(optimize(jacobian_tape(tape, wrt, len(tape.outvars))), None, out=out_td)
+        jacobians = optimize(jacobian_tape(tape, wrt, len(tape.outvars)))
+        return Specialization(jacobians, None, out=out_td)
 
-    def _finisher(self, program: Program, call: Any, traced: bool) -> Callable:
-        argnums = _normalize_argnums(self.argnums, call.n_pos)
+    def _finisher(self, program: Specialization, call: Any, traced: bool) -> Callable:
+        argnums = normalize_argnums(self.argnums, call.n_pos)
         in_tds = [call.treedefs[call.dynamic.index(i)] for i in argnums]
         single = isinstance(self.argnums, (int, np.integer))
         out_td = program.out
@@ -183,7 +190,6 @@ def jacobian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
 def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
             static_argnums: int | Sequence[int] = (), backend: str | None = None) -> Any:
     """The Hessian of a scalar `fn`: `jacobian(grad(fn))`, one compiled program."""
-    from .api import grad
     return _Jacobian(grad(fn, argnums, static_argnums=static_argnums), argnums,
                      static_argnums, backend)
 
@@ -225,11 +231,11 @@ class _Jvp(CachedTransform):
         # the fast path assumes each argument is one leaf of the program: not so here
         return self._call_slow(args, kwargs, None)
 
-    def _build(self, call: Any) -> Program:
+    def _build(self, call: Any) -> Specialization:
         tape, out_td, _ = trace_flat(self.fn, call)
-        return Program(optimize(jvp_tape(tape, out_td.num_leaves)), None, out=out_td)
+        return Specialization(optimize(jvp_tape(tape, out_td.num_leaves)), None, out=out_td)
 
-    def _finisher(self, program: Program, call: Any, traced: bool) -> Callable:
+    def _finisher(self, program: Specialization, call: Any, traced: bool) -> Callable:
         out_td = program.out
         keep = [False] * len(program.tape.outvars)
         outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)

@@ -1,0 +1,212 @@
+"""A call's arguments as the transforms see them: the leaves of the traced arguments, their
+avals and names, and the call's signature (the key of the per-signature cache).
+
+`split_args(fn, args, kwargs, static_argnums)` binds keyword arguments, separates the static
+arguments (their values are part of the key), flattens the others into leaves and gives each
+leaf an aval (Python scalars are weakly typed) and a name from `fn`'s parameters (the tape's
+input names). Arguments that are neither arrays, numbers nor pytrees of them are refused here,
+at the user's line, and so are ndarray subclasses.
+
+In the layers: above tracing (it reads tracers' avals) and the CUDA run-time side (device
+arrays' avals); below programs.py (which traces a function on a `CallArgs`), the per-signature
+cache (dispatch.py) and the transforms.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .avals import Aval, aval_of
+from .cuda_support import device_aval, is_device_array
+from .errors import ArgumentError, DtypeError, at_source
+from .pytree import TreeDef, flatten, leaf_paths, unflatten
+from .trace import Tracer, user_source
+
+_SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
+
+
+def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
+    """The aval of an argument leaf and whether it is weakly typed (a Python scalar)."""
+    if isinstance(leaf, Tracer):
+        return leaf.aval, leaf.weak
+    if type(leaf) in _SCALAR_DTYPES:
+        return Aval((), _SCALAR_DTYPES[type(leaf)]), True
+    if isinstance(leaf, (np.ndarray, np.generic)) or is_device_array(leaf):
+        refuse_subclass(leaf, where)
+        try:
+            if is_device_array(leaf):   # the CUDA backend's
+                return device_aval(leaf), False
+            return aval_of(leaf), False
+        except TypeError as err:
+            raise DtypeError(at_source(f"{where}: {err}", user_source(1))) from None
+    raise ArgumentError(at_source(
+        f"{where} is a {type(leaf).__name__}, not an array or a number. Pass arrays, numbers "
+        f"or pytrees of them (dict/list/tuple/namedtuple/dataclass), or mark the argument "
+        f"static with static_argnums.", user_source(1)))
+
+
+def refuse_subclass(leaf: Any, where: str) -> None:
+    """Raise for an ndarray subclass whose meaning a plain array would lose (a masked array's
+    mask, np.matrix's `*`, a unit): tapejit computes with plain ndarrays. np.memmap is one."""
+    if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray and \
+            not isinstance(leaf, np.memmap):
+        raise ArgumentError(at_source(
+            f"{where} is a {type(leaf).__module__}.{type(leaf).__name__} of shape "
+            f"{leaf.shape}, an ndarray subclass: tapejit computes with plain arrays, so what "
+            f"the subclass adds would be lost silently (a masked array's mask, np.matrix's `*` "
+            f"as a matrix product). Pass a plain array: x.filled(fill) or x.compressed() for a "
+            f"masked array, np.asarray(x) for a matrix (and `@` for its products), or "
+            f"np.asarray(x) in general.", user_source(1)))
+
+
+def _identifier(path: str) -> str:
+    name = re.sub(r"\W", "_", path)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"a_{name}"
+
+
+@dataclasses.dataclass
+class CallArgs:
+    """A call's arguments split into the leaves of the traced ones and the static rest. When the
+    call passes keyword arguments that cannot go positionally, their dict is one more (traced)
+    argument after the `n_pos` positional ones."""
+
+    args: tuple                 # all positional arguments as given (then the keyword dict)
+    n_pos: int                  # how many of `args` are positional
+    dynamic: tuple[int, ...]    # positions of the traced arguments
+    leaves: list[Any]
+    treedefs: list[TreeDef]     # one per traced argument
+    avals: list[Aval]
+    weak: list[bool]
+    names: list[str]
+
+    def key(self, static: tuple) -> tuple:
+        return (tuple(self.treedefs), tuple(self.avals), tuple(self.weak), static, self.n_pos)
+
+    def leaf_range(self, position: int) -> range:
+        i = self.dynamic.index(position)
+        start = sum(td.num_leaves for td in self.treedefs[:i])
+        return range(start, start + self.treedefs[i].num_leaves)
+
+    def rebuild(self, leaves: Sequence[Any]) -> list[Any]:
+        full, it = list(self.args), iter(leaves)
+        for pos, td in zip(self.dynamic, self.treedefs):
+            full[pos] = unflatten(td, [next(it) for _ in range(td.num_leaves)])
+        return full
+
+    def call(self, fn: Callable[..., Any], leaves: Sequence[Any]) -> Any:
+        """`fn` applied to the arguments with these leaves in place of the traced ones."""
+        full = self.rebuild(leaves)
+        return fn(*full[:self.n_pos], **(full[self.n_pos] if len(full) > self.n_pos else {}))
+
+
+def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(count):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            names.append(params[i].name)
+        else:
+            star = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "arg")
+            names.append(f"{star}{i}")
+    return names
+
+
+def fn_name(fn: Callable[..., Any]) -> str:
+    """`fn`'s name, for messages."""
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Positional arguments and the keyword arguments that cannot be passed positionally."""
+    if not kwargs:
+        return args, {}
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        raise ArgumentError(at_source(f"{fn_name(fn)}: {err}", user_source(1))) from None
+    return bound.args, bound.kwargs
+
+
+def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set[int], tuple]:
+    """The positions of the static arguments, and their part of the cache key."""
+    for i in static_argnums:
+        if not -len(args) <= i < len(args):
+            raise ArgumentError(at_source(f"static_argnums {i} is out of range for "
+                                          f"{len(args)} positional argument(s)", user_source(1)))
+    positions = {i % len(args) for i in static_argnums}
+    for i in sorted(positions):
+        try:
+            hash(args[i])
+        except TypeError:
+            raise ArgumentError(at_source(
+                f"static argument {i} is an unhashable {type(args[i]).__name__}: static "
+                f"arguments are part of the cache key, so they must be hashable (use a tuple "
+                f"instead of a list), or pass arrays as traced arguments", user_source(1))
+                ) from None
+    return positions, tuple((i, type(args[i]), args[i]) for i in sorted(positions))
+
+
+def split_args(fn: Callable[..., Any], args: tuple, kwargs: dict,
+               static_argnums: tuple[int, ...]) -> tuple[CallArgs, tuple]:
+    """Flatten the traced arguments; return them and the static arguments' key."""
+    args, extra = _bind(fn, args, kwargs)
+    static_pos, static = _static_positions(args, static_argnums)
+    n_pos = len(args)
+    dynamic = tuple(i for i in range(n_pos) if i not in static_pos) + ((n_pos,) if extra else ())
+    names = _parameter_names(fn, n_pos) + [""]
+    full = tuple(args) + ((extra,) if extra else ())
+    leaves, treedefs, avals, weak, leaf_names = [], [], [], [], []
+    for pos in dynamic:
+        arg_leaves, td = flatten(full[pos])
+        for leaf, path in zip(arg_leaves, leaf_paths(full[pos], names[pos])):
+            path = path[1:] if pos == n_pos else path  # a keyword's path is "_<name>"
+            aval, is_weak = _leaf_aval(leaf, f"argument {path}")
+            avals.append(aval)
+            weak.append(is_weak)
+            leaf_names.append(_identifier(path))
+        leaves += arg_leaves
+        treedefs.append(td)
+    call = CallArgs(full, n_pos, dynamic, leaves, treedefs, avals, weak, leaf_names)
+    return call, static
+
+
+def normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
+    for i in nums:
+        if not isinstance(i, (int, np.integer)) or not -nargs <= i < nargs:
+            raise ArgumentError(at_source(
+                f"argnums {i!r} is out of range: the function was called with {nargs} "
+                f"positional argument(s)", user_source(1)))
+    return tuple(int(i) % nargs for i in nums)
+
+
+def argnums_signature(transform: Any, args: tuple, kwargs: dict,
+                      ) -> tuple[CallArgs, tuple, tuple[int, ...]]:
+    """The call, the cache key and the normalized argnums of a call of a transform that
+    differentiates with respect to `transform.argnums` (its key starts with them)."""
+    call, static = split_args(transform.fn, args, kwargs, transform.static_argnums)
+    argnums = normalize_argnums(transform.argnums, call.n_pos)
+    if any(i not in call.dynamic for i in argnums):
+        raise ArgumentError(at_source(f"argnums {transform.argnums} and static_argnums "
+                                      f"{transform.static_argnums} overlap", user_source(2)))
+    return call, (argnums, *call.key(static)), argnums
+
+
+def check_float_inputs(what: str, call: CallArgs, wrt: Sequence[int]) -> None:
+    for j in wrt:
+        if call.avals[j].dtype.kind != "f":
+            raise DtypeError(at_source(
+                f"{what}: argument {call.names[j]} has dtype {call.avals[j].dtype}; tapejit "
+                f"differentiates only floating-point inputs. Pass floats (e.g. np.float64(x) "
+                f"or x.astype(float)), or leave it out of argnums (for tj.vjp, close over it "
+                f"with functools.partial).", user_source(1)))
+
+

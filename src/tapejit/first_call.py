@@ -1,0 +1,117 @@
+"""The first-call tier: how a new program gets its runner and its first outputs.
+
+On the numba backend a new program's first call runs on the numpy interpreter (its tape is
+already optimized; nothing is generated or compiled), and the program compiles on its second
+call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=compile` turns it off). A
+script that needs one gradient never waits for numba, and which calls ran where does not depend
+on timing or on what the disk cache holds: call 1 interpreted, the rest compiled. Such a
+program's runner is `PENDING` until its second call calls `compile_and_run`.
+
+A program the numba backend cannot compile runs on the interpreter, with a warning, rather
+than failing. Both functions count what they did in the `counts` they are given (a transform's
+`cache_info()` counts: "interpreted", "compiles", "disk_loads").
+
+In the layers: above compile.py (the runners), below dispatch.py (the per-signature cache,
+which calls `start` on a miss).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+from .compile import Compiled, Interpreted, executable
+from .config import config
+from .errors import TapejitWarning
+from .interpret import interpret
+from .ir import Tape, sub_tapes
+from .trace import user_source
+
+# A first call runs on the interpreter only if the arrays it makes total at most this many
+# bytes (an upper bound of what it holds at once: it drops each value after its last reader).
+# Fresh memory costs page faults: a first call making 160 MB took 0.13-0.37 s in a new
+# process, what numba takes to compile a small program, so the bound is set below that ...
+INTERPRET_FIRST_MAX_BYTES = 128 * 2**20
+# ... and the tape has none of these (the interpreter runs a loop's body op by op, each step)
+LOOPS = frozenset({"scan", "loop_grad", "while"})
+
+
+class Pending:
+    """The runner of a numba program whose first call ran on the interpreter: the program
+    compiles on its next call."""
+
+
+PENDING = Pending()
+
+
+def interpret_first(tape: Tape) -> bool:
+    """Whether a new numba program runs its first call on the interpreter (see the module
+    docstring): when `TAPEJIT_FIRST_CALL` allows it, the tape has no loop, and the interpreter's
+    arrays are small enough."""
+    if config().first_call != "interpret":
+        return False
+    made = _interpreted_bytes(tape)
+    return made is not None and made <= INTERPRET_FIRST_MAX_BYTES
+
+
+def _interpreted_bytes(tape: Tape) -> int | None:
+    """The bytes of every array the interpreter makes running `tape` (None: it has a loop)."""
+    total = 0
+    for eqn in tape.eqns:
+        if eqn.op in LOOPS:
+            return None
+        total += sum(o.aval.size * o.aval.dtype.itemsize for o in eqn.outs)
+        for _, body in sub_tapes(eqn):
+            inner = _interpreted_bytes(body)
+            if inner is None:
+                return None
+            total += inner
+    return total
+
+
+def start(tape: Tape, leaves: Sequence[Any], backend: str, counts: dict[str, int],
+          name: str) -> tuple[Any, list[Any]]:
+    """The runner for a new program of the function `name` on `backend`, and its outputs on
+    `leaves`: `PENDING` and the interpreter's outputs when the tier says so."""
+    if backend == "numba" and interpret_first(tape):
+        counts["interpreted"] += 1
+        return PENDING, interpret(tape, leaves)
+    return compile_and_run(tape, leaves, backend, counts, name)
+
+
+def compile_and_run(tape: Tape, leaves: Sequence[Any], backend: str, counts: dict[str, int],
+                    name: str) -> tuple[Any, list[Any]]:
+    """The backend's runner for a program and its outputs on `leaves`. A program the numba
+    backend cannot compile runs on the interpreter, with a warning, rather than failing."""
+    try:
+        runner = executable(tape, backend)
+        return runner, _first_call(runner, leaves, counts)
+    except Exception as err:
+        if backend != "numba" or not _compile_failure(err):
+            raise
+        src = user_source() or ("<unknown>", 0)
+        warnings.warn_explicit(
+            f"tapejit could not compile {name} with numba ({type(err).__name__}: "
+            f"{str(err).strip().splitlines()[0][:200]}); it runs on the numpy interpreter "
+            f"instead. Please report this with the output of tj.explain.",
+            TapejitWarning, src[0], src[1])
+        runner = Interpreted(tape)
+        return runner, runner(leaves)
+
+
+def _first_call(runner: Any, leaves: Sequence[Any], counts: dict[str, int]) -> list[Any]:
+    """Run a new program, counting the compile or disk load it caused (a program whose
+    source was compiled before, e.g. for another batch size, causes neither)."""
+    if not isinstance(runner, Compiled):
+        return runner(leaves)
+    before = runner.program.compiles, runner.program.disk_loads
+    try:
+        return runner(leaves)
+    finally:
+        counts["compiles"] += runner.program.compiles - before[0]
+        counts["disk_loads"] += runner.program.disk_loads - before[1]
+
+
+def _compile_failure(err: Exception) -> bool:
+    """Whether `err` says code generation or numba compilation failed (not the program)."""
+    from numba.core.errors import NumbaError    # numba is imported only when it compiles
+    return isinstance(err, (NotImplementedError, NumbaError))

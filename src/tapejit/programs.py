@@ -1,0 +1,136 @@
+"""The programs the transforms run, built from a user's function and a call's arguments:
+trace, then (for gradients) reverse mode, then the passes.
+
+- `trace_flat(fn, call)`: `fn` traced on the call's signature, its outputs flattened (and
+  checked: arrays, numbers or pytrees of them), unused eqns dropped.
+- `forward_program`: the traced tape, optimized (`jit`; `tj.explain(grad=False)`).
+- `gradient_program`: the joint tape of `value_and_grad` (values, then the gradients with
+  respect to the chosen arguments), optimized. `value_and_grad`, `grad` and `tj.explain` build
+  their programs here and nowhere else, so explain shows the program the transform runs.
+
+Both builders report each stage to `stages(name, tape)` when given: "traced", "autodiff" (the
+joint tape), then each pass of `passes.PIPELINE` by name.
+
+In the layers: above tracing, autodiff and the passes, and above arguments.py; below the
+per-signature cache (dispatch.py) and the transforms (api.py, transforms.py, explain.py).
+Nothing here compiles or runs a program.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import autodiff, guards
+from .arguments import CallArgs, check_float_inputs, fn_name
+from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
+from .ir import Tape
+from .passes import dce, optimize
+from .pytree import TreeDef, flatten
+from .trace import Tracer, trace_to_tape
+
+# observes each stage of a program being built: (stage name, tape)
+Stages = Callable[[str, Tape], None]
+# raises unless fn's traced tape (with its output structure) has an output grad can seed
+OutputCheck = Callable[[Callable[..., Any], Tape, TreeDef], None]
+
+
+def fn_source(fn: Callable[..., Any]) -> tuple[str, int] | None:
+    """Where `fn` is defined (for errors about what it returned)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else None
+
+
+def _check_output(leaf: Any, fn: Callable[..., Any]) -> None:
+    if not isinstance(leaf, (Tracer, np.ndarray, np.generic, bool, int, float)):
+        raise ArgumentError(at_source(
+            f"{fn_name(fn)} returned a {type(leaf).__name__} ({leaf!r:.40}); a traced "
+            f"function must return arrays, numbers, or pytrees of them", fn_source(fn)))
+
+
+def _call_traced(fn: Callable[..., Any], call: CallArgs, tracers: Sequence[Tracer]) -> Any:
+    try:
+        return call.call(fn, tracers)
+    except ValueError as err:
+        # numpy's `array[i] = tracer` turns the tracer's ConcretizationError into a ValueError
+        if isinstance(err.__cause__, ConcretizationError):
+            raise ConcretizationError(
+                f"Assigning a traced value into a numpy array (e.g. `out = np.zeros(3); "
+                f"out[0] = traced`; create `out` with np.zeros_like(x) instead): "
+                f"{err.__cause__}") from None
+        raise
+
+
+def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
+               ) -> tuple[Tape, TreeDef, TreeDef | None]:
+    """Trace `fn` on the call's signature: a tape whose outputs are the leaves of fn's output
+    (then of its aux output), and those two structures."""
+    structure: dict[str, Any] = {}
+
+    def flat_fn(tracers: Sequence[Tracer]) -> list[Any]:
+        out = _call_traced(fn, call, tracers)
+        aux = None
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise ArgumentError(at_source(
+                    f"with has_aux=True the function must return a pair (output, aux), but "
+                    f"{fn_name(fn)} returned a {type(out).__name__}", fn_source(fn)))
+            out, aux = out
+        out_leaves, structure["out"] = flatten(out)
+        aux_leaves, structure["aux"] = flatten(aux) if has_aux else ([], None)
+        for leaf in out_leaves + aux_leaves:
+            _check_output(leaf, fn)
+        return out_leaves + aux_leaves
+
+    generators = guards.generator_states(fn)
+    tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak)
+    guards.check_generators(generators, fn_name(fn), fn_source(fn))
+    return dce(tape), structure["out"], structure["aux"]
+
+
+def forward_program(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
+                    stages: Stages | None = None) -> tuple[Tape, TreeDef]:
+    """`fn`'s optimized tape on the call's signature (its outputs: fn's output leaves, then
+    its aux's with `has_aux`), and fn's output structure."""
+    tape, out_td, _ = trace_flat(fn, call, has_aux)
+    if stages is not None:
+        stages("traced", tape)
+    return optimize(tape, after_each=stages), out_td
+
+
+def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[int],
+                     has_aux: bool = False, what: str = "grad",
+                     check_output: OutputCheck | None = None, stages: Stages | None = None,
+                     ) -> tuple[Tape, TreeDef | None]:
+    """The optimized joint tape of `value_and_grad(fn, argnums)` on the call's signature:
+    outputs fn's value, its aux leaves, then the gradient leaves of the arguments `argnums`
+    (normalized); and the aux structure. `what` names the transform in errors about integer
+    arguments; `check_output` raises for an output it cannot differentiate (default
+    `require_scalar_float`)."""
+    wrt = [j for i in argnums for j in call.leaf_range(i)]
+    check_float_inputs(what, call, wrt)
+    tape, out_td, aux_td = trace_flat(fn, call, has_aux)
+    (check_output or require_scalar_float)(fn, tape, out_td)
+    seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
+    joint = autodiff.vjp_tape(tape, wrt, seeds)
+    if stages is not None:
+        stages("traced", tape)
+        stages("autodiff", joint)
+    return optimize(joint, after_each=stages), aux_td
+
+
+def require_scalar_float(fn: Callable[..., Any], tape: Tape, out_td: TreeDef) -> None:
+    """grad's `OutputCheck`: fn must return one floating-point scalar."""
+    out = tape.outvars[0] if out_td.num_leaves == 1 else None
+    if out is None or out.aval.shape != ():
+        shown = (out.aval if out is not None else "None (is a `return` missing?)"
+                 if out_td.kind == "none" else f"a pytree {out_td}")
+        src = tape.eqns[-1].src if out is not None and tape.eqns else fn_source(fn)
+        raise ArgumentError(at_source(
+            f"grad requires a function with a scalar output, but {fn_name(fn)} "
+            f"returned {shown}. Reduce it to a scalar (e.g. np.sum or np.mean), or use "
+            f"tj.vjp for vector outputs.", src))
+    if not out.aval.is_float:
+        raise DtypeError(at_source(f"grad requires a floating-point output, but "
+                                   f"{fn_name(fn)} returned {out.aval}", fn_source(fn)))
