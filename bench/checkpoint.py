@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 import tapejit as tj
-from tapejit.ops.checkpointing import binomial_snapshots, policy_segment
+from tapejit.control.checkpointing import binomial_snapshots, policy_segment
 
 POLICIES = [None, 316, 100, "binomial"]
 
@@ -37,7 +37,7 @@ def make_loss(steps: int, checkpoints):
 
 
 def kept_carries(steps: int, checkpoints) -> int:
-    """Carries the reverse sweep keeps at once (tapejit/ops/checkpointing.py's policies)."""
+    """Carries the reverse sweep keeps at once (tapejit/control/checkpointing.py's policies)."""
     if checkpoints is None:
         return steps
     if checkpoints == "binomial":

@@ -757,7 +757,7 @@ row("prim_custom_vjp_call", _custom_sin, grad2=True, prim="custom_vjp_call", ref
 row("prim_njit_call", _cube, grad2=True, prim="njit_call", ref=lambda x: x ** 3)
 
 
-# ---- control flow (tapejit/control.py): scan, while, cond, checkpoint and loop_grad ------------
+# ---- control flow (tapejit/control/): scan, while, cond, checkpoint and loop_grad -------------
 def _scan_row(c, xs, checkpoints=None):
     carry, ys = tj.scan(lambda c, x: (np.sin(c * x) + c, c * x), c, xs, checkpoints=checkpoints)
     return carry + np.sum(ys, axis=0)

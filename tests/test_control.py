@@ -1,4 +1,4 @@
-"""Control flow (tapejit/control.py): cond, switch, fori_loop, scan, while_loop, checkpoint.
+"""Control flow (tapejit/control/): cond, switch, fori_loop, scan, while_loop, checkpoint.
 
 Gradients against float64 finite differences and against the same computation unrolled in
 Python; nested loops and loops under grad of grad; while_loop gradients against the analytic

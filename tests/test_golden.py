@@ -10,8 +10,9 @@ import pathlib
 import pytest
 
 import golden_programs as G
-from tapejit.ir import typecheck
-from tapejit.printer import parse_tape, print_tape
+from tapejit.ir import print_tape
+from tapejit.parse import parse_tape
+from tapejit.typecheck import typecheck
 
 GOLDEN_DIR = pathlib.Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TAPEJIT_UPDATE_GOLDENS") == "1"

@@ -11,8 +11,9 @@ import pytest
 import tapejit as tj
 from tapejit.avals import Aval
 from tapejit.errors import IRError, TapejitError
-from tapejit.ir import Eqn, Lit, Tape, Var, typecheck
-from tapejit.printer import parse_tape, print_tape
+from tapejit.ir import Eqn, Lit, Tape, Var, print_tape
+from tapejit.parse import parse_tape
+from tapejit.typecheck import typecheck
 
 F64 = np.dtype(np.float64)
 X = Var("x", Aval((3,), F64))

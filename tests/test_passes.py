@@ -28,7 +28,8 @@ def test_pipeline_preserves_results_and_types(name, fn, args):
 
 def test_pipeline_lists_named_pure_passes():
     names = [name for name, _, _ in PIPELINE]
-    assert names == ["split", "sums", "contract", "spread", "simplify", "cse", "dce", "fuse"]
+    assert names == ["split", "sums", "contract", "spread", "simplify", "merge_scans", "cse", "dce",
+                     "fuse"]
     assert all(doc for _, _, doc in PIPELINE)
 
 

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 import tapejit as tj
 from tapejit import autodiff
 from tapejit.avals import Aval
-from tapejit.ir import Eqn, Lit, Tape, Var, make_params, typecheck
-from tapejit.printer import parse_tape, print_eqn, print_tape
+from tapejit.ir import Eqn, Lit, Tape, Var, make_params, print_eqn, print_tape
+from tapejit.parse import parse_tape
+from tapejit.typecheck import typecheck
 
 SETTINGS = settings(deadline=None, max_examples=50,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -20,8 +20,9 @@ from .explanation import Explanation
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IRError, RandomnessError, ShapeError, TapejitError, TapejitWarning,
                      UnsupportedOperationError)
-from .ir import Tape, typecheck
-from .printer import parse_tape, print_tape
+from .ir import Tape, print_tape
+from .parse import parse_tape
+from .typecheck import typecheck
 from .pytree import tree_map
 from . import optimizers
 

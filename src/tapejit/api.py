@@ -22,13 +22,13 @@ from .arguments import (CallArgs, argnums_signature, check_float_inputs, normali
                         split_args)
 from .compile import check_backend, default_backend, executable
 from .dispatch import CachedTransform, Specialization, getter, unbox, unbox_traced
-from .errors import ArgumentError, at_source
+from .errors import ArgumentError, at_source, user_source
 from .interpret import inline, interpret
 from .ir import Tape
 from .passes import optimize
 from .programs import forward_program, gradient_program, trace_flat
 from .pytree import flatten, unflatten
-from .trace import Tracer, current_trace, user_source
+from .trace import Tracer, current_trace
 
 
 class _ValueAndGrad(CachedTransform):
@@ -181,7 +181,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
         ct_leaves, ct_td = flatten(ct)
         if ct_td != out_td:
             raise ArgumentError(at_source(f"vjp_fn: the cotangent has structure {ct_td}, but "
-                                          f"the output has structure {out_td}", user_source(1)))
+                                          f"the output has structure {out_td}", user_source()))
         cts = []
         for leaf, var, seed in zip(ct_leaves, tape.outvars, seeds):
             if seed is None:
@@ -189,7 +189,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
             if np.shape(leaf) != var.aval.shape:
                 raise ArgumentError(at_source(
                     f"vjp_fn: cotangent of shape {np.shape(leaf)} for an output of shape "
-                    f"{var.aval.shape}", user_source(1)))
+                    f"{var.aval.shape}", user_source()))
             cts.append(leaf if isinstance(leaf, Tracer) else np.asarray(leaf, var.aval.dtype))
         if not joint_program:
             joint_program.append(_executable(joint, chosen))

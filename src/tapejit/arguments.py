@@ -22,9 +22,9 @@ import numpy as np
 
 from .avals import Aval, aval_of
 from .cuda_support import device_aval, is_device_array
-from .errors import ArgumentError, DtypeError, at_source
+from .errors import ArgumentError, DtypeError, at_source, user_source
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
-from .trace import Tracer, user_source
+from .trace import Tracer
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
@@ -42,11 +42,11 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
                 return device_aval(leaf), False
             return aval_of(leaf), False
         except TypeError as err:
-            raise DtypeError(at_source(f"{where}: {err}", user_source(1))) from None
+            raise DtypeError(at_source(f"{where}: {err}", user_source())) from None
     raise ArgumentError(at_source(
         f"{where} is a {type(leaf).__name__}, not an array or a number. Pass arrays, numbers "
         f"or pytrees of them (dict/list/tuple/namedtuple/dataclass), or mark the argument "
-        f"static with static_argnums.", user_source(1)))
+        f"static with static_argnums.", user_source()))
 
 
 def refuse_subclass(leaf: Any, where: str) -> None:
@@ -60,7 +60,7 @@ def refuse_subclass(leaf: Any, where: str) -> None:
             f"the subclass adds would be lost silently (a masked array's mask, np.matrix's `*` "
             f"as a matrix product). Pass a plain array: x.filled(fill) or x.compressed() for a "
             f"masked array, np.asarray(x) for a matrix (and `@` for its products), or "
-            f"np.asarray(x) in general.", user_source(1)))
+            f"np.asarray(x) in general.", user_source()))
 
 
 def _identifier(path: str) -> str:
@@ -131,7 +131,7 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dic
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as err:
-        raise ArgumentError(at_source(f"{fn_name(fn)}: {err}", user_source(1))) from None
+        raise ArgumentError(at_source(f"{fn_name(fn)}: {err}", user_source())) from None
     return bound.args, bound.kwargs
 
 
@@ -140,7 +140,7 @@ def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set
     for i in static_argnums:
         if not -len(args) <= i < len(args):
             raise ArgumentError(at_source(f"static_argnums {i} is out of range for "
-                                          f"{len(args)} positional argument(s)", user_source(1)))
+                                          f"{len(args)} positional argument(s)", user_source()))
     positions = {i % len(args) for i in static_argnums}
     for i in sorted(positions):
         try:
@@ -149,7 +149,7 @@ def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set
             raise ArgumentError(at_source(
                 f"static argument {i} is an unhashable {type(args[i]).__name__}: static "
                 f"arguments are part of the cache key, so they must be hashable (use a tuple "
-                f"instead of a list), or pass arrays as traced arguments", user_source(1))
+                f"instead of a list), or pass arrays as traced arguments", user_source())
                 ) from None
     return positions, tuple((i, type(args[i]), args[i]) for i in sorted(positions))
 
@@ -184,7 +184,7 @@ def normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ..
         if not isinstance(i, (int, np.integer)) or not -nargs <= i < nargs:
             raise ArgumentError(at_source(
                 f"argnums {i!r} is out of range: the function was called with {nargs} "
-                f"positional argument(s)", user_source(1)))
+                f"positional argument(s)", user_source()))
     return tuple(int(i) % nargs for i in nums)
 
 
@@ -196,7 +196,7 @@ def argnums_signature(transform: Any, args: tuple, kwargs: dict,
     argnums = normalize_argnums(transform.argnums, call.n_pos)
     if any(i not in call.dynamic for i in argnums):
         raise ArgumentError(at_source(f"argnums {transform.argnums} and static_argnums "
-                                      f"{transform.static_argnums} overlap", user_source(2)))
+                                      f"{transform.static_argnums} overlap", user_source()))
     return call, (argnums, *call.key(static)), argnums
 
 
@@ -207,6 +207,6 @@ def check_float_inputs(what: str, call: CallArgs, wrt: Sequence[int]) -> None:
                 f"{what}: argument {call.names[j]} has dtype {call.avals[j].dtype}; tapejit "
                 f"differentiates only floating-point inputs. Pass floats (e.g. np.float64(x) "
                 f"or x.astype(float)), or leave it out of argnums (for tj.vjp, close over it "
-                f"with functools.partial).", user_source(1)))
+                f"with functools.partial).", user_source()))
 
 

@@ -19,11 +19,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .avals import Aval
-from .ir import Eqn, Tape, Var
+from .ir import Eqn, Tape, Var, dce
 from .ops import OPS
 from .ops import layout as L
 from .ops import reduce as R
-from .passes import dce
 from .trace import Tracer, new_trace, recording_source
 
 ONE = "one"      # seed the output's cotangent with ones (grad of a scalar)

@@ -41,7 +41,7 @@ from types import ModuleType
 from typing import Any, Callable, NamedTuple
 
 from .config import config
-from .errors import TapejitWarning
+from .errors import TapejitWarning, user_source
 
 _FORMAT = 2  # bump when the file layout below changes (2: checksum sidecars)
 _HEADER = "# tapejit generated program, body sha256="
@@ -98,7 +98,6 @@ def warn_memory_only(where: Path, err: BaseException) -> None:
     if where in _warned:
         return
     _warned.add(where)
-    from .trace import user_source
     src = user_source() or ("<unknown>", 0)
     warnings.warn_explicit(
         f"tapejit cannot keep compiled programs in {where} ({type(err).__name__}: {err}); they "

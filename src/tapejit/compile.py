@@ -28,11 +28,12 @@ from .cache import CachedModule, load_module
 from .codegen.cpu import ENTRY, entry_args, generate
 from .config import config
 from .cuda_support import CudaCompiled, CudaUnavailableError, problem
-from .errors import ArgumentError, CompiledMismatchError, at_source
+from .errors import ArgumentError, CompiledMismatchError, at_source, user_source
 from .explanation import dump
 from .interpret import interpret
 from .ir import Tape
-from .trace import user_source
+
+
 
 BACKENDS = ("interpret", "numba", "cuda")
 
@@ -50,12 +51,12 @@ def check_backend(backend: str | None) -> None:
     """An unknown backend is an error where the transform is made (at the user's line)."""
     if backend is not None and backend not in BACKENDS:
         raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
-                                      f"{', '.join(BACKENDS)}", user_source(2)))
+                                      f"{', '.join(BACKENDS)}", user_source()))
     if backend == "cuda" and not config().disable_jit:
         reason = problem()
         if reason is not None:
             raise CudaUnavailableError(at_source(f'backend="cuda" cannot run: {reason}',
-                                                 user_source(2)))
+                                                 user_source()))
 
 
 class Interpreted:

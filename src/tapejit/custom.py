@@ -24,12 +24,10 @@ import numpy as np
 
 from . import cache
 from .avals import Aval
-from .codegen.calls import emitter
-from .codegen.writer import dtype_code
-from .errors import ArgumentError, at_source
+from .errors import ArgumentError, at_source, user_source
 from .ops import custom as C
 from .pytree import TreeDef, flatten, tree_map, unflatten
-from .trace import Tracer, user_source
+from .trace import Tracer
 
 
 def stop_gradient(x: Any) -> Any:
@@ -198,24 +196,3 @@ def njit_primitive(kernel: Any = None, *, vjp: Callable[..., Any] | None = None,
     if kernel is None:
         return lambda k: NjitPrimitive(k, vjp, shape)
     return NjitPrimitive(kernel, vjp, shape)
-
-
-# ---- generated code: identities alias their operand; kernels are called directly ------------
-@emitter("stop_gradient")
-def _emit_stop_gradient(w, eqn, ins, out, sizes):
-    w.line(f"{out} = {ins[0]}")
-
-
-@emitter("custom_vjp_call")
-def _emit_custom_vjp_call(w, eqn, ins, out, sizes):
-    w.line(f"{out} = {ins[eqn.kw['index']]}")
-
-
-@emitter("njit_call")
-def _emit_njit_call(w, eqn, ins, out, sizes):
-    aval, call = eqn.outs[0].aval, f"{eqn.kw['kernel']}({', '.join(ins)})"
-    if aval.ndim:
-        w.line(f"{out} = {call}")
-    else:
-        w.line(f"{out} = np.empty((), {dtype_code(aval.dtype)})")
-        w.line(f"{out}[()] = {call}")

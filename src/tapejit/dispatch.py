@@ -40,12 +40,12 @@ from . import cache
 from .arguments import fn_name
 from .compile import check_backend, default_backend, direct_caller
 from .cuda_support import device_key
-from .errors import TapejitWarning
+from .errors import TapejitWarning, user_source
 from .first_call import PENDING, compile_and_run, start
 from .interpret import inline
 from .ir import Tape
 from .pytree import TreeDef
-from .trace import Tracer, _stack, current_trace, user_source
+from .trace import Tracer, _stack, current_trace
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns

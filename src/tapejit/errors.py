@@ -7,6 +7,11 @@ and say what to do instead.
 """
 from __future__ import annotations
 
+import os
+import sys
+
+import numpy as np
+
 
 class TapejitError(Exception):
     """Base class of every tapejit error."""
@@ -42,6 +47,29 @@ class CompiledMismatchError(TapejitError, AssertionError):
 
 class IRError(TapejitError, ValueError):
     """A malformed tape: a typecheck failure or unparsable tape text."""
+
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+_SKIP = (_PKG_DIR, _NUMPY_DIR, "<__array_function__")
+
+
+def user_source() -> tuple[str, int] | None:
+    """The innermost stack frame outside tapejit and numpy: the user's line (the place errors
+    and warnings name)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        internal = _INTERNAL.get(code)
+        if internal is None:
+            internal = _INTERNAL[code] = code.co_filename.startswith(_SKIP)
+        if not internal:
+            return code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+_INTERNAL: dict[object, bool] = {}   # code object -> whether it is tapejit's or numpy's
 
 
 def at_source(message: str, src: tuple[str, int] | None) -> str:

@@ -22,12 +22,13 @@ from typing import Any, Callable, Sequence
 from .arguments import fn_name, normalize_argnums, split_args
 from .compile import BACKENDS
 from .dispatch import CachedTransform
-from .errors import ArgumentError, at_source
+from .errors import ArgumentError, at_source, user_source
 from .explanation import Explanation, build
 from .ir import Tape
 from .programs import forward_program, gradient_program
 from .pytree import TreeDef
-from .trace import user_source
+
+
 
 
 def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: bool = True,
@@ -43,7 +44,7 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
     """
     if backend not in BACKENDS:
         raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
-                                      f"{', '.join(BACKENDS)}", user_source(1)))
+                                      f"{', '.join(BACKENDS)}", user_source()))
     fn, nums_given, has_aux, static, transform = _settings(fn, argnums if grad else None,
                                                            has_aux, static_argnums)
 
@@ -89,4 +90,4 @@ def _require_scalar_float(fn: Callable[..., Any], tape: Tape, out_td: TreeDef) -
         raise ArgumentError(at_source(
             f"explain shows the gradient program, which needs a scalar float output, but "
             f"{fn_name(fn)} returned {shown}; pass grad=False to see the forward program",
-            user_source(2)))
+            user_source()))

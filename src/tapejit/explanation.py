@@ -23,9 +23,8 @@ from .codegen.cpu import generate
 from .codegen.schedule import Call, Loop, Step, steps
 from .config import config
 from .dims import Dim, Dims
-from .ir import Tape
+from .ir import Tape, print_eqn, print_tape
 from .passes import PIPELINE
-from .printer import print_eqn, print_tape
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,10 +21,12 @@ from typing import Any, Sequence
 
 from .compile import Compiled, Interpreted, executable
 from .config import config
-from .errors import TapejitWarning
+from .control import primitives as C
+from .errors import TapejitWarning, user_source
 from .interpret import interpret
 from .ir import Tape, sub_tapes
-from .trace import user_source
+
+
 
 # A first call runs on the interpreter only if the arrays it makes total at most this many
 # bytes (an upper bound of what it holds at once: it drops each value after its last reader).
@@ -32,7 +34,7 @@ from .trace import user_source
 # process, what numba takes to compile a small program, so the bound is set below that ...
 INTERPRET_FIRST_MAX_BYTES = 128 * 2**20
 # ... and the tape has none of these (the interpreter runs a loop's body op by op, each step)
-LOOPS = frozenset({"scan", "loop_grad", "while"})
+LOOPS = frozenset(op.name for op in (C.scan, C.loop_grad, C.while_))
 
 
 class Pending:

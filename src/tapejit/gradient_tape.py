@@ -27,13 +27,13 @@ from .arguments import refuse_subclass
 from .avals import aval_of
 from .compile import check_backend
 from .dispatch import CachedTransform, Specialization
-from .errors import ArgumentError, DtypeError, TapejitError, at_source
+from .errors import ArgumentError, DtypeError, TapejitError, at_source, user_source
 from .interpret import inline
 from .eager import EagerTrace, EagerTracer, type_for, unwrap
 from .ir import Tape, Var
 from .passes import dce, optimize
 from .pytree import flatten, unflatten
-from .trace import Trace, Tracer, current_trace, user_source
+from .trace import Trace, Tracer, current_trace
 from .transforms import jacobian_tape, split_joint
 from .variables import Variable
 
@@ -157,7 +157,7 @@ class GradientTape:
         """Operations inside are not recorded by this tape (their results are constants)."""
         if self._start is None:
             raise TapeError(at_source("stop_recording: the tape is not recording",
-                                      user_source(3)))
+                                      user_source()))
         self._pause()
         try:
             yield
@@ -196,11 +196,11 @@ class GradientTape:
             value = np.asarray(leaf.value if isinstance(leaf, EagerTracer) else leaf)
             if isinstance(leaf, Tracer):
                 raise TapeError(at_source("watch: the value belongs to another trace",
-                                          user_source(3)))
+                                          user_source()))
             tracer = type_for(trace)(trace, trace._const(value, aval_of(value)))
         if not tracer.aval.is_float:
             raise DtypeError(at_source(f"watch: only floating-point values can be "
-                                       f"differentiated, not {tracer.aval}", user_source(3)))
+                                       f"differentiated, not {tracer.aval}", user_source()))
         self._watched[tracer._var.name] = tracer._var
         return tracer
 
@@ -276,16 +276,16 @@ class GradientTape:
     def _check_usable(self, what: str, unconnected: str) -> None:
         if unconnected not in ("none", "zero"):
             raise ArgumentError(at_source(f"{what}: unconnected_gradients must be 'none' or "
-                                          f"'zero', not {unconnected!r}", user_source(2)))
+                                          f"'zero', not {unconnected!r}", user_source()))
         if self._used:
             raise TapeError(at_source(
                 f"GradientTape.{what}: this non-persistent tape was already used (and freed "
                 f"what it recorded); create it with persistent=True to call gradient or "
-                f"jacobian more than once", user_source(2)))
+                f"jacobian more than once", user_source()))
         if self._trace is None:
             raise TapeError(at_source(f"GradientTape.{what}: the tape recorded nothing (use "
                                       f"it as `with tj.GradientTape() as tape:`)",
-                                      user_source(2)))
+                                      user_source()))
 
     def _consume(self) -> None:
         if not self.persistent:
@@ -308,7 +308,7 @@ class GradientTape:
             raise ArgumentError(at_source(
                 f"gradient: a source is a {type(leaf).__name__} that was never watched; "
                 f"watch it inside the tape (`x = tape.watch(x)`) and compute with the value "
-                f"watch returns, or use a tj.Variable", user_source(3)))
+                f"watch returns, or use a tj.Variable", user_source()))
         return var if var.name in active else None
 
     def _target(self, leaf: Any, active: set[str]) -> Var | None:
@@ -364,12 +364,12 @@ class GradientTape:
         g_leaves, g_td = flatten(given)
         if g_td != td:
             raise ArgumentError(at_source(f"gradient: output_gradients has structure {g_td}, "
-                                          f"but the target has structure {td}", user_source(3)))
+                                          f"but the target has structure {td}", user_source()))
         for g, t in zip(g_leaves, leaves):
             if np.shape(g) != np.shape(t):
                 raise ArgumentError(at_source(
                     f"gradient: an output gradient of shape {np.shape(g)} for a target of "
-                    f"shape {np.shape(t)}", user_source(3)))
+                    f"shape {np.shape(t)}", user_source()))
         return g_leaves
 
     def _reverse(self, wrt: list[str], targets: list[Var], cts: list[Any]) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import ConcretizationError, RandomnessError, at_source
-from .trace import Tracer, set_replay_hooks, user_source
+from .errors import ConcretizationError, RandomnessError, at_source, user_source
+from .trace import Tracer, set_replay_hooks
 
 # numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
 SIZED: dict[str, tuple[tuple[int, str], ...]] = {

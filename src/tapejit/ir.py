@@ -11,24 +11,23 @@ Glossary (one vocabulary across tapejit):
   ct        a cotangent: the gradient flowing backwards through the reverse sweep
   residual  a forward value that the reverse sweep reads
 
-Invariants (checked by `typecheck`): every var is defined exactly once before it is read; each
+Invariants (checked by typecheck.py): every var is defined exactly once before it is read; each
 eqn's output avals are what its op's shape rule gives for its inputs; names are unique. An eqn
 has one output, except ops with `multiple_results`. A param may be a tape (a
 "sub-tape": a loop body, a branch, a fused group); a sub-tape is closed (it reads only its own
 inputs), has no constants, and is typechecked with its eqn.
 Inputs keep the user's parameter names, intermediates are `v1, v2, ...`, constants `c1, ...`
-and cotangents `ct_<name>`. The text form is in printer.py.
+and cotangents `ct_<name>`. `print_tape` writes the text form; parse.py reads it back.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, NamedTuple, Union
 
 import numpy as np
 
 from .avals import Aval
-from .errors import IRError
-from .ops import OPS
 
 
 class Var(NamedTuple):
@@ -117,91 +116,69 @@ class Tape:
         return (self.invars, self.constvars, self.eqns, self.outvars, self.reverse_start)
 
     def __str__(self) -> str:
-        from .printer import print_tape
         return print_tape(self)
 
 
-def typecheck(tape: Tape) -> None:
-    """Raise IRError unless the tape satisfies the invariants in this module's docstring."""
-    from .printer import print_eqn
-    defined: dict[str, Aval] = {}
+def dce(tape: Tape) -> Tape:
+    """Dead-code elimination: drop eqns whose outputs nothing reads, and constants no eqn
+    reads (the `dce` pass; reverse mode and tracing use it too)."""
+    live = {o.name for o in tape.outvars if isinstance(o, Var)}
+    keep = [False] * len(tape.eqns)
+    for i in range(len(tape.eqns) - 1, -1, -1):
+        eqn = tape.eqns[i]
+        if eqn.outs[0].name in live or any(o.name in live for o in eqn.outs[1:]):
+            keep[i] = True
+            for a in eqn.ins:
+                if type(a) is Var:
+                    live.add(a.name)
+    eqns = tuple(e for e, k in zip(tape.eqns, keep) if k)
+    consts = [(v, c) for v, c in zip(tape.constvars, tape.consts) if v.name in live]
+    reverse_start = None
+    if tape.reverse_start is not None:
+        reverse_start = sum(keep[:tape.reverse_start])
+    return Tape(tape.invars, eqns, tape.outvars,
+                tuple(v for v, _ in consts), tuple(c for _, c in consts), reverse_start)
 
-    def define(var: Var, where: str) -> None:
-        if not isinstance(var, Var):
-            raise IRError(f"{where}: {var} is bound, but only a var can be")
-        if var.name in defined:
-            raise IRError(f"{where}: {var.name} is defined twice")
-        defined[var.name] = var.aval
 
-    def read(atom: Atom, where: str) -> None:
-        if isinstance(atom, Lit):
-            _check_lit(atom, where)
-        elif not isinstance(atom, Var):
-            raise IRError(f"{where}: {atom!r} is neither a var nor a literal")
-        elif atom.name not in defined:
-            raise IRError(f"{where}: {atom.name} is read before it is defined")
-        elif defined[atom.name] != atom.aval:
-            raise IRError(f"{where}: {atom.name} is read as {atom.aval} but defined as "
-                          f"{defined[atom.name]}")
+# ---- the text form (parse.py reads it back) ----------------------------------------------------
+_INDENT = "      "
 
-    for v in tape.invars + tape.constvars:
-        define(v, "inputs")
-    if len(tape.consts) != len(tape.constvars):
-        raise IRError(f"the tape has {len(tape.constvars)} constant vars but "
-                      f"{len(tape.consts)} constant arrays")
-    for c, v in zip(tape.consts, tape.constvars):
-        held = Aval(tuple(np.shape(c)), np.asarray(c).dtype)
-        if held != v.aval:
-            raise IRError(f"constant {v.name}:{v.aval} holds an array of aval {held}")
-    if tape.reverse_start is not None and not 0 <= tape.reverse_start <= len(tape.eqns):
-        raise IRError(f"reverse_start {tape.reverse_start} is outside the tape's "
-                      f"{len(tape.eqns)} eqns")
-    for eqn in tape.eqns:
-        where = f"eqn `{print_eqn(eqn)}`"
-        if eqn.op not in OPS:
-            raise IRError(f"{where}: unknown op {eqn.op}")
-        for atom in eqn.ins:
-            read(atom, where)
+
+def _binder(v: Var) -> str:
+    return f"{v.name}:{v.aval}"
+
+
+def _params(eqn: Eqn) -> str:
+    if not eqn.params:
+        return ""
+    return "[" + ", ".join(f"{k}={'...' if isinstance(v, Tape) else repr(v)}"
+                           for k, v in eqn.params) + "]"
+
+
+def print_eqn(eqn: Eqn, show_src: bool = False) -> str:
+    text = " ".join([*map(_binder, eqn.outs), "=", eqn.op + _params(eqn), *map(str, eqn.ins)])
+    if show_src and eqn.src is not None:
+        text += f"  # {os.path.basename(eqn.src[0])}:{eqn.src[1]}"
+    return text
+
+
+def print_tape(tape: Tape, show_src: bool = True) -> str:
+    head = " ".join(["{ lambda", *map(_binder, tape.invars)])
+    if tape.constvars:
+        head += " ; " + " ".join(map(_binder, tape.constvars))
+    lines = [head + " ."]
+    for i, eqn in enumerate(tape.eqns):
+        if i == tape.reverse_start:
+            lines.append(("  let " if i == 0 else _INDENT) + "# reverse")
+        prefix = "  let " if len(lines) == 1 else _INDENT
+        lines.append(prefix + print_eqn(eqn, show_src))
         for key, body in sub_tapes(eqn):
-            try:
-                typecheck(body)
-            except IRError as err:
-                raise IRError(f"{where}: sub-tape {key}: {err}") from None
-        try:
-            expected = OPS[eqn.op].shape(*(a.aval for a in eqn.ins), **eqn.kw)
-        except Exception as err:
-            raise IRError(f"{where}: {err}") from None
-        got = tuple(o.aval for o in eqn.outs)
-        if OPS[eqn.op].multiple_results:
-            if got != tuple(expected):
-                raise IRError(f"{where}: outputs should be {' '.join(map(str, expected))}, "
-                              f"not {' '.join(map(str, got))}")
-        elif len(got) != 1:
-            raise IRError(f"{where}: an eqn has exactly one output, not {len(got)}")
-        elif got[0] != expected:
-            raise IRError(f"{where}: output should be {expected}, not {got[0]}")
-        for var in eqn.outs:
-            define(var, where)
-    for atom in tape.outvars:
-        read(atom, "outputs")
-
-
-_LIT_TYPES = {"b": (bool,), "i": (int,), "u": (int,), "f": (float,)}
-
-
-def _check_lit(lit: Lit, where: str) -> None:
-    """A literal is a Python scalar of its dtype's kind, exactly representable in it."""
-    if lit.aval.shape != ():
-        raise IRError(f"{where}: literal {lit} is not a scalar")
-    kinds = _LIT_TYPES.get(lit.aval.dtype.kind, ())
-    if type(lit.value) not in kinds:
-        raise IRError(f"{where}: literal {lit} holds a {type(lit.value).__name__}; a "
-                      f"{lit.aval.dtype} literal holds a Python {kinds[0].__name__}"
-                      if kinds else f"{where}: literal {lit} has an unsupported dtype")
-    try:
-        exact = repr(lit.aval.dtype.type(lit.value).item()) == repr(lit.value)
-    except OverflowError:
-        exact = False
-    if not exact:
-        raise IRError(f"{where}: literal {lit} is not exactly representable as "
-                      f"{lit.aval.dtype}")
+            nested = print_tape(body, show_src).splitlines()
+            lines.append(f"{_INDENT}  {key} = {nested[0]}")
+            lines.extend(f"{_INDENT}  {' ' * len(key)}   {line}" for line in nested[1:])
+    if tape.reverse_start is not None and tape.reverse_start == len(tape.eqns):
+        lines.append(("  let " if len(lines) == 1 else _INDENT) + "# reverse")  # empty sweep
+    if len(lines) == 1:
+        lines.append("  let")
+    lines.append("  in ( " + ", ".join(map(str, tape.outvars)) + " ) }")
+    return "\n".join(lines)

@@ -11,8 +11,6 @@ A tracer is mutable only through index assignment (`x[i] = v`), which rebinds it
 """
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import weakref
 from typing import Any, Callable, NamedTuple, Sequence
@@ -21,33 +19,10 @@ import numpy as np
 
 from . import ops
 from .avals import Aval, aval_of
-from .errors import ConcretizationError, TapejitError, UnsupportedOperationError, at_source
+from .errors import (ConcretizationError, TapejitError, UnsupportedOperationError, at_source,
+                     user_source)
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
 from .ops import Op
-
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
-_SKIP = (_PKG_DIR, _NUMPY_DIR, "<__array_function__")
-
-
-def user_source(depth: int = 2) -> Src | None:
-    """The innermost stack frame outside tapejit and numpy: the user's line. The walk starts
-    at the caller whatever `depth` says (kept for callers): tapejit's own frames are skipped
-    anyway, and starting deeper than the number of tapejit frames skipped the user's line."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        internal = _INTERNAL.get(code)
-        if internal is None:
-            internal = _INTERNAL[code] = code.co_filename.startswith(_SKIP)
-        if not internal:
-            return code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
-
-
-_INTERNAL: dict[Any, bool] = {}   # code object -> whether it is tapejit's or numpy's
-
 
 class _TraceStack(threading.local):
     def __init__(self) -> None:
@@ -157,7 +132,7 @@ class Trace:
                 ins = [self.atom(a, hint) for a in args]
                 break
             ins.append(a._var)
-        src = _stack.src or user_source(3)
+        src = _stack.src or user_source()
         packed = make_params(params) if params else ()
         avals = tuple(a.aval for a in ins)
         key = (op.name, avals, packed)
@@ -244,7 +219,7 @@ METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "a
 
 
 def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
-    src = user_source(3)
+    src = user_source()
     return ConcretizationError(at_source(
         f"{what} needs the concrete value of a traced array ({tracer.aval}), but tapejit records "
         f"the function once and replays it for every input, so it cannot follow a branch or "
@@ -355,7 +330,7 @@ def _unsupported(name: str, table: dict) -> UnsupportedOperationError:
     supported = sorted({getattr(k, "__name__", str(k)) for k in table})
     return UnsupportedOperationError(at_source(
         f"{name} is not supported on traced arrays.\n  Supported: {', '.join(supported)}",
-        user_source(3)))
+        user_source()))
 
 
 def _method(name: str, fn: Callable[..., Any]) -> None:

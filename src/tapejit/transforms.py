@@ -27,13 +27,13 @@ from .api import grad
 from .arguments import argnums_signature, check_float_inputs, normalize_argnums, split_args
 from .batching import batched_inline
 from .dispatch import CachedTransform, Specialization, unbox, unbox_traced
-from .errors import ArgumentError, at_source
+from .errors import ArgumentError, at_source, user_source
 from .interpret import inline
 from .ir import Tape, Var
 from .passes import dce, optimize
 from .programs import trace_flat
 from .pytree import flatten, unflatten
-from .trace import Tracer, new_trace, user_source
+from .trace import Tracer, new_trace
 
 
 def split_joint(joint: Tape, n_primal_in: int, n_primal_out: int) -> Tape:
@@ -211,13 +211,13 @@ class _Jvp(CachedTransform):
         p_td = flatten(primals)[1]
         if t_td != p_td:
             raise ArgumentError(at_source(f"jvp: the tangents have structure {t_td}, but the "
-                                          f"primals have structure {p_td}", user_source(1)))
+                                          f"primals have structure {p_td}", user_source()))
         floats = [j for j, a in enumerate(call.avals) if a.is_float]
         for j, leaf in enumerate(t_leaves):
             if np.shape(leaf) != call.avals[j].shape:
                 raise ArgumentError(at_source(
                     f"jvp: tangent {call.names[j]} has shape {np.shape(leaf)}, but its primal "
-                    f"has shape {call.avals[j].shape}", user_source(1)))
+                    f"has shape {call.avals[j].shape}", user_source()))
         tangent_leaves = [np.asarray(t_leaves[j], call.avals[j].dtype)
                           if not isinstance(t_leaves[j], Tracer) else t_leaves[j]
                           for j in floats]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, ShapeError, at_source
-from .trace import Tracer, current_trace, user_source
+from .errors import ArgumentError, ShapeError, at_source, user_source
+from .trace import Tracer, current_trace
 
 _counter = itertools.count(1)
 

@@ -6,7 +6,7 @@ first compile. Generated code calls `tj_blas.matmul(a, b, out, ta, tb)` instead,
 C-contiguous operands and flags saying which to transpose. It calls the BLAS `gemm` numba
 itself uses (`numba_xxgemm`, scipy's BLAS) directly, with the transposes as BLAS flags, and is
 compiled once per dtype into numba's cache, like the vmath kernels: a new program only types a
-call to it. Generated code reads this module as `tj_blas` (calls.py `blas_call`).
+call to it. Generated code reads this module as `tj_blas` (`calls.Kit.matmul`).
 
 A large product runs on numba's threads, the ones tapejit's parallel loops use: `parts` cuts
 the longer side of the result into blocks, and each thread computes one block with a

@@ -29,7 +29,7 @@ deterministic. Barrier ops other than matrix products, reshapes and `dim_size` r
 host through the interpreter (cuda_support.host_call).
 
 Modules: this one (the generated module and its driver), cuda_base.py (shared state and
-reads), cuda_nest.py (loop nests), cuda_calls.py (products, combining kernels, barriers),
+reads), cuda_nest.py (loop nests), cuda_calls.py (combining kernels, barriers),
 cuda_math.py (device functions generated code calls).
 """
 from __future__ import annotations

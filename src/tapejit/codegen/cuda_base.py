@@ -4,14 +4,13 @@ Part of codegen/cuda.py's backend (cuda_nest.py: loop nests; cuda_calls.py: barr
 """
 from __future__ import annotations
 
+from ..dims import Dims
 from ..ir import Atom, Eqn, Lit, Tape, Var
-from .cpu import name_of, operand_parts
-from .scalar import cuda_scalar_expr as scalar_expr
 from .plan import Plan, plan
+from .scalar import cuda_scalar_expr as scalar_expr
 from .schedule import steps
 from .views import is_view, view_expr
-from ..dims import Dims
-from .writer import Sizes, Writer, dtype_code, literal
+from .writer import Sizes, Writer, dtype_code, literal, name_of, operand_parts, scalar
 
 ENTRY = "run"
 _RESERVED = {"cuda", "tjm", "tjrt", "TPB", "TILE", ENTRY}
@@ -31,7 +30,12 @@ def device_plan(tape: Tape, program_steps: list) -> Plan:
 
 
 class Generator:
-    """State shared by the steps of one program."""
+    """State shared by the steps of one program; what an op's `cuda` code writes with
+    (`cuda(g, number, eqn)`: the kernels it adds, the driver's lines, its reads)."""
+
+    name = staticmethod(var_name)       # a value's name in generated code
+    dtype = staticmethod(dtype_code)
+    scalar = staticmethod(scalar)
 
     def __init__(self, tape: Tape) -> None:
         self.sizes = Sizes(Dims(tape))
@@ -48,6 +52,22 @@ class Generator:
     def add_kernel(self, name: str, params: list[str], body: list[str]) -> None:
         self.kernels += ["", "", "@cuda.jit", f"def {name}({', '.join(params + ['S'])}):"]
         self.kernels += ["    " + line for line in body]
+
+    def unravel(self, lines: list[str], flat: str, names: list[str],
+                extents: list[str]) -> None:
+        unravel(lines, flat, names, extents)
+
+    def reads(self) -> "Reads":
+        """Reads for a new kernel (its parameters are the arrays it reads)."""
+        return Reads(self)
+
+    def host_call(self, eqn: Eqn) -> None:
+        """Run `eqn` on the host between kernels (cuda_support.host_call)."""
+        args = [var_name(a) for a in eqn.ins if isinstance(a, Var)]
+        names = "".join(var_name(o) + ", " for o in eqn.outs)
+        self.driver.line(f"{names}= tjrt.host_call(t_E[{len(self.host)}], "
+                         f"[{', '.join(args)}])")
+        self.host.append(eqn)
 
 
 def index(parts: list[str]) -> str:

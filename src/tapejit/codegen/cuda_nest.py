@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ..ir import Eqn
 from ..passes.fuse import Loop
-from .cpu import combine_of, comment, full_index, reduction_init
+from .scalar import combine_of, reduction_init
 from .cuda_base import Generator, Reads, unravel, var_name
 from .cuda_calls import emit_combine
-from .writer import dtype_code
+from .writer import comment, dtype_code, full_index
 
 
 class Kernel(Reads):

@@ -21,7 +21,6 @@ import math
 
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops import OPS, Kind, nest_reduction
-from .calls import FRESH
 from .schedule import Call, Loop, Step
 from .views import is_view
 
@@ -176,7 +175,7 @@ def _last_reads(tape: Tape, steps: list[Step], inline: dict[str, Eqn]) -> dict[s
         if isinstance(atom, Var):
             read(atom.name, math.inf)
     for step in reversed(steps):      # later aliases first: a chain of reshapes
-        if isinstance(step, Call) and step.eqn.op not in FRESH:
+        if isinstance(step, Call) and not OPS[step.eqn.op].fresh:
             end = max(last.get(o.name, -1) for o in step.eqn.outs)
             for atom in step.eqn.ins:
                 if isinstance(atom, Var):

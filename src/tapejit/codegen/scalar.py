@@ -1,4 +1,5 @@
-"""The per-element expressions of elementwise ops inside loop bodies, from their op records.
+"""The per-element expressions of elementwise ops inside loop bodies, and the identity and
+combining expression of reductions, from their op records.
 
 `{0}`, `{1}`, ... are the operands' scalar expressions, `{out}` the result dtype's
 constructor. numba compiles with error_model="numpy", so division by zero and domain errors
@@ -18,7 +19,7 @@ from .. import cache
 from ..config import config
 from ..ir import Eqn
 from ..ops import OPS, ByKind
-from .writer import dtype_code
+from .writer import dtype_code, scalar
 
 VMATH = "tj_vmath"
 cache.MODULES[VMATH] = "tapejit.codegen.vmath"
@@ -58,3 +59,21 @@ def _vmath(eqn: Eqn) -> bool:
     if not vmath or eqn.outs[0].aval.dtype not in (_F64, _F32):
         return False
     return (vmath is True or vmath(eqn)) and config().fast_math
+
+
+def combine_of(eqn: Eqn) -> str:
+    """How reduction `eqn` combines two partial results `{0}`, `{1}` (its op's record)."""
+    reduction = OPS[eqn.op].reduction
+    bools = eqn.outs[0].aval.dtype.kind == "b" and reduction.bool_combine
+    return reduction.bool_combine if bools else reduction.combine
+
+
+def reduction_init(eqn: Eqn) -> str:
+    """The identity of reduction `eqn` in its dtype: an infinite one is the dtype's extreme."""
+    dtype = eqn.outs[0].aval.dtype
+    value = OPS[eqn.op].reduction.identity
+    if dtype.kind in "iu" and value != 0:
+        value = np.iinfo(dtype).min if value < 0 else np.iinfo(dtype).max
+    if dtype.kind == "b":
+        value = value > 0
+    return scalar(value, dtype)

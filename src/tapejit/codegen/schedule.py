@@ -1,5 +1,5 @@
 """The steps of a fused tape, in order: each `fused` eqn is a `Loop` nest (passes/fuse.py), any
-other eqn a `Call` with its own code (calls.py)."""
+other eqn a `Call` with its own code (its op record's `cpu`/`cuda`)."""
 from __future__ import annotations
 
 import dataclasses

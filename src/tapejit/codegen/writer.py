@@ -1,5 +1,5 @@
-"""A small source writer shared by the backends: indented lines, and how sizes, dtypes and
-literals are spelled in generated code.
+"""A small source writer shared by the backends: indented lines, and how names, sizes, dtypes,
+literals and index parts are spelled in generated code.
 
 Generated code never contains a concrete array size: every size other than 0 and 1 (and the
 small fixed ones) is read from the run-time size table `S` (one slot per axis symbol, dims.py),
@@ -8,14 +8,22 @@ broadcast pattern.
 """
 from __future__ import annotations
 
+import hashlib
+import keyword
 import math
+import re
 from typing import Iterable
 
 import numpy as np
 
 from ..avals import dtype_name
 from ..dims import Dim, Dims
-from ..ir import Atom, Lit, Tape, Var
+from ..ir import Atom, Eqn, Lit, Tape, Var
+
+ENTRY = "entry"     # the CPU module's entry point
+_RESERVED = {"np", "math", "numba", "S", "W", ENTRY} | set(keyword.kwlist)
+# the names of generated temporaries, loop indices, outputs, functions and modules
+_GENERATED = re.compile(r"(t|acc|h|r|tot|tj)_.*|(out|body|i)\d.*")
 
 _DTYPE_CODE = {"f64": "np.float64", "f32": "np.float32", "f16": "np.float16",
                "i64": "np.int64", "i32": "np.int32", "i16": "np.int16", "i8": "np.int8",
@@ -105,6 +113,37 @@ class Sizes:
         """The table's values for the analysed tape."""
         return np.array([self.dims.length(k[1]) if k[0] == "axis" else k[1] for k in
                          sorted(self.slots, key=self.slots.get)], dtype=np.int64)
+
+
+def name_of(var: Var) -> str:
+    """The Python name of a var: the tape's own name (a user's parameter or variable name),
+    unless it is no identifier, a reserved word or a generated name: then a name of its own
+    (`u_<letters>_<hash>`)."""
+    name = var.name
+    if name.isidentifier() and name not in _RESERVED and not _GENERATED.fullmatch(name):
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:6]
+    return f"u_{re.sub(r'[^0-9a-zA-Z]', '_', name)}_{digest}"
+
+
+def comment(eqn: Eqn, sizes: Sizes) -> str:
+    """The IR line of an eqn, without params and with sizes as slots: generated source must
+    be the same for every batch size."""
+    outs = " ".join(f"{o.name}:{sizes.type(o)}" for o in eqn.outs)
+    ins = " ".join(a.name if isinstance(a, Var) else str(a) for a in eqn.ins)
+    return f"# {outs} = {eqn.op} {ins}"
+
+
+def full_index(shape: tuple[int, ...], idx: list[str]) -> list[str]:
+    """Index parts for an array of `shape` whose non-unit axes are the loop's axes, in order."""
+    loop = iter(idx)
+    return ["0" if n == 1 else next(loop) for n in shape]
+
+
+def operand_parts(operand: tuple[int, ...], out: list[str], out_shape: tuple[int, ...]):
+    """Index parts reading a broadcast operand at output position `out`."""
+    offset = len(out_shape) - len(operand)
+    return ["0" if n == 1 else out[offset + k] for k, n in enumerate(operand)]
 
 
 def dtype_code(dtype: np.dtype) -> str:

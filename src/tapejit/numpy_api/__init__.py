@@ -14,10 +14,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..avals import dtype_name
-from ..errors import ShapeError, UnsupportedOperationError, at_source
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import layout as L
-from ..trace import FUNCTION_RULES, Tracer, current_trace, user_source
+from ..trace import FUNCTION_RULES, Tracer, current_trace
 
 
 def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -64,7 +64,7 @@ def lift(x: Any) -> Any:
 def normalize_axis(axis: int, ndim: int, what: str) -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise ShapeError(at_source(f"{what}: axis {axis} is out of bounds for an array of "
-                                   f"dimension {ndim}", user_source(3)))
+                                   f"dimension {ndim}", user_source()))
     return int(axis) % max(ndim, 1)
 
 
@@ -85,7 +85,7 @@ def reject(what: str, **given: Any) -> None:
         if value is not None and value is not np._NoValue:
             raise UnsupportedOperationError(at_source(
                 f"{what}: the argument {name}= is not supported on traced arrays",
-                user_source(3)))
+                user_source()))
 
 
 from . import math, shape, reductions, indexing, linalg  # noqa: E402,F401

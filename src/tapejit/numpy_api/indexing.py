@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedOperationError, at_source
+from ..errors import UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
-from ..trace import METHOD_RULES, Tracer, View, as_view, rebind, user_source
+from ..trace import METHOD_RULES, Tracer, View, as_view, rebind
 from . import asarray, cast, implements, lift, normalize_axis
 from .shape import broadcast_to_shape, ravel, reshape
 
@@ -40,7 +40,7 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
     for e in key:
         if isinstance(e, Tracer):
             if e.dtype == np.bool_:
-                raise UnsupportedOperationError(at_source(_BOOL_MASK_HELP, user_source(4)))
+                raise UnsupportedOperationError(at_source(_BOOL_MASK_HELP, user_source()))
             if e.dtype.kind not in "iu":
                 raise IndexError(f"arrays used as indices must be of integer type, not {e.dtype}")
             entries.append(e)
@@ -251,7 +251,7 @@ def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
     if ufunc is not np.add or not isinstance(x, Tracer):
         raise UnsupportedOperationError(at_source(
             f"numpy.{ufunc.__name__}.at is supported only as np.add.at on a traced array",
-            user_source(3)))
+            user_source()))
     rebind(x, add_at(x, index, values))
 
 

@@ -6,12 +6,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedOperationError, at_source
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
 from ..ops import linalg as LA
-from ..trace import UFUNC_RULES, Tracer, user_source
+from ..trace import UFUNC_RULES, Tracer
 from . import asarray, implements, lift, normalize_axis
 from .shape import broadcast_to_shape, in_common_dtype, moveaxis, ravel, reshape, stack
 from .reductions import sum as _sum
@@ -24,7 +24,7 @@ def _dot(a: Any, b: Any, ca: Sequence[int], cb: Sequence[int], ba: Sequence[int]
             raise ShapeError(at_source(
                 f"contraction: shapes {a.shape} and {b.shape} are not aligned "
                 f"(axis {i} of size {a.shape[i]} vs axis {j} of size {b.shape[j]})",
-                user_source(4)))
+                user_source()))
     return LA.dot_general(lift(a), lift(b), contract=(tuple(ca), tuple(cb)),
                           batch=(tuple(ba), tuple(bb)))
 
@@ -42,7 +42,7 @@ def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:
     a, b = in_common_dtype([a, b], "numpy.matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(at_source("matmul: input operand does not have enough dimensions "
-                                   f"({a.shape} @ {b.shape})", user_source(3)))
+                                   f"({a.shape} @ {b.shape})", user_source()))
     if b.ndim <= 2:
         return _dot(a, b, (a.ndim - 1,), (0,))       # batch of rows times one matrix/vector
     va, a = a.ndim == 1, a if a.ndim > 1 else reshape(a, (1,) + a.shape)
@@ -89,7 +89,7 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any
     if not isinstance(subscripts, str) or kwargs.get("out") is not None:
         raise UnsupportedOperationError(at_source(
             "numpy.einsum: only subscripts given as a string (and no out=) are supported on "
-            "traced arrays", user_source(3)))
+            "traced arrays", user_source()))
     spec = subscripts.replace(" ", "")
     inputs, arrow, output = spec.partition("->")
     specs = inputs.split(",")
@@ -101,7 +101,7 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any
         output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     if len(specs) != len(arrays) or any(len(s) != x.ndim for s, x in zip(specs, arrays)):
         raise ShapeError(at_source(f"einsum: subscripts {subscripts!r} do not fit operands of "
-                                   f"shapes {[x.shape for x in arrays]}", user_source(3)))
+                                   f"shapes {[x.shape for x in arrays]}", user_source()))
     terms = [list(t) for t in zip(specs, arrays)]
     for i, term in enumerate(terms):
         others = "".join(s for j, (s, _) in enumerate(terms) if j != i) + output

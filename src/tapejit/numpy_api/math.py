@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import DtypeError, UnsupportedOperationError, at_source
+from ..errors import DtypeError, UnsupportedOperationError, at_source, user_source
 from ..ops import custom as C
 from ..ops import OPS
 from ..ops import elementwise as E
-from ..trace import UFUNC_RULES, Tracer, user_source
+from ..trace import UFUNC_RULES, Tracer
 from ..avals import dtype_name
 from . import asarray, cast, dtype_of, implements
 
@@ -31,7 +31,7 @@ def _dummy_key(x: Any) -> Any:
         return ("weak", np.dtype(type(x)).kind if not isinstance(x, bool) else "b")
     dtype = np.asarray(x).dtype
     if dtype.kind not in "biuf":
-        raise DtypeError(at_source(f"tapejit does not support dtype {dtype}", user_source(4)))
+        raise DtypeError(at_source(f"tapejit does not support dtype {dtype}", user_source()))
     return dtype
 
 
@@ -73,7 +73,7 @@ def ufunc_rule(ufunc: np.ufunc, fn: Callable[..., Any], mode: str = "arith") -> 
             dtype = compute_dtype(ufunc, args, common=(mode == "compare"))
             if dtype.kind not in "biuf":
                 raise DtypeError(at_source(f"numpy.{ufunc.__name__}: dtype {dtype} is not "
-                                           f"supported", user_source(3)))
+                                           f"supported", user_source()))
             operands = [cast(x, dtype) for x in args]
         out = fn(*operands)
         if isinstance(out, Tracer) and all(map(_is_weak, args)):
@@ -156,7 +156,7 @@ def _bool_only(name: str, prim: Callable[..., Any]) -> Callable[..., Any]:
         if any(dtype_of(a) != np.bool_ for a in args):
             raise UnsupportedOperationError(at_source(
                 f"numpy.{name} on integers is not supported on traced arrays "
-                f"(on bool masks it is logical and/or/xor/not)", user_source(3)))
+                f"(on bool masks it is logical and/or/xor/not)", user_source()))
         return prim(*args)
     return rule
 

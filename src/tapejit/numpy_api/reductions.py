@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 
 from ..avals import dtype_name
-from ..errors import UnsupportedOperationError, at_source
+from ..errors import UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import layout as L
 from ..ops import reduce as R
-from ..trace import METHOD_RULES, Tracer, current_trace, user_source
+from ..trace import METHOD_RULES, Tracer, current_trace
 from . import asarray, cast, implements, normalize_axes, normalize_axis, reject
 from .shape import reshape
 
@@ -195,7 +195,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
         return sum(np.abs(x) ** ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
     raise UnsupportedOperationError(at_source(
         f"numpy.linalg.norm(ord={ord!r}) over axes {axes} is not supported on traced arrays "
-        f"(supported: vector norms ord=None/1/2/inf/p>0, matrix ord=None/'fro')", user_source(3)))
+        f"(supported: vector norms ord=None/1/2/inf/p>0, matrix ord=None/'fro')", user_source()))
 
 
 @implements(np.count_nonzero)
@@ -228,7 +228,7 @@ def _reduce_method(ufunc: np.ufunc, x: Any, axis: Any = 0, dtype: Any = None, ou
     if ufunc not in REDUCERS or out is not None or kwargs:
         raise UnsupportedOperationError(at_source(
             f"numpy.{ufunc.__name__}.reduce is not supported on traced arrays "
-            f"(supported: {', '.join(u.__name__ for u in REDUCERS)})", user_source(3)))
+            f"(supported: {', '.join(u.__name__ for u in REDUCERS)})", user_source()))
     given = {} if dtype is None else {"dtype": dtype}   # max/min/any/all take no dtype
     return REDUCERS[ufunc](x, axis=axis, keepdims=keepdims, **given)
 
@@ -239,7 +239,7 @@ def _accumulate_method(ufunc: np.ufunc, x: Any, axis: int = 0, dtype: Any = None
     if ufunc not in rules or out is not None:
         raise UnsupportedOperationError(at_source(
             f"numpy.{ufunc.__name__}.accumulate is not supported on traced arrays "
-            f"(supported: add, multiply)", user_source(3)))
+            f"(supported: add, multiply)", user_source()))
     return rules[ufunc](x, axis=axis, dtype=dtype)
 
 

@@ -9,11 +9,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..avals import broadcast_shapes, dtype_name
-from ..errors import ShapeError, UnsupportedOperationError, at_source
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
 from ..guards import size_error, traced_in
 from ..ops import elementwise as E
 from ..ops import layout as L
-from ..trace import Tracer, View, as_view, rebind, user_source
+from ..trace import Tracer, View, as_view, rebind
 from . import asarray, cast, dtype_of, implements, lift, normalize_axes, normalize_axis, reject
 from .math import compute_dtype
 
@@ -25,7 +25,7 @@ def broadcast_to_shape(x: Any, shape: Sequence[int], what: str = "numpy.broadcas
         return x
     if broadcast_shapes(what, x.shape, shape) != shape:
         raise ShapeError(at_source(f"{what}: cannot broadcast {x.shape} to {shape}",
-                                   user_source(3)))
+                                   user_source()))
     return L.broadcast_in_dim(x, shape=shape, dims=tuple(range(len(shape) - x.ndim, len(shape))))
 
 
@@ -43,13 +43,13 @@ def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: A
         shape = tuple(shape[0])
     traced = traced_in(shape)
     if traced is not None:
-        raise size_error("reshape", traced, user_source(3))
+        raise size_error("reshape", traced, user_source())
     shape = tuple(int(d) for d in shape)
     if shape.count(-1) == 1:
         known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
         if known == 0 or x.size % known:
             raise ShapeError(at_source(f"reshape: cannot reshape array of shape {x.shape} "
-                                       f"into shape {shape}", user_source(3)))
+                                       f"into shape {shape}", user_source()))
         shape = tuple(x.size // known if d == -1 else d for d in shape)
     if shape == x.shape:
         return x
@@ -119,7 +119,7 @@ def squeeze(x: Any, axis: Any = None) -> Any:
     if any(x.shape[a] != 1 for a in axes):
         raise ShapeError(at_source(f"numpy.squeeze: cannot select an axis to squeeze out "
                                    f"which has size not equal to one ({x.shape}, {axis})",
-                                   user_source(3)))
+                                   user_source()))
     return reshape(x, tuple(n for d, n in enumerate(x.shape) if d not in axes))
 
 
@@ -177,7 +177,7 @@ def stack(arrays: Sequence[Any], axis: int = 0, out: Any = None, dtype: Any = No
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
         raise ShapeError(at_source(f"numpy.stack: all input arrays must have the same shape, "
-                                   f"got {sorted(shapes)}", user_source(3)))
+                                   f"got {sorted(shapes)}", user_source()))
     ax = normalize_axis(axis, arrays[0].ndim + 1, "numpy.stack")
     return concatenate([expand_dims(a, ax) for a in arrays], axis=ax, out=out, dtype=dtype)
 
@@ -269,7 +269,7 @@ def where(condition: Any, x: Any = None, y: Any = None) -> Any:
     if x is None and y is None:
         raise UnsupportedOperationError(at_source(
             "numpy.where(condition) with one argument returns indices whose number depends on "
-            "the data; use the three-argument form np.where(condition, x, y)", user_source(3)))
+            "the data; use the three-argument form np.where(condition, x, y)", user_source()))
     cond = asarray(condition)
     if cond.dtype != np.bool_:
         cond = E.ne(cond, 0)

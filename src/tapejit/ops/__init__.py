@@ -32,9 +32,15 @@ How the code generators run it (passes and backends read these; none switches on
   dtype, "compare" in the operands' common dtype (bool result), "logic" on bools;
 - `view`: a `View`, the index map of a layout op that runs as reads inside a loop nest;
 - `reduction`: a `Reduction`, identity and combine of a reduction that loop nests run;
-- `cpu`, `cuda`: the code of a barrier (an op that runs outside loop nests), written through
-  the generator passed in; `cuda=HOST` runs it on the host between kernels; `fresh`: its
-  result is a new array, never a view of its inputs.
+- `cpu`, `cuda`: the code of a barrier (an op that runs outside loop nests):
+  `cpu(kit, eqn, ins, out)` writes numba source through `kit` (codegen/calls.py `Kit`: lines,
+  sizes, loop nests, BLAS products, sub-tape functions), `cuda(g, number, eqn)` kernels and
+  driver lines through `g` (codegen/cuda_base.py `Generator`); `cuda=HOST` runs it on the host
+  between kernels. The op modules never import code generation: they write with what they
+  are given. `fresh`: its result is a new array, never a view of its inputs.
+
+Ops live in this package, except those whose rules need the layers above: `fused` is defined
+with fusion (passes/fuse.py) and the control-flow ops with control flow (control/).
 
 Calling an Op binds it: on tracers it records an equation, on concrete arrays it runs `impl`.
 The binder is installed by `trace.py`, so this package depends on nothing above it.
@@ -178,5 +184,5 @@ def set_binder(binder: Callable[[Op, tuple, dict], Any]) -> None:
     _binder = binder
 
 
-from . import elementwise, reduce, layout, linalg, index, fused, control  # noqa: E402,F401  (register the ops)
+from . import elementwise, reduce, layout, linalg, index  # noqa: E402,F401  (register the ops)
 from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_call)

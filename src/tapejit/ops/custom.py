@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 
 from ..avals import Aval
-from . import UNROLLED, Kind, defop, zero_vjp
+from . import HOST, UNROLLED, Kind, defop, zero_vjp
 from . import axes as _axes
 
 RULES: dict[str, Any] = {}   # param string -> the object with the rule (custom.py)
 
 stop_gradient = defop("stop_gradient", Kind.LAYOUT, lambda x: x,
                       shape=lambda x: x, vjp=zero_vjp, axes=_axes.same,   # d sg(x) = 0
-                      batch=lambda bind, xs, flags: bind(*xs))
+                      batch=lambda bind, xs, flags: bind(*xs),
+                      cpu=lambda k, eqn, ins, out: k.line(f"{out} = {ins[0]}"), cuda=HOST)
 
 
 def _marker_shape(*avals: Aval, rule: str, index: int, n_out: int) -> Aval:
@@ -38,7 +39,9 @@ def _marker_vjp(ct: Any, out: Any, *ins: Any, rule: str, index: int, n_out: int)
 
 custom_vjp_call = defop("custom_vjp_call", Kind.CALL,
                         lambda *ins, rule, index, n_out: ins[index],
-                        shape=_marker_shape, vjp=_marker_vjp, batch=UNROLLED)
+                        shape=_marker_shape, vjp=_marker_vjp, batch=UNROLLED,
+                        cpu=lambda k, eqn, ins, out: k.line(f"{out} = {ins[eqn.kw['index']]}"),
+                        cuda=HOST)
 
 
 def _kernel_impl(*ins: Any, kernel: str) -> np.ndarray:
@@ -53,5 +56,15 @@ def _kernel_vjp(ct: Any, out: Any, *ins: Any, kernel: str) -> tuple:
     return tuple(RULES[kernel].vjp(ct, out, *ins))   # the user's rule
 
 
+def _kernel_cpu(k, eqn, ins, out):
+    # generated code calls the kernel directly (a global of the module, cache.py)
+    aval, call = eqn.outs[0].aval, f"{eqn.kw['kernel']}({', '.join(ins)})"
+    if aval.ndim:
+        k.line(f"{out} = {call}")
+    else:
+        k.line(f"{out} = np.empty((), {k.dtype(aval.dtype)})")
+        k.line(f"{out}[()] = {call}")
+
+
 njit_call = defop("njit_call", Kind.CALL, _kernel_impl, shape=_kernel_shape, vjp=_kernel_vjp,
-                  batch=UNROLLED)
+                  batch=UNROLLED, cpu=_kernel_cpu, cuda=HOST)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
-from . import UNROLLED, Kind, defop
+from . import HOST, UNROLLED, Kind, defop
 from . import axes as _axes
 
 
@@ -42,13 +42,42 @@ def _zeros_like(x):
     return broadcast_in_dim(np.zeros((), x.dtype), shape=x.shape, dims=())
 
 
+def _take_cpu(k, eqn, ins, out):
+    sizes = k.sizes
+    k.line(f"{out}_x = {ins[0]}.reshape({k.three(sizes.of(eqn.ins[0]), eqn.kw['axis'])})")
+    k.line(f"{out}_i = {ins[1]}.reshape(({sizes.product(sizes.of(eqn.ins[1]))},))")
+    k.line(f"{out}_o = np.empty(({out}_x.shape[0], {out}_i.shape[0], {out}_x.shape[2]), "
+           f"{k.dtype(eqn.ins[0].aval.dtype)})")
+    depth = k.loops([f"{out}_x.shape[0]", f"{out}_i.shape[0]", f"{out}_x.shape[2]"], f"{out}_j")
+    j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
+    k.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_i[{j1}], {j2}]")
+    k.close(depth)
+    k.line(f"{out} = {out}_o.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")
+
+
+def _scatter_cpu(k, eqn, ins, out):
+    sizes = k.sizes
+    x = sizes.of(eqn.ins[0])
+    m = sizes.product(sizes.of(eqn.ins[1]))
+    k.line(f"{out}_o = {ins[0]}.reshape({k.three(x, eqn.kw['axis'])}).copy()")
+    k.line(f"{out}_i = {ins[1]}.reshape(({m},))")
+    k.line(f"{out}_u = {ins[2]}.reshape(({out}_o.shape[0], {m}, {out}_o.shape[2]))")
+    depth = k.loops([f"{out}_o.shape[0]", m, f"{out}_o.shape[2]"], f"{out}_j")
+    j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
+    k.line(f"{out}_o[{j0}, {out}_i[{j1}], {j2}] += {out}_u[{j0}, {j1}, {j2}]")
+    k.close(depth)
+    k.line(f"{out} = {out}_o.reshape({sizes.shape(x)})")
+
+
 take = defop("take", Kind.INDEX, lambda x, idx, *, axis: np.take(x, idx, axis=axis),
              shape=_take_shape, axes=_axes.gathered,
              vjp=lambda ct, y, x, idx, *, axis: (
                  scatter_add(_zeros_like(x), idx, ct, axis=axis), None),
              batch=lambda bind, xs, flags, *, axis:    # batched indices: no rule
-             NotImplemented if flags[1] else bind(*xs, axis=axis + 1))
+             NotImplemented if flags[1] else bind(*xs, axis=axis + 1),
+             cpu=_take_cpu, cuda=HOST, fresh=True)
 scatter_add = defop("scatter_add", Kind.INDEX, _scatter_impl, shape=_scatter_shape,
                     axes=_axes.scattered,
                     vjp=lambda ct, y, x, idx, updates, *, axis: (
-                        ct, None, take(ct, idx, axis=axis)), batch=UNROLLED)
+                        ct, None, take(ct, idx, axis=axis)), batch=UNROLLED,
+                    cpu=_scatter_cpu, cuda=HOST, fresh=True)

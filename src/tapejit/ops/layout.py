@@ -13,6 +13,7 @@ import numpy as np
 
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
+from ..ir import Var
 from . import Kind, Reduction, View, defop
 from . import axes as _axes
 
@@ -132,11 +133,23 @@ def _reshape_shape(x: Aval, *, shape: tuple[int, ...]) -> Aval:
     return Aval(tuple(shape), x.dtype)
 
 
+def _reshape_cpu(k, eqn, ins, out):
+    k.line(f"{out} = {ins[0]}.reshape({k.sizes.shape(k.sizes.of(eqn.outs[0]))})")
+
+
+def _reshape_cuda(g, number, eqn):
+    if not isinstance(eqn.ins[0], Var):     # a literal: made on the host
+        return g.host_call(eqn)
+    g.driver.line(f"{g.name(eqn.outs[0])} = tjrt.reshape({g.name(eqn.ins[0])}, "
+                  f"{g.sizes.shape(g.sizes.of(eqn.outs[0]))})")
+
+
 reshape = defop("reshape", Kind.LAYOUT, lambda x, *, shape: np.reshape(x, shape),
                 shape=_reshape_shape, axes=_axes.regrouped, view=SQUEEZE,
                 vjp=lambda ct, y, x, *, shape: (reshape(ct, shape=x.shape),),
                 batch=lambda bind, xs, flags, *, shape: bind(
-                    xs[0], shape=(np.shape(xs[0])[0],) + tuple(shape)))
+                    xs[0], shape=(np.shape(xs[0])[0],) + tuple(shape)),
+                cpu=_reshape_cpu, cuda=_reshape_cuda)
 
 
 def _transpose_shape(x: Aval, *, perm: tuple[int, ...]) -> Aval:

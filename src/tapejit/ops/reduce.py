@@ -7,11 +7,13 @@ tuple of distinct non-negative axes.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..avals import DTYPES_BY_NAME, Aval
 from ..errors import ShapeError
-from . import UNROLLED, Kind, Reduction, defop, zero_vjp
+from . import HOST, UNROLLED, Kind, Reduction, defop, zero_vjp
 from .elementwise import _like, eq, select
 from .layout import (SQUEEZE, batch_axes, batch_axis, broadcast_in_dim, expand, kept_dims, pad,
                      reduce_sum, reduced_shape, reshape, rev, slice_, transpose)
@@ -70,8 +72,28 @@ def rev_one(x, axis: int):
     return rev(x, axes=(axis,))
 
 
+def _prod_cpu(k, eqn, ins, out):
+    x, dtype = eqn.ins[0].aval, eqn.outs[0].aval.dtype
+    axes = eqn.kw["axes"]
+    kept = tuple(d for d in range(x.ndim) if d not in axes)
+    sizes = k.sizes
+    xd = sizes.of(eqn.ins[0])
+    n, r = sizes.product(xd[d] for d in kept), sizes.product(xd[d] for d in axes)
+    src = k.permuted(ins[0], eqn.ins[0], kept + tuple(axes), f"{out}_t")
+    k.line(f"{out}_x = {src}.reshape(({n}, {r}))")
+    k.line(f"{out}_o = np.empty(({n},), {k.dtype(dtype)})")
+    j0, j1, acc = f"{out}_j0", f"{out}_j1", f"{out}_acc"
+    k.line(f"for {j0} in range({n}):")
+    k.line(f"    {acc} = {k.scalar(1, dtype)}")
+    k.line(f"    for {j1} in range({r}):")
+    k.line(f"        {acc} = {acc} * {out}_x[{j0}, {j1}]")
+    k.line(f"    {out}_o[{j0}] = {acc}")
+    k.line(f"{out} = {out}_o.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")
+
+
 reduce_prod = defop("reduce_prod", Kind.REDUCE, lambda x, *, axes: np.prod(x, axis=axes),
-                    shape=reduced_shape("reduce_prod"), vjp=_prod_vjp, batch=batch_axes)
+                    shape=reduced_shape("reduce_prod"), vjp=_prod_vjp, batch=batch_axes,
+                    cpu=_prod_cpu, cuda=HOST, fresh=True)
 
 
 def _arg_shape(name: str):
@@ -84,10 +106,63 @@ def _arg_shape(name: str):
     return rule
 
 
+def _along_axis(k, eqn, ins, out, init: str, step: list[str], reverse: bool,
+                running: bool) -> None:
+    """CPU code of a scan (`running`) or a reduction along one axis of the (before, axis,
+    after) view. `step` is a template updating `{acc}` from `{v}`, the element at position
+    `{k}`."""
+    j0, j1, kk, acc, v = (f"{out}_{t}" for t in ("j0", "j1", "k", "acc", "v"))
+    sizes = k.sizes
+    k.line(f"{out}_x = {ins[0]}.reshape({k.three(sizes.of(eqn.ins[0]), eqn.kw['axis'])})")
+    kept = f"{out}_x.shape[0], {out}_x.shape[1], {out}_x.shape[2]" if running else \
+        f"{out}_x.shape[0], {out}_x.shape[2]"
+    k.line(f"{out}_o = np.empty(({kept}), {k.dtype(eqn.outs[0].aval.dtype)})")
+    depth = k.loops([f"{out}_x.shape[0]", f"{out}_x.shape[2]"], f"{out}_j")
+    k.line(f"{acc} = {init}")
+    order = f"range({out}_x.shape[1] - 1, -1, -1)" if reverse else f"range({out}_x.shape[1])"
+    k.line(f"for {kk} in {order}:")
+    k.indent()
+    k.line(f"{v} = {out}_x[{j0}, {kk}, {j1}]")
+    for line in step:
+        k.line(line.format(acc=acc, v=v, k=kk, best=f"{out}_best"))
+    if running:
+        k.line(f"{out}_o[{j0}, {kk}, {j1}] = {acc}")
+    k.dedent()
+    if not running:
+        k.line(f"{out}_o[{j0}, {j1}] = {acc}")
+    k.close(depth)
+    k.line(f"{out} = {out}_o.reshape({sizes.shape(sizes.of(eqn.outs[0]))})")
+
+
+def _arg_cpu(better: str):
+    def code(k, eqn, ins, out):
+        # the first extremal index; the first NaN wins, as in numpy
+        k.line(f"{out}_best = {k.scalar(0, eqn.ins[0].aval.dtype)}")
+        _along_axis(k, eqn, ins, out, "-1", [
+            "if {acc} < 0 or ({best} == {best} and ({v} != {v} or {v} %s {best})):" % better,
+            "    {acc} = {k}",
+            "    {best} = {v}"], False, False)
+    return code
+
+
 argmax = defop("argmax", Kind.REDUCE, lambda x, *, axis: np.argmax(x, axis=axis),
-               shape=_arg_shape("argmax"), vjp=zero_vjp, batch=batch_axis)
+               shape=_arg_shape("argmax"), vjp=zero_vjp, batch=batch_axis,
+               cpu=_arg_cpu(">"), cuda=HOST, fresh=True)
 argmin = defop("argmin", Kind.REDUCE, lambda x, *, axis: np.argmin(x, axis=axis),
-               shape=_arg_shape("argmin"), vjp=zero_vjp, batch=batch_axis)
+               shape=_arg_shape("argmin"), vjp=zero_vjp, batch=batch_axis,
+               cpu=_arg_cpu("<"), cuda=HOST, fresh=True)
+
+
+def _dim_size_cpu(k, eqn, ins, out):
+    dtype = eqn.outs[0].aval.dtype
+    k.line(f"{out} = np.empty((), {k.dtype(dtype)})")
+    k.line(f"{out}[()] = {k.sizes(math.prod(eqn.kw['sizes']))}")
+
+
+def _dim_size_cuda(g, number, eqn):
+    out = eqn.outs[0]
+    g.driver.line(f"{g.name(out)} = tjrt.full((), {g.dtype(out.aval.dtype)}, "
+                  f"{g.sizes(math.prod(eqn.kw['sizes']))})")
 
 
 # the number of elements of an axis selection, as a scalar of `dtype` (np.mean's divisor). It is
@@ -97,7 +172,8 @@ dim_size = defop("dim_size", Kind.REDUCE,
                  lambda *, sizes, dtype: np.asarray(np.prod(sizes, dtype=np.int64),
                                                     DTYPES_BY_NAME[dtype]),
                  shape=lambda *, sizes, dtype: Aval((), DTYPES_BY_NAME[dtype]), vjp=zero_vjp,
-                 batch=UNROLLED)      # it reads no array: never batched
+                 batch=UNROLLED,      # it reads no array: never batched
+                 cpu=_dim_size_cpu, cuda=_dim_size_cuda, fresh=True)
 
 
 # ---- cumulative ops along one axis ------------------------------------------------------------
@@ -135,8 +211,16 @@ def _cumprod_vjp(ct, y, x, *, axis, reverse):
     return (transpose(ct_x, perm=tuple(int(i) for i in np.argsort(perm))),)
 
 
+def _cumulative_cpu(identity: int, combine: str):
+    def code(k, eqn, ins, out):
+        _along_axis(k, eqn, ins, out, k.scalar(identity, eqn.outs[0].aval.dtype),
+                    ["{acc} = {acc} %s {v}" % combine], eqn.kw["reverse"], True)
+    return code
+
+
 cumsum = defop("cumsum", Kind.SCAN, _cumulative(np.cumsum), shape=_scan_shape,
                vjp=lambda ct, y, x, *, axis, reverse: (cumsum(ct, axis=axis, reverse=not reverse),),
-               batch=batch_axis)
+               batch=batch_axis, cpu=_cumulative_cpu(0, "+"), cuda=HOST, fresh=True)
 cumprod = defop("cumprod", Kind.SCAN, _cumulative(np.cumprod), shape=_scan_shape,
-                vjp=_cumprod_vjp, batch=batch_axis)
+                vjp=_cumprod_vjp, batch=batch_axis, cpu=_cumulative_cpu(1, "*"), cuda=HOST,
+                fresh=True)

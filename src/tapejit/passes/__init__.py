@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..ir import Tape
+from ..ir import Tape, dce
 from .bodies import in_bodies
 from .contract import small_contractions, sums_of_products
 from .cse import cse
-from .dce import dce
 from .distribute import split_products
 from .fuse import fuse
+from .loops import merge_saving_scans
 from .simplify import simplify
 from .spread import spread_broadcasts
 
@@ -25,6 +25,8 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
     ("contract", small_contractions, "small matrix products as broadcast multiply and sum"),
     ("spread", spread_broadcasts, "broadcasts of cheap arithmetic broadcast its operands"),
     ("simplify", simplify, "algebraic rewrites (x*1, x+0, -(-x), no-op layout) and folding"),
+    ("merge_scans", merge_saving_scans, "a scan saving its carries for reverse mode runs in "
+     "place of its primal twin"),
     ("cse", cse, "reuse identical eqns"),
     ("dce", dce, "drop eqns and constants nothing reads"),
     ("fuse", fuse, "group elementwise ops, views and their reductions into loop nests"),
@@ -41,5 +43,5 @@ def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) 
     return tape
 
 
-__all__ = ["PIPELINE", "optimize", "cse", "dce", "fuse", "simplify", "small_contractions",
+__all__ = ["PIPELINE", "optimize", "cse", "dce", "fuse", "merge_saving_scans", "simplify", "small_contractions",
            "split_products", "spread_broadcasts", "sums_of_products"]

@@ -4,17 +4,18 @@ pass keeps a tape's inputs and outputs, so a body stays a valid body of its eqn.
 `fused` eqns are made by the last pass and left alone."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from ..ir import Eqn, Tape, make_params, sub_tapes
 from ..ops import OPS, Kind
+from .rewrite import expand
 
 
 def in_bodies(run: Callable[[Tape], Tape], tape: Tape) -> Tape:
     eqns = tuple(_eqn_in_bodies(run, e) for e in tape.eqns)
     if any(a is not b for a, b in zip(eqns, tape.eqns)):
-        tape = Tape(tape.invars, eqns, tape.outvars, tape.constvars, tape.consts,
-                    tape.reverse_start)
+        tape = dataclasses.replace(tape, eqns=eqns)
     return run(tape)
 
 
@@ -30,14 +31,12 @@ def _eqn_in_bodies(run: Callable[[Tape], Tape], eqn: Eqn) -> Eqn:
 def unfuse(tape: Tape) -> Tape:
     """`tape` with every `fused` eqn (in bodies too) replaced by its eqns: what autodiff can
     differentiate again (fusion keeps names, so the eqns fit in place)."""
-    eqns: list[Eqn] = []
-    for eqn in tape.eqns:
+    def rewrite(eqn: Eqn) -> list[Eqn] | None:
         if OPS[eqn.op].kind is Kind.FUSED:
-            eqns.extend(unfuse(eqn.kw["body"]).eqns)
-        elif sub_tapes(eqn):
+            return list(unfuse(eqn.kw["body"]).eqns)
+        if sub_tapes(eqn):
             params = dict(eqn.params)
             params.update((key, unfuse(body)) for key, body in sub_tapes(eqn))
-            eqns.append(Eqn(eqn.op, eqn.ins, eqn.outs, make_params(params), eqn.src))
-        else:
-            eqns.append(eqn)
-    return Tape(tape.invars, tuple(eqns), tape.outvars, tape.constvars, tape.consts)
+            return [Eqn(eqn.op, eqn.ins, eqn.outs, make_params(params), eqn.src)]
+        return None
+    return expand(tape, rewrite)

@@ -1,10 +1,8 @@
 """Common-subexpression elimination: an eqn equal to an earlier one (same op, inputs and params)
-is dropped and its readers use the earlier output. All primitives are pure, so this is safe.
-A scan that also saves its carries subsumes the same scan without (passes/loops.py)."""
+is dropped and its readers use the earlier output. All primitives are pure, so this is safe."""
 from __future__ import annotations
 
 from ..ir import Atom, Eqn, Tape, Var
-from .loops import merge_saving_scans
 from .rewrite import forward_rewrite
 
 
@@ -20,4 +18,4 @@ def cse(tape: Tape) -> Tape:
             seen[key] = eqn.outs[0]
         return earlier
 
-    return forward_rewrite(merge_saving_scans(tape), decide)
+    return forward_rewrite(tape, decide)

@@ -1,5 +1,5 @@
 """Fusion: group a tape's eqns into loop nests, each one `fused` eqn whose body sub-tape holds
-the group (ops/fused.py). The compiler runs each fused eqn as one explicit loop nest; everything
+the group (the op is defined here, below). The compiler runs each fused eqn as one explicit loop nest; everything
 else (matrix products, gathers, scatters, scans, layout copies) is a barrier with its own code.
 
 A `Loop` is one loop nest over a `domain`: the dims (dims.py) of the values it computes, axes
@@ -21,11 +21,40 @@ sin/exp are not vectorised anyway, and every split costs an array written and re
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from ..avals import Aval
 from ..dims import Dim, Dims
+from ..errors import IRError
+from ..interpret import apply_impl, evaluate
 from ..ir import Eqn, Tape, Var, make_params
-from ..ops import OPS, Kind, is_view, nest_reduction
-from ..ops.fused import fused
+from ..ops import OPS, UNROLLED, Kind, defop, is_view, nest_reduction
+
+
+# ---- the op: `fused`, a group run as one loop nest. Its `body` param is a closed sub-tape
+# holding the group's eqns; the eqn's inputs bind the body's inputs and its outputs are the
+# body's outputs (the values read outside the group). Fusion runs after differentiation, and
+# transforms that inline a fused tape into a trace inline its bodies (interpret.inline), so a
+# fused eqn is never differentiated.
+def _shape(*avals: Aval, body: Any) -> tuple[Aval, ...]:
+    expected = tuple(v.aval for v in body.invars)
+    if tuple(avals) != expected:
+        raise IRError(f"fused: inputs {' '.join(map(str, avals))} do not match the body's "
+                      f"inputs {' '.join(map(str, expected))}")
+    return tuple(o.aval for o in body.outvars)
+
+
+def _impl(*ins: Any, body: Any) -> tuple:
+    return tuple(evaluate(body, ins, apply_impl))
+
+
+def _vjp(cts: Any, outs: Any, *ins: Any, body: Any) -> tuple:
+    raise IRError("a fused group is not differentiated: fusion runs after differentiation")
+
+
+fused = defop("fused", Kind.FUSED, _impl, shape=_shape, vjp=_vjp, multiple_results=True,
+              batch=UNROLLED)
+
 
 MAX_LOOP_OPS = 40
 

@@ -1,15 +1,16 @@
-"""Merging a saving scan into its primal twin (run by `cse`).
+"""Merging a saving scan into its primal twin (the `merge_scans` pass).
 
 Reverse mode records, for a scan of static length, the same scan again with `save=True`: it
-also stacks the carries its reverse sweep reads (ops/control.py). `merge_saving_scans` runs
-that one in the primal's place (its first outputs are the primal's) and drops the copy, so the
-steps run once. Eqns are matched on op, inputs and every param but `save`.
+also stacks the carries its reverse sweep reads (control/primitives.py). `merge_saving_scans`
+runs that one in the primal's place (its first outputs are the primal's) and drops the copy,
+so the steps run once. Eqns are matched on op, inputs and every param but `save`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..ir import Atom, Eqn, Tape, Var
+from ..ir import Atom, Eqn, Tape
+from .rewrite import forward_rewrite
 
 
 def _key(eqn: Eqn) -> tuple[Any, ...]:
@@ -21,32 +22,22 @@ def _saves(eqn: Eqn) -> bool:
 
 
 def merge_saving_scans(tape: Tape) -> Tape:
-    saving: dict[tuple, Eqn] = {}
+    saving = {}
     for eqn in tape.eqns:
         if _saves(eqn):
             saving.setdefault(_key(eqn), eqn)
     if not saving:
         return tape
-    subst: dict[str, Atom] = {}
     merged: dict[tuple, Eqn] = {}
-    eqns: list[Eqn] = []
-    reverse_start = None
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            reverse_start = len(eqns)
-        ins = tuple(subst.get(a.name, a) if isinstance(a, Var) else a for a in eqn.ins)
-        eqn = eqn._replace(ins=ins)
+
+    def decide(eqn: Eqn) -> Eqn | tuple[Atom, ...] | None:
         key = _key(eqn)
         if not _saves(eqn) and key in saving and key not in merged:
             twin = saving[key]
-            eqn = Eqn(eqn.op, eqn.ins, eqn.outs + twin.outs[len(eqn.outs):], twin.params,
-                      eqn.src)
-            merged[key] = eqn
-        elif _saves(eqn) and key in merged:
-            subst.update((a.name, b) for a, b in zip(eqn.outs, merged[key].outs))
-            continue
-        eqns.append(eqn)
-    if tape.reverse_start is not None and reverse_start is None:
-        reverse_start = len(eqns)
-    outvars = tuple(subst.get(a.name, a) if isinstance(a, Var) else a for a in tape.outvars)
-    return Tape(tape.invars, tuple(eqns), outvars, tape.constvars, tape.consts, reverse_start)
+            merged[key] = Eqn(eqn.op, eqn.ins, eqn.outs + twin.outs[len(eqn.outs):],
+                              twin.params, eqn.src)
+            return merged[key]
+        if _saves(eqn) and key in merged:
+            return merged[key].outs
+        return None
+    return forward_rewrite(tape, decide)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import itertools
 from typing import Callable
 
-from ..ir import Atom, Eqn, Tape, Var
+from ..ir import Atom, Eqn, Lit, Tape, Var
 
-Decide = Callable[[Eqn], "Atom | Eqn | None"]   # replacement atom, rewritten eqn, or None
+# what becomes of an eqn: None (kept), a rewritten eqn, or the atom (atoms, one per output)
+# its readers use instead
+Decide = Callable[[Eqn], "Atom | tuple[Atom, ...] | Eqn | None"]
 
 
 def forward_rewrite(tape: Tape, decide: Decide) -> Tape:
@@ -31,8 +33,10 @@ def forward_rewrite(tape: Tape, decide: Decide) -> Tape:
             eqns.append(eqn)
         elif isinstance(replacement, Eqn):
             eqns.append(replacement)
-        else:
+        elif isinstance(replacement, (Var, Lit)):
             subst[eqn.outs[0].name] = replacement
+        else:
+            subst.update((o.name, a) for o, a in zip(eqn.outs, replacement))
     if tape.reverse_start is not None and reverse_start is None:
         reverse_start = len(eqns)
     return Tape(tape.invars, tuple(eqns), tuple(read(o) for o in tape.outvars),

@@ -1,10 +1,11 @@
-"""Numba code for control flow (ops/control.py): real loops and branches in the caller, each
-sub-tape a function of the same module (`Module.function`; 0-d values pass as scalars).
+"""The numba code of the control-flow ops (primitives.py's records hold it as `cpu`): real
+loops and branches in the caller, each sub-tape a function of the same module
+(`Kit.function`; 0-d values pass as scalars).
 
 A scan is `for k in range(n): carry = body(carry, xs[k], consts)` (a saving scan also stores
 each carry before its step); a while loop is a `while`;
 a cond an `if`/`elif` chain; a checkpoint a call. A loop_grad runs the forward steps again,
-keeping carries as its policy says (see `ops.control.reversed_carries`, the same schedule),
+keeping carries as its policy says (see `checkpointing.reversed_carries`, the same schedule),
 then steps the reverse body backwards. Trip counts that are literals are read from the size
 table, so the source (and the compiled program) is the same for every number of steps.
 Outputs arrive as names: `t_<name>` for a 0-d output (a scalar local), else an array.
@@ -12,10 +13,10 @@ Outputs arrive as names: `t_<name>` for a 0-d output (a scalar local), else an a
 from __future__ import annotations
 
 from ..avals import Aval
+from ..codegen.calls import Kit
+from ..codegen.writer import Sizes, dtype_code, scalar
 from ..ir import Eqn, Lit
-from ..ops.control import branches, split
-from .calls import emitter
-from .writer import Sizes, Writer, dtype_code, scalar
+from .operands import branches, split
 
 
 def _call(fn: str, args: list[str]) -> str:
@@ -32,7 +33,7 @@ def _shape(lead: str, aval: Aval, sizes: Sizes) -> str:
     return "(" + ", ".join([lead] + [sizes(d) for d in aval.shape]) + ",)"
 
 
-def _unpack(w: Writer, result: str, targets: list[str], start: int = 0) -> None:
+def _unpack(w: Kit, result: str, targets: list[str], start: int = 0) -> None:
     for k, target in enumerate(targets):
         w.line(f"{target} = {result}[{start + k}]")
 
@@ -42,10 +43,9 @@ def _base(outs: list[str]) -> str:
     return first[2:] if first.startswith("t_") else first
 
 
-@emitter("scan")
-def _scan(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) -> None:
-    kw = eqn.kw
-    body = w.module.function(kw["body"])  # type: ignore[attr-defined]
+def scan(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
+    kw, sizes = eqn.kw, w.sizes
+    body = w.function(kw["body"])
     base, n_carry = _base(outs), kw["n_carry"]
     carry, xs, consts = split(ins[1:], n_carry, kw["n_xs"])
     c = [f"{base}_c{j}" for j in range(n_carry)]
@@ -72,11 +72,10 @@ def _scan(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) ->
         w.line(f"{out} = {name}")
 
 
-@emitter("while")
-def _while(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) -> None:
+def while_(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
     kw = eqn.kw
-    test = w.module.function(kw["cond"])  # type: ignore[attr-defined]
-    body = w.module.function(kw["body"])  # type: ignore[attr-defined]
+    test = w.function(kw["cond"])
+    body = w.function(kw["body"])
     base, n_carry = _base(outs), len(kw["body"].outvars)
     carry, cond_consts, body_consts = split(ins, n_carry, kw["n_cond"])
     c = [f"{base}_c{j}" for j in range(n_carry)]
@@ -94,11 +93,10 @@ def _while(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) -
         w.line(f"{out} = {name}")
 
 
-@emitter("cond")
-def _cond(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) -> None:
+def cond(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
     chosen = branches(eqn.kw)
     for k, branch in enumerate(chosen):
-        fn = w.module.function(branch)  # type: ignore[attr-defined]
+        fn = w.function(branch)
         if len(chosen) == 1:
             test = None
         elif k == 0:
@@ -116,9 +114,8 @@ def _cond(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) ->
             w.dedent()
 
 
-@emitter("checkpoint")
-def _checkpoint(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) -> None:
-    fn = w.module.function(eqn.kw["body"])  # type: ignore[attr-defined]
+def checkpoint(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
+    fn = w.function(eqn.kw["body"])
     w.line(f"{_base(outs)}_r = {_call(fn, ins)}")
     _unpack(w, f"{_base(outs)}_r", outs)
 
@@ -142,12 +139,11 @@ _SPLIT = '''def tj_split(steps, snaps):
 class _Grad:
     """Names and statement templates of one loop_grad eqn."""
 
-    def __init__(self, w: Writer, eqn: Eqn, ins: list[str], outs: list[str],
-                 sizes: Sizes) -> None:
+    def __init__(self, w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
         kw = eqn.kw
-        self.w, self.sizes, self.kw = w, sizes, kw
-        self.fwd = w.module.function(kw["fwd"])  # type: ignore[attr-defined]
-        self.rev = w.module.function(kw["rev"])  # type: ignore[attr-defined]
+        self.w, self.sizes, self.kw = w, w.sizes, kw
+        self.fwd = w.function(kw["fwd"])
+        self.rev = w.function(kw["rev"])
         self.base = b = _base(outs)
         self.n = f"{b}_n"
         n_carry, n_xs = kw["n_carry"], kw["n_xs"]
@@ -205,9 +201,9 @@ class _Grad:
             self.w.line(f"{c} = {buf}[{slot}]")
 
 
-@emitter("loop_grad")
-def _loop_grad(w: Writer, eqn: Eqn, ins: list[str], outs: list[str], sizes: Sizes) -> None:
-    g = _Grad(w, eqn, ins, outs, sizes)
+def loop_grad(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
+    g = _Grad(w, eqn, ins, outs)
+    sizes = w.sizes
     w.line(f"{g.n} = {_count(eqn, ins, sizes)}")
     for buf, aval in zip(g.ct_xs, g.ct_x_avals):
         w.line(f"{buf} = np.zeros({sizes.shape(aval.shape)}, {dtype_code(aval.dtype)})")
@@ -276,10 +272,10 @@ def _segments(g: _Grad) -> None:
 
 def _binomial(g: _Grad) -> None:
     """Revolve's schedule with a stack of tasks (a, b, slot, free): reverse steps a..b-1
-    from the carry in snapshot `slot`, with `free` snapshots to spare (ops/control.py)."""
+    from the carry in snapshot `slot`, with `free` snapshots to spare (primitives.py)."""
     w, b, n = g.w, g.base, g.n
-    snapshots = w.module.helper("tj_snapshots", _SNAPSHOTS)  # type: ignore[attr-defined]
-    split_at = w.module.helper("tj_split", _SPLIT)  # type: ignore[attr-defined]
+    snapshots = w.helper("tj_snapshots", _SNAPSHOTS)
+    split_at = w.helper("tj_split", _SPLIT)
     s, t, top = f"{b}_s", f"{b}_tasks", f"{b}_top"
     lo, hi, slot, free, m, i, j = (f"{b}_{x}" for x in ("a", "b", "slot", "free", "m", "i", "j"))
     w.line(f"{s} = {snapshots}({n})")

@@ -1,5 +1,5 @@
 """Control flow on traced values: `where`, `cond`, `switch`, `fori_loop`, `scan`,
-`while_loop` and `checkpoint` (the primitives are in ops/control.py).
+`while_loop` and `checkpoint` (the primitives are in primitives.py, their numba code in code.py).
 
 Each traces the user's functions once into closed sub-tapes (values they capture become inputs
 of the eqn) and records one eqn, so a loop's trace and its compile time do not grow with its
@@ -14,11 +14,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .avals import Aval, aval_of
-from .errors import ArgumentError, DtypeError, ShapeError, at_source
-from .ops import control as C
-from .pytree import TreeDef, flatten, unflatten
-from .trace import Tracer, user_source
+from ..avals import Aval, aval_of
+from ..errors import ArgumentError, DtypeError, ShapeError, at_source, user_source
+from . import primitives as C
+from ..pytree import TreeDef, flatten, unflatten
+from ..trace import Tracer
 
 __all__ = ["where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint"]
 

@@ -1,5 +1,5 @@
-"""The checkpoint schedules of a loop's reverse sweep (loop_grad in ops/control.py; the numba
-backend emits the same ones in codegen/control.py): which carries are kept, and how the others
+"""The checkpoint schedules of a loop's reverse sweep (loop_grad in primitives.py; its numba
+code in code.py emits the same ones): which carries are kept, and how the others
 are recomputed.
 
 - None: every carry; k (an int): a snapshot every ceil(n / k) steps, each segment's carries
@@ -35,7 +35,7 @@ def binomial_split(steps: int, snaps: int) -> int:
 def reversed_carries(n: int, carry: list[Any], advance: Callable[[list[Any], int], list[Any]],
                      checkpoints: Any) -> Iterator[tuple[int, list[Any]]]:
     """Yield `(k, carry before step k)` for k = n-1 down to 0, keeping carries by the policy
-    (the interpreter's schedule; codegen/control.py emits the same one)."""
+    (the interpreter's schedule; code.py emits the same one)."""
     if checkpoints == "binomial":
         yield from _binomial(n, carry, advance)
         return

@@ -1,4 +1,4 @@
-"""The text form of a tape, and its parser (`parse_tape(print_tape(t)) == t`).
+"""Reading a tape back from its text form (ir.py prints it): `parse_tape(print_tape(t)) == t`.
 
 Grammar (one equation per line; `#` comments carry the user's source line):
 
@@ -16,7 +16,6 @@ Constant values are not part of the text: `parse_tape` takes them as an argument
 from __future__ import annotations
 
 import ast
-import os
 import re
 from typing import Any, Sequence
 
@@ -24,52 +23,8 @@ import numpy as np
 
 from .avals import DTYPES_BY_NAME, Aval
 from .errors import IRError
-from .ir import Atom, Eqn, Lit, Tape, Var, make_params, sub_tapes
+from .ir import Atom, Eqn, Lit, Tape, Var, make_params
 
-_INDENT = "      "
-
-
-def _binder(v: Var) -> str:
-    return f"{v.name}:{v.aval}"
-
-
-def _params(eqn: Eqn) -> str:
-    if not eqn.params:
-        return ""
-    return "[" + ", ".join(f"{k}={'...' if isinstance(v, Tape) else repr(v)}"
-                           for k, v in eqn.params) + "]"
-
-
-def print_eqn(eqn: Eqn, show_src: bool = False) -> str:
-    text = " ".join([*map(_binder, eqn.outs), "=", eqn.op + _params(eqn), *map(str, eqn.ins)])
-    if show_src and eqn.src is not None:
-        text += f"  # {os.path.basename(eqn.src[0])}:{eqn.src[1]}"
-    return text
-
-
-def print_tape(tape: Tape, show_src: bool = True) -> str:
-    head = " ".join(["{ lambda", *map(_binder, tape.invars)])
-    if tape.constvars:
-        head += " ; " + " ".join(map(_binder, tape.constvars))
-    lines = [head + " ."]
-    for i, eqn in enumerate(tape.eqns):
-        if i == tape.reverse_start:
-            lines.append(("  let " if i == 0 else _INDENT) + "# reverse")
-        prefix = "  let " if len(lines) == 1 else _INDENT
-        lines.append(prefix + print_eqn(eqn, show_src))
-        for key, body in sub_tapes(eqn):
-            nested = print_tape(body, show_src).splitlines()
-            lines.append(f"{_INDENT}  {key} = {nested[0]}")
-            lines.extend(f"{_INDENT}  {' ' * len(key)}   {line}" for line in nested[1:])
-    if tape.reverse_start is not None and tape.reverse_start == len(tape.eqns):
-        lines.append(("  let " if len(lines) == 1 else _INDENT) + "# reverse")  # empty sweep
-    if len(lines) == 1:
-        lines.append("  let")
-    lines.append("  in ( " + ", ".join(map(str, tape.outvars)) + " ) }")
-    return "\n".join(lines)
-
-
-# ---- parsing ------------------------------------------------------------------------------------
 _TYPE = re.compile(r"^([a-z0-9]+)\[((?:[0-9]+(?:,[0-9]+)*)?)\]$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SPECIAL = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}

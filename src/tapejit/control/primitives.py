@@ -1,4 +1,4 @@
-"""Control flow: primitives holding sub-tapes (tapejit/control.py is their public API).
+"""Control flow: primitives holding sub-tapes (the package's __init__ is their public API).
 
 - `scan[body, n_carry, n_xs, length, reverse, checkpoints(, save)] n carry.. xs.. consts..`
   -> `carry.. ys..(, carries..)`: `n` (an i64 scalar, a run-time value) steps of `body:
@@ -20,7 +20,7 @@
 
 Sub-tapes are closed: values a body captures are lifted into inputs (`close`). The VJPs are
 ordinary IR, so derivatives of derivatives work: a scan of static length keeping every carry
-reverses as a saving scan (passes/loops.py merges it with the primal one) and a reverse scan of
+reverses as a saving scan (the merge_scans pass merges it with the primal one) and a reverse scan of
 the body's VJP over the stack (`_expansion`); other scans (run-time length, checkpoints) and
 while loops reverse as a loop_grad, itself differentiated through that expansion (static
 lengths only); a cond's VJP is a cond over the branches' VJPs; a checkpoint's a checkpoint of
@@ -33,21 +33,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..autodiff import INPUT, filled, vjp_tape
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError, UnsupportedOperationError
-from . import UNROLLED, Kind, defop
+from ..interpret import apply_impl, evaluate, inline
+from ..ir import Tape, Var, dce
+from ..ops import HOST, UNROLLED, Kind, defop
+from ..passes.bodies import unfuse
+from ..trace import current_trace, new_trace
+from . import code
 from .checkpointing import reversed_carries
+from .operands import branches, split
 
 I64 = np.dtype(np.int64)
-
-
-def split(seq: Sequence[Any], *counts: int) -> list[list[Any]]:
-    """`seq` cut into consecutive parts of `counts` (then the rest)."""
-    parts, start = [], 0
-    for c in counts:
-        parts.append(list(seq[start:start + c]))
-        start += c
-    return parts + [list(seq[start:])]
 
 
 def _floats(avals: Sequence[Aval]) -> list[Aval]:
@@ -99,7 +97,6 @@ def _steps(n: int, reverse: bool) -> range:
 
 
 def _run(tape: Any, args: Sequence[Any]) -> list[Any]:
-    from ..interpret import apply_impl, evaluate
     return evaluate(tape, list(args), apply_impl)
 
 
@@ -118,8 +115,6 @@ def _scan_impl(n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int, length: in
 
 
 def _zeros_for(ct: Any, like: Any) -> Any:
-    from ..autodiff import filled
-    from ..trace import current_trace
     if ct is not None:
         return ct
     trace = current_trace()
@@ -132,7 +127,6 @@ def _scan_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, body: Any, n_carry: in
     # static length, every carry kept: a saving scan (which passes/loops.py merges with the
     # primal scan) and a reverse scan of the body's VJP over its stack (ordinary IR).
     # Else loop_grad runs the steps again, keeping carries by the policy
-    from ..interpret import inline
     carry, xs, consts = split(ins, n_carry, n_xs)
     if save:
         body = saving_body(body, n_carry)
@@ -154,14 +148,14 @@ def _scan_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, body: Any, n_carry: in
 @functools.lru_cache(maxsize=64)
 def saving_body(body: Any, n_carry: int) -> Any:
     """The body of a saving scan as a plain one: its ys followed by its input carries."""
-    from ..interpret import inline
     tape, _ = close(lambda t: list(inline(body, t)) + t[:n_carry],
                     [v.aval for v in body.invars])
     return tape
 
 
 scan = defop("scan", Kind.CONTROL, _scan_impl, shape=_scan_shape, vjp=_scan_vjp,
-             multiple_results=True, batch=UNROLLED)
+             multiple_results=True, batch=UNROLLED,
+             cpu=code.scan, cuda=HOST)
 
 
 # ---- tracing helpers -------------------------------------------------------------------------
@@ -170,9 +164,6 @@ def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
     """Trace `fn` on tracers of `avals` into a closed sub-tape: what it captures (arrays,
     tracers of enclosing traces) becomes extra inputs after `avals`' ones. Returns the tape
     and the captured values."""
-    from ..ir import Tape
-    from ..passes import dce
-    from ..trace import new_trace
     with new_trace() as trace:
         tracers = [trace.new_tracer(a) for a in avals]
         invars = tuple(t._var for t in tracers)
@@ -183,8 +174,6 @@ def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
 
 def _vjp_of(tape: Any, wrt: Sequence[int]) -> Any:
     """The joint tape of `tape` w.r.t. inputs `wrt`, seeded at every float output."""
-    from ..autodiff import INPUT, vjp_tape
-    from ..passes.bodies import unfuse
     tape = unfuse(tape)       # (optimized bodies hold fused groups)
     return vjp_tape(tape, wrt, [INPUT if o.aval.is_float else None for o in tape.outvars])
 
@@ -192,7 +181,6 @@ def _vjp_of(tape: Any, wrt: Sequence[int]) -> Any:
 @functools.lru_cache(maxsize=256)
 def reverse_body(body: Any, n_carry: int, n_xs: int) -> tuple[Any, tuple]:
     """loop_grad's `rev` for a scan body, and the values it captures (its rev_consts)."""
-    from ..interpret import inline
     ins = [v.aval for v in body.invars]
     wrt = [i for i, a in enumerate(ins) if a.is_float]
     joint = _vjp_of(body, wrt)
@@ -253,7 +241,6 @@ def _loop_grad_vjp(cts: tuple, outs: tuple, n: Any, *ins: Any, fwd: Any, rev: An
                    n_carry: int, n_xs: int, n_consts: int, length: int | None, reverse: bool,
                    checkpoints: Any) -> tuple:
     # d loop_grad: the VJP of its expansion into two scans (so: static lengths only)
-    from ..interpret import inline
     if length is None:
         raise UnsupportedOperationError(
             "a second derivative through a loop with a run-time trip count (tj.while_loop, or "
@@ -273,9 +260,8 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
                reverse: bool, avals: tuple[Aval, ...]) -> Any:
     """loop_grad as ordinary IR: a scan stacking the carries, then a reverse scan of `rev`
     over the stack. Inputs: n then loop_grad's inputs (n first, then shifted by one)."""
-    from ..interpret import inline
     carry_avals = list(avals[:n_carry])
-    n_fc, n_ct = len(_floats(carry_avals)), len(avals) - n_carry - n_xs - n_consts
+    n_fc = len(_floats(carry_avals))
     fconsts = _floats(list(avals[n_carry + n_xs:n_carry + n_xs + n_consts]))
     n_ys = len(fwd.outvars) - n_carry
 
@@ -314,7 +300,8 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
 
 
 loop_grad = defop("loop_grad", Kind.CONTROL, _loop_grad_impl, shape=_loop_grad_shape,
-                  vjp=_loop_grad_vjp, multiple_results=True, batch=UNROLLED)
+                  vjp=_loop_grad_vjp, multiple_results=True, batch=UNROLLED,
+                  cpu=code.loop_grad, cuda=HOST)
 
 
 # ---- while -----------------------------------------------------------------------------------
@@ -355,14 +342,11 @@ def _while_vjp(cts: tuple, outs: tuple, *ins: Any, cond: Any, body: Any, n_cond:
 
 
 while_ = defop("while", Kind.CONTROL, _while_impl, shape=_while_shape, vjp=_while_vjp,
-               multiple_results=True, batch=UNROLLED)
+               multiple_results=True, batch=UNROLLED,
+               cpu=code.while_, cuda=HOST)
 
 
 # ---- cond ------------------------------------------------------------------------------------
-def branches(params: dict[str, Any]) -> list[Any]:
-    return [params[f"branch{k}"] for k in range(len(params))]
-
-
 def _cond_shape(index: Aval, *avals: Aval, **params: Any) -> tuple[Aval, ...]:
     _check_count(index)
     outs = None
@@ -401,15 +385,13 @@ def _cond_vjp(cts: tuple, outs: tuple, index: Any, *ins: Any, **params: Any) -> 
 
 def _gradient_tape(tape: Any, avals: list[Aval]) -> tuple[Any, list[Any]]:
     """A closed tape (inputs, float-output cotangents) -> cotangents of the float inputs."""
-    from ..interpret import inline
     wrt = [i for i, v in enumerate(tape.invars) if v.aval.is_float]
     joint = _vjp_of(tape, wrt)
     return close(lambda t: list(inline(joint, t))[len(tape.outvars):], avals)
 
 
 def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:
-    """`tape` taking, around its own captured inputs, unused inputs for the other branches'."""
-    from ..ir import Tape, Var
+    """`tape` taking, around its own captured inputs, unused inputs for the other branches'.""", Var
     taken = {v.name for v in tape.invars} | {o.name for e in tape.eqns for o in e.outs}
     fresh = iter(f"unused{k}" for k in range(len(taken) + len(before) + len(after) + 1)
                  if f"unused{k}" not in taken)
@@ -419,7 +401,8 @@ def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) ->
 
 
 cond = defop("cond", Kind.CONTROL, _cond_impl, shape=_cond_shape, vjp=_cond_vjp,
-             multiple_results=True, batch=UNROLLED)
+             multiple_results=True, batch=UNROLLED,
+             cpu=code.cond, cuda=HOST)
 
 
 # ---- checkpoint ------------------------------------------------------------------------------
@@ -443,4 +426,5 @@ def _checkpoint_vjp(cts: tuple, outs: tuple, *ins: Any, body: Any) -> tuple:
 
 
 checkpoint = defop("checkpoint", Kind.CONTROL, _checkpoint_impl, shape=_checkpoint_shape,
-                   vjp=_checkpoint_vjp, multiple_results=True, batch=UNROLLED)
+                   vjp=_checkpoint_vjp, multiple_results=True, batch=UNROLLED,
+                   cpu=code.checkpoint, cuda=HOST)
