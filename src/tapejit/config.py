@@ -19,6 +19,9 @@
   (0.5x at 131072); on cores other jobs keep busy they cost up to 2x (docs/performance.md).
 - `TAPEJIT_NUM_THREADS=n`: how many threads compiled programs use (default: numba's, the
   cores, unless the affinity mask, `OMP_NUM_THREADS` or the BLAS limit say fewer; threads.py).
+- `TAPEJIT_REROLL=0`: plain Python loops stay unrolled. By default the repeated steps of a
+  loop in a traced tape become one scan before differentiation (control/reroll.py), so an
+  unrolled loop compiles and differentiates like `tj.fori_loop`.
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -44,6 +47,7 @@ class Config:
     fast_math: bool = True
     omp_threads: int | None = None
     verify: bool = False
+    reroll: bool = True
 
 
 def _flag(name: str) -> bool:
@@ -96,6 +100,7 @@ def _read() -> Config:
         fast_math=os.environ.get("TAPEJIT_FAST_MATH", "1").strip().lower() not in _FALSE,
         omp_threads=_omp_threads(),
         verify=_flag("TAPEJIT_VERIFY"),
+        reroll=os.environ.get("TAPEJIT_REROLL", "1").strip().lower() not in _FALSE,
     )
 
 

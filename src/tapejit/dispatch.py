@@ -44,6 +44,7 @@ from .errors import TapejitWarning, user_source
 from .first_call import PENDING, compile_and_run, start
 from .interpret import inline
 from .ir import Tape
+from .programs import collecting_rerolls
 from .pytree import TreeDef
 from .trace import Tracer, _stack, current_trace
 
@@ -131,7 +132,7 @@ class CachedTransform:
         self._fast: dict[tuple, tuple] = {}     # fast key -> (key, fn, tail, finish)
         self._lock = threading.Lock()
         self._info = {"traces": 0, "interpreted": 0, "compiles": 0, "disk_loads": 0,
-                      "hits": 0}
+                      "hits": 0, "rerolled": 0}
         self._last_miss: str | None = None
         self._retraces = 0           # traces since the first (since the last clear)
         self._warned = False
@@ -140,8 +141,9 @@ class CachedTransform:
         _transforms.add(self)
 
     def cache_info(self) -> dict[str, Any]:
-        """Counts of traces, first calls run on the interpreter, compiles, disk loads and cache
-        hits, how many programs are kept, and why the last call missed the cache."""
+        """Counts of traces, first calls run on the interpreter, compiles, disk loads, cache
+        hits and Python loops re-rolled into scans while tracing, how many programs are kept,
+        and why the last call missed the cache."""
         return {**self._info, "programs": len(self._cache), "last_miss": self._last_miss}
 
     def clear(self) -> None:
@@ -264,7 +266,9 @@ class CachedTransform:
             self._info["traces"] += 1
             if self._cache:
                 self._retraces += 1
-            program = build()
+            with collecting_rerolls() as loops:
+                program = build()
+            self._info["rerolled"] += len(loops)
             runner, outs = start(program.tape, call.leaves, default_backend(self.backend),
                                  self._info, fn_name(self.fn))
             program = dataclasses.replace(program, run=runner, names=tuple(call.names))

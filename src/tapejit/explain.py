@@ -6,7 +6,8 @@
     ex.groups                          # codegen/schedule.py's steps: Loop and Call
     ex.source, ex.sizes                # the numba module and the size table `S` it is called with
 
-Stages, in pipeline order: "traced" (the primal tape, as `tj.make_tape` shows it), "autodiff"
+Stages, in pipeline order: "traced" (the primal tape, as `tj.make_tape` shows it), "rerolled"
+(its plain Python loops as scans; only when one was re-rolled), "autodiff"
 (the joint tape; absent with grad=False), then one tape after each pass of `passes.PIPELINE`,
 named by the pass; then the fusion groups and the generated source of the last tape.
 
@@ -25,10 +26,8 @@ from .dispatch import CachedTransform
 from .errors import ArgumentError, at_source, user_source
 from .explanation import Explanation, build
 from .ir import Tape
-from .programs import forward_program, gradient_program
+from .programs import collecting_rerolls, forward_program, gradient_program
 from .pytree import TreeDef
-
-
 
 
 def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: bool = True,
@@ -52,15 +51,18 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
         call, _ = split_args(fn, args, kwargs, static)
         tapes: dict[str, Tape] = {}
         what = "forward program"
-        if nums_given is None:
-            forward_program(fn, call, has_aux, stages=tapes.__setitem__)
-        else:
-            nums = normalize_argnums(nums_given, call.n_pos)
-            gradient_program(fn, call, nums, has_aux, what="explain",
-                             check_output=_require_scalar_float, stages=tapes.__setitem__)
-            what = f"gradient program w.r.t. argument(s) {', '.join(map(str, nums))}"
-        notes = [] if transform is None else ["cache of the transform: " + ", ".join(
-            f"{k}={v}" for k, v in transform.cache_info().items())]
+        with collecting_rerolls() as loops:
+            if nums_given is None:
+                forward_program(fn, call, has_aux, stages=tapes.__setitem__)
+            else:
+                nums = normalize_argnums(nums_given, call.n_pos)
+                gradient_program(fn, call, nums, has_aux, what="explain",
+                                 check_output=_require_scalar_float, stages=tapes.__setitem__)
+                what = f"gradient program w.r.t. argument(s) {', '.join(map(str, nums))}"
+        notes = [f"re-rolled into a scan: the Python {loop}" for loop in loops]
+        if transform is not None:
+            notes.append("cache of the transform: " + ", ".join(
+                f"{k}={v}" for k, v in transform.cache_info().items()))
         return build(f"{fn_name(fn)}, {what}, backend {backend}", tapes, backend, notes)
 
     return explained

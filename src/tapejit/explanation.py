@@ -76,6 +76,7 @@ def build(title: str, tapes: dict[str, Tape], backend: str = "numba",
 
 
 _STAGE_NOTES = {"traced": "traced: the primal tape",
+                "rerolled": "rerolled: repeated steps of plain Python loops as one scan each",
                 "autodiff": "autodiff: the joint tape (forward sweep, then reverse sweep)",
                 **{name: f"after {name}: {doc}" for name, _, doc in PIPELINE}}
 

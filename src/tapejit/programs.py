@@ -1,5 +1,5 @@
 """The programs the transforms run, built from a user's function and a call's arguments:
-trace, then (for gradients) reverse mode, then the passes.
+trace, re-roll plain Python loops, then (for gradients) reverse mode, then the passes.
 
 - `trace_flat(fn, call)`: `fn` traced on the call's signature, its outputs flattened (and
   checked: arrays, numbers or pytrees of them), unused eqns dropped.
@@ -8,8 +8,12 @@ trace, then (for gradients) reverse mode, then the passes.
   respect to the chosen arguments), optimized. `value_and_grad`, `grad` and `tj.explain` build
   their programs here and nowhere else, so explain shows the program the transform runs.
 
-Both builders report each stage to `stages(name, tape)` when given: "traced", "autodiff" (the
-joint tape), then each pass of `passes.PIPELINE` by name.
+Both builders re-roll the traced tape's plain Python loops into scans (control/reroll.py;
+`TAPEJIT_REROLL=0` keeps them unrolled) before anything else, and report each stage to
+`stages(name, tape)` when given: "traced", "rerolled" (only when a loop was re-rolled),
+"autodiff" (the joint tape), then each pass of `passes.PIPELINE` by name. The loops re-rolled
+by the programs built within `collecting_rerolls()` are collected (cache_info counts them,
+explain lists them).
 
 In the layers: above tracing, autodiff and the passes, and above arguments.py; below the
 per-signature cache (dispatch.py) and the transforms (api.py, transforms.py, explain.py).
@@ -17,13 +21,17 @@ Nothing here compiles or runs a program.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from . import autodiff, guards
 from .arguments import CallArgs, check_float_inputs, fn_name
+from .config import config
+from .control.reroll import RerolledLoop, reroll
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .ir import Tape
 from .passes import dce, optimize
@@ -34,6 +42,34 @@ from .trace import Tracer, trace_to_tape
 Stages = Callable[[str, Tape], None]
 # raises unless fn's traced tape (with its output structure) has an output grad can seed
 OutputCheck = Callable[[Callable[..., Any], Tape, TreeDef], None]
+
+_rerolls: contextvars.ContextVar[list[RerolledLoop] | None] = contextvars.ContextVar(
+    "tapejit_rerolls", default=None)
+
+
+@contextlib.contextmanager
+def collecting_rerolls() -> Iterator[list[RerolledLoop]]:
+    """A list that collects the loops re-rolled by the programs built within (in this thread;
+    programs of transforms inlined into them included)."""
+    found: list[RerolledLoop] = []
+    token = _rerolls.set(found)
+    try:
+        yield found
+    finally:
+        _rerolls.reset(token)
+
+
+def _rerolled(tape: Tape, stages: Stages | None) -> Tape:
+    """The traced tape with its plain Python loops as scans (with TAPEJIT_REROLL=0: as is)."""
+    if not config().reroll:
+        return tape
+    tape, loops = reroll(tape)
+    found = _rerolls.get()
+    if found is not None:
+        found.extend(loops)
+    if loops and stages is not None:
+        stages("rerolled", tape)
+    return tape
 
 
 def fn_source(fn: Callable[..., Any]) -> tuple[str, int] | None:
@@ -96,7 +132,7 @@ def forward_program(fn: Callable[..., Any], call: CallArgs, has_aux: bool = Fals
     tape, out_td, _ = trace_flat(fn, call, has_aux)
     if stages is not None:
         stages("traced", tape)
-    return optimize(tape, after_each=stages), out_td
+    return optimize(_rerolled(tape, stages), after_each=stages), out_td
 
 
 def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[int],
@@ -112,10 +148,12 @@ def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[i
     check_float_inputs(what, call, wrt)
     tape, out_td, aux_td = trace_flat(fn, call, has_aux)
     (check_output or require_scalar_float)(fn, tape, out_td)
+    if stages is not None:
+        stages("traced", tape)
+    tape = _rerolled(tape, stages)
     seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
     joint = autodiff.vjp_tape(tape, wrt, seeds)
     if stages is not None:
-        stages("traced", tape)
         stages("autodiff", joint)
     return optimize(joint, after_each=stages), aux_td
 
