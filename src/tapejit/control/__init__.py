@@ -16,9 +16,9 @@ import numpy as np
 
 from ..avals import Aval, aval_of
 from ..errors import ArgumentError, DtypeError, ShapeError, at_source, user_source
-from . import primitives as C
 from ..pytree import TreeDef, flatten, unflatten
 from ..trace import Tracer
+from . import primitives as C
 
 __all__ = ["where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint"]
 
