@@ -391,7 +391,7 @@ def _gradient_tape(tape: Any, avals: list[Aval]) -> tuple[Any, list[Any]]:
 
 
 def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:
-    """`tape` taking, around its own captured inputs, unused inputs for the other branches'.""", Var
+    """`tape` taking, around its own captured inputs, unused inputs for the other branches'."""
     taken = {v.name for v in tape.invars} | {o.name for e in tape.eqns for o in e.outs}
     fresh = iter(f"unused{k}" for k in range(len(taken) + len(before) + len(after) + 1)
                  if f"unused{k}" not in taken)
