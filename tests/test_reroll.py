@@ -102,6 +102,7 @@ def test_lotka_volterra_1000_steps_rerolls_to_one_scan(backend, lv_unrolled):
     value, grad = vg(P)
     assert_trees_close((value, grad), tuple(lv_unrolled), rtol=1e-10)
     assert_trees_close((value, grad), tj.value_and_grad(lv_fori, backend=backend)(P))
+    assert_trees_close(vg(P), tuple(lv_unrolled), rtol=1e-10)     # a later call: the cache hit
     assert vg.cache_info()["rerolled"] == 1
     assert loops_of(lotka_volterra, P) == [(1000, 2)]
 
@@ -144,6 +145,8 @@ def test_nbody_velocity_verlet_gradient():
     want = unrolled_value_and_grad(nbody, v, x)
     compiled = tj.value_and_grad(nbody, backend="numba")
     assert_trees_close(compiled(v, x), want)
+    assert_trees_close(compiled(v, x), want)          # a later call: the cache hit
+    assert compiled.cache_info()["hits"] == 1
     assert_trees_close(tj.value_and_grad(nbody, backend="interpret")(v, x), want)
     assert compiled.cache_info()["rerolled"] == 1
     assert loops_of(nbody, v, x) == [(20, 3)]
