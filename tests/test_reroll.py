@@ -139,6 +139,20 @@ def nbody(v, x, steps=20, dt=0.01):
     return np.sum(v * v) + np.sum(x[:, 0])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vjp_of_an_unrolled_loop_rerolls(backend, lv_unrolled, monkeypatch):
+    from tapejit import api
+    made, reroll_tape = [], api.rerolled
+    monkeypatch.setattr(api, "rerolled", lambda tape: made.append(reroll_tape(tape)) or made[-1])
+    value, vjp_fn = tj.vjp(lotka_volterra, P, backend=backend)
+    assert [len(scans(t)) for t in made] == [1]
+    assert_trees_close((value, vjp_fn(1.0)[0]), tuple(lv_unrolled), rtol=1e-10)
+    assert_trees_close(vjp_fn(1.0)[0], lv_unrolled[1], rtol=1e-10)     # a later call
+    with rerolling(False):
+        unrolled_value, unrolled_fn = tj.vjp(lotka_volterra, P, backend="interpret")
+    assert_trees_close(vjp_fn(2.0)[0], unrolled_fn(2.0)[0], rtol=1e-10)
+
+
 def test_nbody_velocity_verlet_gradient():
     rng = np.random.default_rng(0)
     x, v = rng.normal(size=(8, 3)), 0.1 * rng.normal(size=(8, 3))

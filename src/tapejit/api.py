@@ -26,7 +26,7 @@ from .errors import ArgumentError, at_source, user_source
 from .interpret import inline, interpret
 from .ir import Tape
 from .passes import optimize
-from .programs import forward_program, gradient_program, trace_flat
+from .programs import forward_program, gradient_program, rerolled, trace_flat
 from .pytree import flatten, unflatten
 from .trace import Tracer, current_trace
 
@@ -168,6 +168,7 @@ def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
     call, _ = split_args(fn, primals, {}, ())
     check_float_inputs("vjp", call, range(len(call.leaves)))
     tape, out_td, aux_td = trace_flat(fn, call, has_aux)
+    tape = rerolled(tape)
     n_out = out_td.num_leaves
     seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
     joint = optimize(autodiff.vjp_tape(tape, range(len(call.leaves)),

@@ -59,7 +59,7 @@ def collecting_rerolls() -> Iterator[list[RerolledLoop]]:
         _rerolls.reset(token)
 
 
-def _rerolled(tape: Tape, stages: Stages | None) -> Tape:
+def rerolled(tape: Tape, stages: Stages | None = None) -> Tape:
     """The traced tape with its plain Python loops as scans (with TAPEJIT_REROLL=0: as is)."""
     if not config().reroll:
         return tape
@@ -132,7 +132,7 @@ def forward_program(fn: Callable[..., Any], call: CallArgs, has_aux: bool = Fals
     tape, out_td, _ = trace_flat(fn, call, has_aux)
     if stages is not None:
         stages("traced", tape)
-    return optimize(_rerolled(tape, stages), after_each=stages), out_td
+    return optimize(rerolled(tape, stages), after_each=stages), out_td
 
 
 def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[int],
@@ -150,7 +150,7 @@ def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[i
     (check_output or require_scalar_float)(fn, tape, out_td)
     if stages is not None:
         stages("traced", tape)
-    tape = _rerolled(tape, stages)
+    tape = rerolled(tape, stages)
     seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
     joint = autodiff.vjp_tape(tape, wrt, seeds)
     if stages is not None:
