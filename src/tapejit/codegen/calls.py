@@ -34,6 +34,7 @@ class Kit:
 
     def __init__(self, w: Writer, sizes: Sizes, allocate: Callable[[Var], None]) -> None:
         self.w, self.sizes, self._allocate = w, sizes, allocate
+        self._stores = 0
 
     def line(self, text: str) -> None:
         self.w.line(text)
@@ -68,6 +69,19 @@ class Kit:
     def close(self, depth: int) -> None:
         for _ in range(depth):
             self.dedent()
+
+    def store(self, dst: str, slot: str, src: str, shape: tuple[Dim | int, ...]) -> None:
+        """`dst[slot] = src` for `src` of `shape` (a stack's entry), as a loop nest: numba's
+        slice assignment costs about 2 s of compile time in each process (measured)."""
+        if not shape:
+            self.line(f"{dst}[{slot}] = {src}")
+            return
+        self._stores += 1
+        j = f"{dst}_s{self._stores}_"
+        depth = self.loops([self.sizes(n) for n in shape], j)
+        at = ", ".join(f"{j}{d}" for d in range(len(shape)))
+        self.line(f"{dst}[{slot}, {at}] = {src}[{at}]")
+        self.close(depth)
 
     def three(self, shape: tuple[Dim, ...], axis: int) -> str:
         """(before, axis, after) sizes of `shape` around `axis`: ops that act along one axis

@@ -61,12 +61,13 @@ def scan(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
     w.line(f"for {k} in range({n}):")
     w.indent()
     w.line(f"{kk} = {n} - 1 - {k}" if kw["reverse"] else f"{kk} = {k}")
-    for stack, name in zip(ys[n_ys:], c):
-        w.line(f"{stack}[{kk}] = {name}")
+    for stack, name, var in zip(ys[n_ys:], c, eqn.outs[n_carry + n_ys:]):
+        w.store(stack, kk, name, sizes.of(var)[1:])
     w.line(f"{base}_r = {_call(body, c + [f'{x}[{kk}]' for x in xs] + consts)}")
     _unpack(w, f"{base}_r", c)
-    for j, y in enumerate(ys[:n_ys]):
-        w.line(f"{y}[{kk}] = {base}_r[{n_carry + j}]")
+    for j, (y, var) in enumerate(zip(ys[:n_ys], eqn.outs[n_carry:])):
+        w.line(f"{y}_y = {base}_r[{n_carry + j}]")
+        w.store(y, kk, f"{y}_y", sizes.of(var)[1:])
     w.dedent()
     for out, name in zip(outs, c):
         w.line(f"{out} = {name}")
@@ -181,8 +182,9 @@ class _Grad:
                 + [f"{y}[{kk}]" for y in self.ct_ys] + self.acc + self.rev_consts)
         self.w.line(f"{result} = {_call(self.rev, args)}")
         _unpack(self.w, result, self.acc + self.ct)
-        for j, buf in enumerate(self.ct_xs):
-            self.w.line(f"{buf}[{kk}] = {result}[{len(self.acc) + len(self.ct) + j}]")
+        for j, (buf, aval) in enumerate(zip(self.ct_xs, self.ct_x_avals)):
+            self.w.line(f"{buf}_x = {result}[{len(self.acc) + len(self.ct) + j}]")
+            self.w.store(buf, kk, f"{buf}_x", aval.shape[1:])
 
     def stores(self, name: str, count: str) -> list[str]:
         """One buffer per carry leaf, `count` carries long."""
@@ -193,8 +195,8 @@ class _Grad:
         return bufs
 
     def save(self, bufs: list[str], slot: str) -> None:
-        for buf, c in zip(bufs, self.c):
-            self.w.line(f"{buf}[{slot}] = {c}")
+        for buf, c, aval in zip(bufs, self.c, self.carry_avals):
+            self.w.store(buf, slot, c, aval.shape)
 
     def load(self, bufs: list[str], slot: str) -> None:
         for buf, c in zip(bufs, self.c):
