@@ -137,3 +137,58 @@ def test_a_one_gradient_script_never_imports_numba():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ["False", "(3,)"]
+
+
+# ---- what a compile says (the `tapejit` logger, TAPEJIT_LOG) ------------------------------------
+def _compile_once(f, monkeypatch, log):
+    monkeypatch.setenv("TAPEJIT_FIRST_CALL", "compile")
+    monkeypatch.setenv("TAPEJIT_LOG", log)
+    config.reload()
+    return tj.value_and_grad(f)(*_args(np.random.default_rng(5)))
+
+
+def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
+    from tapejit import first_call
+    monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)     # every compile is "slow"
+    with caplog.at_level("WARNING", logger="tapejit"):
+        _compile_once(_loss, monkeypatch, "warning")
+    assert [r.getMessage() for r in caplog.records] == [
+        "tapejit: compiling value_and_grad(_loss) — 21 ops (TAPEJIT_LOG=info shows each compile)"]
+
+
+def test_a_quick_compile_is_not_announced(caplog):
+    f = tj.jit(lambda x: x + 1.0)
+    with caplog.at_level("INFO"):        # an application logging at INFO sees each compile
+        f(np.ones(3))
+        f(np.ones(3))
+    assert [(r.levelname, r.getMessage()[:34]) for r in caplog.records] == [
+        ("INFO", "tapejit: compiled jit(<lambda>) — ")]
+
+
+def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
+    _compile_once(_loss, monkeypatch, "info")
+    err = capfd.readouterr().err
+    assert err.startswith("tapejit: compiled value_and_grad(_loss) — 21 ops in ") and \
+        err.endswith(" s\n"), err
+    script = ("import numpy as np, tapejit as tj\n"
+              "def loss(w, x):\n    return np.sum(np.cos(x @ w) * 3.0)\n"
+              "tj.grad(loss)(np.ones((3, 2)), np.ones((4, 3)))\n")
+    env = {**os.environ, "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_LOG": "info"}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, check=True).stderr for _ in range(2)]
+    last = [run.splitlines()[-1] for run in runs]     # (a slow compile announces itself first)
+    assert last[0].startswith("tapejit: compiled grad(loss) — 21 ops in "), runs
+    assert last[1].startswith("tapejit: loaded from the disk cache grad(loss) — 21 ops"), runs
+
+
+def test_log_off_silences_even_a_slow_compile(monkeypatch, capfd, caplog):
+    from tapejit import first_call
+    monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)
+    _compile_once(lambda w, x: np.sum(np.sin(x @ w)), monkeypatch, "off")
+    assert capfd.readouterr().err == "" and caplog.records == []
+
+
+def test_bad_log_setting_is_an_error(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_LOG", "loud")
+    with pytest.raises(ValueError, match="TAPEJIT_LOG='loud': expected one of warning, info"):
+        config.reload()

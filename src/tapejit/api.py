@@ -40,6 +40,7 @@ class _ValueAndGrad(CachedTransform):
                  grad_only: bool = False) -> None:
         super().__init__(fn, static_argnums, backend)
         self.argnums, self.has_aux, self.grad_only = argnums, has_aux, grad_only
+        self.transform = "grad" if grad_only else "value_and_grad"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(args, kwargs)

@@ -22,6 +22,9 @@
 - `TAPEJIT_REROLL=0`: plain Python loops stay unrolled. By default the repeated steps of a
   loop in a traced tape become one scan before differentiation (control/reroll.py), so an
   unrolled loop compiles and differentiates like `tj.fori_loop`.
+- `TAPEJIT_LOG=info`: the `tapejit` logger reports each compile and its time on stderr
+  ("debug" too; "off" silences it). By default only a compile still running after a
+  second is announced, at warning level (first_call.py).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -48,6 +51,7 @@ class Config:
     omp_threads: int | None = None
     verify: bool = False
     reroll: bool = True
+    log: str = "warning"
 
 
 def _flag(name: str) -> bool:
@@ -101,6 +105,7 @@ def _read() -> Config:
         omp_threads=_omp_threads(),
         verify=_flag("TAPEJIT_VERIFY"),
         reroll=os.environ.get("TAPEJIT_REROLL", "1").strip().lower() not in _FALSE,
+        log=_choice("TAPEJIT_LOG", ("warning", "info", "debug", "off")),
     )
 
 

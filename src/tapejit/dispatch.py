@@ -117,6 +117,7 @@ class CachedTransform:
     `_finisher(program, call, traced) -> Finish`, and call `self._call(args, kwargs)`."""
 
     max_programs = MAX_PROGRAMS
+    transform = "jit"       # the transform's name, for messages: `jit(step)`
 
     def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
                  backend: str | None) -> None:
@@ -259,7 +260,7 @@ class CachedTransform:
                     return program, None
                 runner, outs = compile_and_run(program.tape, call.leaves,
                                                default_backend(self.backend), self._info,
-                                               fn_name(self.fn))
+                                               self.label())
                 program = self._cache[key] = dataclasses.replace(program, run=runner)
                 return program, outs
             self._last_miss = self._miss_reason(key, call.names)
@@ -270,7 +271,7 @@ class CachedTransform:
                 program = build()
             self._info["rerolled"] += len(loops)
             runner, outs = start(program.tape, call.leaves, default_backend(self.backend),
-                                 self._info, fn_name(self.fn))
+                                 self._info, self.label())
             program = dataclasses.replace(program, run=runner, names=tuple(call.names))
             self._cache[key] = program
             self._evict()
@@ -279,6 +280,10 @@ class CachedTransform:
         if warn:
             self._warn_retrace()
         return program, outs
+
+    def label(self) -> str:
+        """`value_and_grad(step)`: the transform and its function, for messages."""
+        return f"{self.transform}({fn_name(self.fn)})"
 
     def _evict(self) -> None:
         while len(self._cache) > self.max_programs:

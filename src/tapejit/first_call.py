@@ -8,7 +8,9 @@ on timing or on what the disk cache holds: call 1 interpreted, the rest compiled
 program's runner is `PENDING` until its second call calls `compile_and_run`.
 
 A program the numba backend cannot compile runs on the interpreter, with a warning, rather
-than failing. Both functions count what they did in the `counts` they are given (a transform's
+than failing. A compile still running after a second is announced on the `tapejit` logger
+(warning level, so Python's default handler prints it while the user waits);
+`TAPEJIT_LOG=info` reports every compile with its time. Both functions count what they did in the `counts` they are given (a transform's
 `cache_info()` counts: "interpreted", "compiles", "disk_loads").
 
 In the layers: above compile.py (the runners), below dispatch.py (the per-signature cache,
@@ -16,6 +18,9 @@ which calls `start` on a miss).
 """
 from __future__ import annotations
 
+import logging
+import threading
+import time
 import warnings
 from typing import Any, Sequence
 
@@ -86,7 +91,7 @@ def compile_and_run(tape: Tape, leaves: Sequence[Any], backend: str, counts: dic
     backend cannot compile runs on the interpreter, with a warning, rather than failing."""
     try:
         runner = executable(tape, backend)
-        return runner, _first_call(runner, leaves, counts)
+        return runner, _first_call(runner, leaves, counts, name)
     except Exception as err:
         if backend != "numba" or not _compile_failure(err):
             raise
@@ -100,20 +105,79 @@ def compile_and_run(tape: Tape, leaves: Sequence[Any], backend: str, counts: dic
         return runner, runner(leaves)
 
 
-def _first_call(runner: Any, leaves: Sequence[Any], counts: dict[str, int]) -> list[Any]:
-    """Run a new program, counting the compile or disk load it caused (a program whose
-    source was compiled before, e.g. for another batch size, causes neither)."""
+def _first_call(runner: Any, leaves: Sequence[Any], counts: dict[str, int],
+                name: str) -> list[Any]:
+    """Run a new program, counting (and logging) the compile or disk load it caused (a
+    program whose source was compiled before, e.g. for another batch size, causes neither).
+    A call still compiling after `ANNOUNCE_SECONDS` says so once, while the user waits."""
     if not isinstance(runner, Compiled):
         return runner(leaves)
-    before = runner.program.compiles, runner.program.disk_loads
+    program, log = runner.program, _logger()
+    before = program.compiles, program.disk_loads
+    what = _describe(name, runner.tape)
+    announce = threading.Timer(ANNOUNCE_SECONDS, log.warning, (
+        f"tapejit: compiling {what} (TAPEJIT_LOG=info shows each compile)",))
+    announce.daemon = True
+    start = time.perf_counter()
+    announce.start()
     try:
         return runner(leaves)
     finally:
-        counts["compiles"] += runner.program.compiles - before[0]
-        counts["disk_loads"] += runner.program.disk_loads - before[1]
+        announce.cancel()
+        compiled = program.compiles - before[0]
+        loaded = program.disk_loads - before[1]
+        counts["compiles"] += compiled
+        counts["disk_loads"] += loaded
+        if compiled or loaded:
+            log.info(f"tapejit: {'compiled' if compiled else 'loaded from the disk cache'} "
+                     f"{what} in {time.perf_counter() - start:.2f} s")
+
+
+ANNOUNCE_SECONDS = 1.0
 
 
 def _compile_failure(err: Exception) -> bool:
     """Whether `err` says code generation or numba compilation failed (not the program)."""
     from numba.core.errors import NumbaError    # numba is imported only when it compiles
     return isinstance(err, (NotImplementedError, NumbaError))
+
+
+def _describe(name: str, tape: Tape) -> str:
+    """`value_and_grad(step) — 1,234 ops, 3 loops`."""
+    ops, loops = _census(tape)
+    return (f"{name} — {ops:,} op{'s' * (ops != 1)}"
+            + (f", {loops} loop{'s' * (loops != 1)}" if loops else ""))
+
+
+def _census(tape: Tape) -> tuple[int, int]:
+    """The eqns of `tape` and of its sub-tapes, and how many are loops."""
+    ops = loops = 0
+    for eqn in tape.eqns:
+        ops, loops = ops + 1, loops + (eqn.op in LOOPS)
+        for _, body in sub_tapes(eqn):
+            inner = _census(body)
+            ops, loops = ops + inner[0], loops + inner[1]
+    return ops, loops
+
+
+_configured: str | None = None
+
+
+def _logger() -> logging.Logger:
+    """The `tapejit` logger, set up as `TAPEJIT_LOG` says (once per setting): "info" and
+    "debug" print it on stderr, "off" silences it, the default leaves it to the application."""
+    global _configured
+    log, level = logging.getLogger("tapejit"), config().log
+    if level != _configured:
+        _configured = level
+        for handler in [h for h in log.handlers if getattr(h, "tapejit", False)]:
+            log.removeHandler(handler)
+        log.setLevel({"off": logging.CRITICAL + 1, "warning": logging.NOTSET}.get(
+            level, level.upper()))
+        log.propagate = level in ("off", "warning")
+        if not log.propagate:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            handler.tapejit = True  # type: ignore[attr-defined]
+            log.addHandler(handler)
+    return log

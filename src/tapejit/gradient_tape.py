@@ -49,6 +49,8 @@ _SWEEP_CACHES: dict[str | None, "_SweepCache"] = {}     # per backend
 class _SweepCache(CachedTransform):
     """The compiled reverse sweeps (and Jacobians) of recorded tapes, keyed by the cut tape."""
 
+    transform = "GradientTape"
+
     def __init__(self, backend: str | None) -> None:
         super().__init__(GradientTape.gradient, (), backend)
         self._inputs: dict[tuple, list[str]] = {}

@@ -134,6 +134,8 @@ class _Leaves:
 class _Jacobian(CachedTransform):
     """`jacobian(f)`: per signature, one program computing every Jacobian block."""
 
+    transform = "jacobian"
+
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int],
                  static_argnums: int | Sequence[int], backend: str | None) -> None:
         super().__init__(fn, static_argnums, backend)
@@ -196,6 +198,8 @@ def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
 
 class _Jvp(CachedTransform):
     """`jvp` of one function: called with the primals then the tangents."""
+
+    transform = "jvp"
 
     def __init__(self, fn: Callable[..., Any], n: int, backend: str | None) -> None:
         super().__init__(fn, (), backend)
