@@ -31,7 +31,7 @@ from .errors import ArgumentError, at_source, user_source
 from .interpret import inline
 from .ir import Tape, Var
 from .passes import dce, optimize
-from .programs import trace_flat
+from .programs import rerolled, trace_flat
 from .pytree import flatten, unflatten
 from .trace import Tracer, new_trace
 
@@ -152,6 +152,7 @@ class _Jacobian(CachedTransform):
         wrt = [j for i in argnums for j in call.leaf_range(i)]
         check_float_inputs("jacobian", call, wrt)
         tape, out_td, _ = trace_flat(self.fn, call)
+        tape = rerolled(tape)
         for o in tape.outvars:
             if not o.aval.is_float:
                 raise ArgumentError(at_source(
@@ -237,7 +238,8 @@ class _Jvp(CachedTransform):
 
     def _build(self, call: Any) -> Specialization:
         tape, out_td, _ = trace_flat(self.fn, call)
-        return Specialization(optimize(jvp_tape(tape, out_td.num_leaves)), None, out=out_td)
+        return Specialization(optimize(jvp_tape(rerolled(tape), out_td.num_leaves)), None,
+                              out=out_td)
 
     def _finisher(self, program: Specialization, call: Any, traced: bool) -> Callable:
         out_td = program.out
