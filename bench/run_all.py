@@ -6,7 +6,9 @@ compile.py and first_call.py (full sizes, `--repeats 5` by default), one after t
 in its own process pinned to one CPU (the harness's sched_setaffinity and one-thread settings;
 this process pins itself and its children inherit the pin; TAPEJIT_BENCH_CPUS=all runs them
 unpinned): their goals compare tapejit with single-threaded hand-written loops, so their table
-is a one-thread table. Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
+is a one-thread table. Then unrolled.py (issue 20: re-rolled loops, compile time and memory),
+which unpins itself (default threading; its table rows say so) unless TAPEJIT_BENCH_CPUS is
+set. Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
 "tapejit [numba]" first call is a real compile; pass --keep-cache to use the environment's
 cache instead). It benchmarks the *committed* src/ at git HEAD (exported with `git archive`
 into a temp dir, first on PYTHONPATH), so edits in progress in the working tree do not leak
@@ -40,7 +42,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["peers.py", "elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py",
-           "compile.py", "first_call.py"]
+           "compile.py", "first_call.py", "unrolled.py"]
 
 
 def cpu_model() -> str:
@@ -190,7 +192,8 @@ def main() -> None:
         "tapejit's thread budget 1. `peers.py` measures both, each in a process of its own, "
         "and the first table shows each row's speed-up from one thread to all cores; the "
         "compiler goals and the other scripts ran pinned only (their references are "
-        "single-threaded loops): one thread.",
+        "single-threaded loops): one thread, but for `unrolled.py` (issue 20's re-rolled "
+        "loops), which runs with default threading, as its rows say.",
         "",
         f"- date: {started:%Y-%m-%d %H:%M %Z} (took {(finished - started).total_seconds():.0f} s)",
         f"- machine: {nproc()} cpus (nproc), {cpu_model()}; load average {load_before} before, "
@@ -204,7 +207,8 @@ def main() -> None:
     ]
     if peers:
         md += ["## Peers (`peers.py`): default threading, then one thread", "", *peers, ""]
-    md += ["## Compiler goals: one thread (pinned to one CPU)", "", *table(entries), ""]
+    md += ["## Compiler goals: one thread (pinned to one CPU; unrolled.py's: default threading)",
+           "", *table(entries), ""]
     failed = [s for s, _, _, rc in outputs if rc != 0]
     if failed:
         md += [f"**Failed scripts (non-zero exit): {', '.join(failed)}**", ""]

@@ -3,8 +3,9 @@ sizes, 1-2 repeats) in a subprocess, exits 0, passes its startup correctness che
 at least one "ratio ... = 1.23x" line. Nothing here looks at a time. --quick leaves the
 tapejit [numba] rows out (each compiles for seconds) except where --with-numba is passed:
 dispatch.py (the smallest program) runs both ways, and compile.py always compiles (one cold +
-warm pair of the small MLP). peers.py and gemm.py run default threading, then one thread, each
-in a child process: their tests check that both ran, in that order."""
+warm pair of the small MLP), and so does unrolled.py (one child per first-call row, default
+threading). peers.py and gemm.py run default threading, then one thread, each in a child
+process: their tests check that both ran, in that order."""
 from __future__ import annotations
 
 import os
@@ -49,6 +50,23 @@ def test_first_call_quick() -> None:
     assert "check: every child's gradient checksums matched" in out, out
     assert "check: every default child ran its first call on the interpreter" in out, out
     assert "pinned to CPU" in out, out
+
+
+def test_unrolled_quick() -> None:
+    out = run_bench("unrolled.py")
+    assert "not pinned (TAPEJIT_BENCH_CPUS=all)" in out, out
+    for goal in ("N-body 10 steps: tapejit first compiled gradient, cold / 3 s",
+                 "N-body 10 steps: tapejit peak RSS / 500 MB",
+                 "N-body: tapejit first compiled gradient, cold, 100 / 10 steps",
+                 "Lotka-Volterra 1000 steps: tapejit first compiled gradient, unrolled / fori_loop",
+                 "Lotka-Volterra 1000 steps: tapejit steady state, unrolled / fori_loop",
+                 "MLP training, 10 steps in one tj.jit: loops re-rolled"):
+        assert re.search(rf"^ratio {re.escape(goal)}.* = \d+\.\d+x   goal .+\[(met|NOT met)\]",
+                         out, re.MULTILINE), f"no goal line {goal!r}:\n{out}"
+    assert "tapejit unrolled, 10 steps, kernels cached, child 1" in out, out
+    assert "'rerolled': 1" in out, out
+    assert re.search(r"check tapejit unrolled, 10 steps, cold vs tj.fori_loop .+: ok", out), out
+    assert "JAX unrolled" in out and "JAX lax.fori_loop" in out, out
 
 
 def test_gemm_quick() -> None:
