@@ -5,6 +5,8 @@ replaces numba.cuda process-wide, so it cannot share the test process).
                                 # simulator against the interpreter
     python cuda_check.py ptx    # every generated kernel compiled to PTX for sm_90
     python cuda_check.py device # the zoo on a real GPU
+    python cuda_check.py random # tj.random only: its stream on the simulator (or a GPU) equals
+                                # the CPU's; without the simulator, its kernels compiled to PTX
 
 Prints one line per check ("ok <name>", "FAIL <name>: ...", or "skip: <reason>") and exits 1
 if any check failed.
@@ -29,10 +31,25 @@ PRIMITIVE_ROWS = [row for row in ROWS if row.prim is not None]
 CHUNKS = [PRIMITIVE_ROWS[i:i + CHUNK] for i in range(0, len(PRIMITIVE_ROWS), CHUNK)]
 
 
+def random_loss(mu, sigma, key):
+    """Every tj.random distribution in one scalar: a wrong random bit changes its value."""
+    keys = tj.random.split(key, 3)
+    z = mu + sigma * tj.random.normal(keys[0], (4, 3))
+    u = tj.random.uniform(tj.random.fold_in(key, 7), (3,), np.float32, -1.0, 2.0)
+    kept = tj.random.bernoulli(keys[1], 0.7, (4, 3))
+    ints = tj.random.randint(keys[2], (3,), -5, 100) + tj.random.categorical(key, mu)
+    return np.sum(np.where(kept, np.sin(z), 0) * u) + np.sum(ints * mu)
+
+
+def random_args():
+    return np.linspace(-1.0, 1.0, 3), np.float64(0.5), tj.random.key(11)
+
+
 def programs():
     """(name, fn, args, argnums, has_aux) of every checked program."""
     for prog in ZOO:
         yield prog.name, prog.fn, prog.make_args(np.float64), prog.argnums, prog.has_aux
+    yield "random", random_loss, random_args(), (0, 1), False
     for rows in CHUNKS:
         fn, args = combined(rows)
         argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
@@ -58,9 +75,11 @@ def run_values(on_device: bool) -> int:
     try:
         check_training_loop(cuda)
         print("ok training loop on the device", flush=True)
+        check_random_stream()
+        print("ok random stream", flush=True)
     except Exception as err:
         failed += 1
-        print(f"FAIL training loop on the device: {type(err).__name__}: {err}", flush=True)
+        print(f"FAIL training loop or random stream: {type(err).__name__}: {err}", flush=True)
         traceback.print_exc(limit=-3)
     for name, fn, args, argnums, has_aux in programs():
         try:
@@ -68,7 +87,7 @@ def run_values(on_device: bool) -> int:
             if on_device and name == ZOO[0].name:   # device arrays in, device arrays out
                 moved = tj.pytree.unflatten(*_device_leaves(args, cuda))
                 check_values(name + " (device arrays)", fn, args, argnums, has_aux, moved)
-            if not name.startswith("ops"):     # float32 stays float32
+            if any(p.name == name for p in ZOO):     # float32 stays float32
                 prog = next(p for p in ZOO if p.name == name)
                 check_values(name + " float32", fn, prog.make_args(np.float32), argnums,
                              has_aux, rtol=2e-4)
@@ -78,6 +97,45 @@ def run_values(on_device: bool) -> int:
             print(f"FAIL {name}: {type(err).__name__}: {err}", flush=True)
             traceback.print_exc(limit=-3)
     return failed
+
+
+def check_random_stream() -> None:
+    """tj.random's bits, keys and integers on the CUDA backend equal numpy's (eager) bit for
+    bit, for several keys with one compiled program; its floats to rounding (math libraries
+    differ in the last bit)."""
+    def draws(key):
+        return (tj.random.bits(key, (2, 3), np.uint64), tj.random.split(key, 3),
+                tj.random.fold_in(key, 5), tj.random.uniform(key, (5,), np.float32),
+                tj.random.randint(key, (4,), -3, 10), tj.random.bernoulli(key, 0.3, (6,)),
+                tj.random.normal(key, (3,)))
+    on_cuda = tj.jit(draws, backend="cuda")
+    for seed in range(3):
+        key = tj.random.key(seed)
+        for got, want in zip(on_cuda(key), draws(key)):
+            got = got.copy_to_host() if hasattr(got, "copy_to_host") else np.asarray(got)
+            assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+            if want.dtype.kind == "f":
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+            else:
+                np.testing.assert_array_equal(got, want)
+    assert on_cuda.cache_info()["traces"] == 1, on_cuda.cache_info()
+
+
+def run_random() -> int:
+    """The random checks alone: values on the simulator or a GPU, else PTX compilation."""
+    from numba import config, cuda
+    if not config.ENABLE_CUDASIM and not cuda.is_available():
+        return run_ptx(only="random")
+    try:
+        check_random_stream()
+        print("ok random stream", flush=True)
+        check_values("random", random_loss, random_args(), (0, 1), False)
+        print("ok random", flush=True)
+    except Exception as err:
+        print(f"FAIL random: {type(err).__name__}: {err}", flush=True)
+        traceback.print_exc(limit=-3)
+        return 1
+    return 0
 
 
 def check_training_loop(cuda) -> None:
@@ -110,7 +168,7 @@ def _device_leaves(args, cuda):
                      if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
 
 
-def run_ptx() -> int:
+def run_ptx(only: str | None = None) -> int:
     from numba import cuda, types
     from numba.np import numpy_support
 
@@ -124,7 +182,7 @@ def run_ptx() -> int:
         return 0
     failed = kernels = 0
     for name, fn, args, argnums, has_aux in programs():
-        if name.startswith("ops") and "--zoo" in sys.argv:
+        if name.startswith("ops") and "--zoo" in sys.argv or only not in (None, name):
             continue
         ex = tj.explain(fn, argnums=argnums, has_aux=has_aux, backend="interpret")(*args)
         avals = {var_name(v): v.aval for v in _vars(ex.tape)}
@@ -163,6 +221,8 @@ def main(mode: str) -> int:
         return run_values(on_device=True)
     if mode == "ptx":
         return run_ptx()
+    if mode == "random":
+        return run_random()
     from numba import cuda
     if not cuda.is_available():
         print("skip: no CUDA GPU")

@@ -25,6 +25,7 @@ from tapejit.ops import elementwise as E
 from tapejit.ops import index as I
 from tapejit.ops import layout as L
 from tapejit.ops import linalg as LA
+from tapejit.ops import random as RB
 from tapejit.ops import reduce as R
 
 F64, F32 = "float64", "float32"
@@ -683,6 +684,30 @@ def _scatter_ref(x, u):
 
 row("prim_scatter_add", lambda x, u: I.scatter_add(x, np.array([0, 2, 0]), u, axis=1),
     shapes=(((2, 4), (2, 3)),), prim="scatter_add", ref=_scatter_ref)
+
+# ---- random bits (ops/random.py): tj.random's distributions are tested in test_random.py -------
+def _counters(x):
+    """Float inputs as uint32 counters."""
+    return (np.abs(x) * 1000).astype(np.uint32)
+
+
+def _fraction(bits, like):
+    """Random bits as floats in [0, 1) of `like`'s dtype: any wrong bit shows."""
+    return bits.astype(like.dtype) * like.dtype.type(2.0 ** (-8 * bits.dtype.itemsize))
+
+
+def _iota(x):
+    """0, 1, 2, ... in x's shape, recorded while tracing (with no operand it would not be)."""
+    return tj.trace.bind_recorded(RB.iota, (), {"shape": x.shape, "dtype": "u32"})
+
+
+row("prim_threefry2x32", lambda x: _fraction(RB.threefry2x32(
+    np.uint32(0x13198A2E), np.uint32(0x03707344), np.uint32(0), _counters(x), bits=32), x),
+    prim="threefry2x32", diff=False)
+row("prim_threefry2x32_64", lambda x: _fraction(RB.threefry2x32(
+    _counters(x), np.uint32(7), _counters(x + 1), np.uint32(0xFFFFFFFF), bits=64), x),
+    prim="threefry2x32", diff=False)
+row("prim_iota", lambda x: x * _iota(x).astype(x.dtype), prim="iota")
 
 # ---- ufunc methods ---------------------------------------------------------------------------
 row("add_reduce", lambda x: np.add.reduce(x, axis=1), shapes=MATRIX, covers=("method:reduce",))

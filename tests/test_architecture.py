@@ -30,7 +30,7 @@ LAYERS = [
     ("base", ["errors", "avals", "config", "pytree", "threads", "numba_cache", "cache", "ir",
               "parse"]),
     ("ops", ["ops"]),
-    ("tracing", ["trace", "typecheck", "interpret", "dims", "numpy_api", "guards"]),
+    ("tracing", ["trace", "typecheck", "interpret", "dims", "numpy_api", "guards", "random"]),
     ("autodiff", ["autodiff", "batching"]),
     ("passes", ["passes"]),
     ("codegen", ["codegen"]),

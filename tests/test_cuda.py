@@ -41,6 +41,16 @@ def test_generated_kernels_compile_to_ptx_for_sm90(tmp_path):
     assert "kernels compiled to PTX" in out
 
 
+def test_random_stream_on_the_simulator_equals_the_cpus(tmp_path):
+    out = _check("random", tmp_path, simulate=True, timeout=300)
+    assert "ok random stream" in out and "ok random\n" in out
+
+
+def test_random_kernels_compile_to_ptx_for_sm90(tmp_path):
+    out = _check("random", tmp_path, simulate=False, timeout=300)
+    assert "kernels compiled to PTX" in out or "ok random\n" in out    # (on a GPU: values)
+
+
 def test_zoo_on_a_real_gpu(tmp_path):
     if cuda_support.problem() is not None:
         pytest.skip(f"no CUDA backend here: {cuda_support.problem()}")

@@ -25,6 +25,7 @@ from .parse import parse_tape
 from .typecheck import typecheck
 from .pytree import tree_map
 from . import optimizers
+from . import random
 
 __version__ = "0.1.0"
 
@@ -34,7 +35,7 @@ __all__ = [
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "CompiledMismatchError",
-    "explain", "Explanation", "optimizers",
+    "explain", "Explanation", "optimizers", "random",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",
     "jacobian", "hessian", "jvp", "jvp_cache_info", "custom_vjp", "stop_gradient",

@@ -5,7 +5,7 @@ kinds of numpy calls go wrong there without ever reaching a tracer's `__array_fu
 
 - numpy.random: a draw made while tracing would be a constant of the tape, so every call
   would reuse the same numbers (dropout, noise injection), silently. It is an error
-  (`RandomnessError`) until explicit keys exist.
+  (`RandomnessError`) that points to tj.random's explicit keys (random.py).
 - array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
   size and the fix (`static_argnums`).
@@ -56,8 +56,10 @@ _guards: dict[Any, dict[str, Callable[..., Any]]] = {}
 def random_message(what: str) -> str:
     return (f"{what} while tracing: tapejit records a function once and replays the recording "
             f"on every call, so these random numbers would be drawn once and be the same on "
-            f"every call. Instead, draw them outside the traced function and pass them in as "
-            f"an argument, e.g. `noise = rng.standard_normal(x.shape); step(x, noise)`.")
+            f"every call. Instead, draw them with tj.random from a key passed in as an "
+            f"argument, e.g. `noise = tj.random.normal(key, x.shape)` in `step(x, key)`, "
+            f"called with a new key each time (`key, sub = tj.random.split(key); step(x, sub)`); "
+            f"or draw them outside the traced function and pass them in as an argument.")
 
 
 def size_error(what: str, value: Any, src: Any) -> ConcretizationError:

@@ -19,10 +19,12 @@ from .. import cache
 from ..config import config
 from ..ir import Eqn
 from ..ops import OPS, ByKind
+from ..ops.random import CPU_GLOBAL
 from .writer import dtype_code, scalar
 
 VMATH = "tj_vmath"
 cache.MODULES[VMATH] = "tapejit.codegen.vmath"
+cache.MODULES[CPU_GLOBAL] = "tapejit.codegen.threefry"    # random bits (ops/random.py)
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
