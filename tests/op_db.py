@@ -820,6 +820,107 @@ row("prim_loop_grad", lambda c, xs: tj.grad(lambda c: np.sum(_scan_row(c, xs, 2)
     ref=lambda c, xs: tj.grad(lambda c: np.sum(_scan_ref(c, xs)))(c))
 
 
+# ---- linear algebra: np.linalg; a primitive's row (ops/decompositions.py) is a function's ------
+# Inputs are made well conditioned inside `fn`, so finite differences perturb the raw input:
+# a + 3 I for solves and determinants, a a^T + 3 I for cholesky, a symmetric matrix with its
+# eigenvalues far apart for eigh, singular values spread apart for svd, qr and pinv. Eigen- and
+# singular vectors are unique up to sign: the rows multiply each by its first element.
+SQUARE = (((3, 3),), ((3, 3, 3),), ((1, 1),))    # a matrix, a batch as long as the width, 1x1
+RECTANGULAR = (((3, 4, 3),), ((2, 5),), ((1, 1),))
+
+
+def _shifted(a):
+    return a + 3 * np.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _spd(a):
+    return a @ np.swapaxes(a, -1, -2) + 3 * np.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _spread_eig(a):
+    return a + np.swapaxes(a, -1, -2) + np.diag(8 * np.arange(a.shape[-1], dtype=a.dtype))
+
+
+def _spread(a):
+    m, n = a.shape[-2:]
+    return a + np.eye(m, n, dtype=a.dtype) * 4 * np.arange(1, n + 1, dtype=a.dtype)
+
+
+def _signed(v):
+    return v * v[..., :1, :]
+
+
+def _eigh_signed(wv):
+    return wv[0], _signed(wv[1])
+
+
+def _svd_signed(usv):
+    return _signed(usv[0]), usv[1], _signed(np.swapaxes(usv[2], -1, -2))
+
+
+def _lstsq(a, b):
+    x, residuals, _, _ = np.linalg.lstsq(_spread(a), b)
+    return x, residuals
+
+
+_LA = dict(domain=UNIT)
+row("linalg_inv", lambda a: np.linalg.inv(_shifted(a)), shapes=SQUARE, **_LA, grad2=True,
+    covers=(np.linalg.inv,))
+row("linalg_solve", lambda a, b: np.linalg.solve(_shifted(a), b), **_LA, grad2=True,
+    shapes=(((3, 3), (3,)), ((3, 3, 3), (3, 3, 2)), ((3, 3, 3), (3, 1)), ((1, 3, 3), (3, 3, 3))),
+    prim="solve", covers=(np.linalg.solve,))
+row("linalg_det", lambda a: np.linalg.det(_shifted(a)), shapes=SQUARE, **_LA, grad2=True,
+    covers=(np.linalg.det,))
+row("linalg_det_negative", lambda a: np.linalg.det(-_shifted(a)), shapes=(((3, 3),),), **_LA,
+    covers=(np.linalg.det,))
+row("linalg_slogdet", lambda a: tuple(np.linalg.slogdet(_shifted(a))), shapes=SQUARE, **_LA,
+    prim="slogdet", covers=(np.linalg.slogdet,))
+row("linalg_cholesky", lambda a: np.linalg.cholesky(_spd(a)), shapes=SQUARE, **_LA,
+    grad2=True, prim="cholesky", covers=(np.linalg.cholesky,))
+row("linalg_cholesky_upper", lambda a: np.linalg.cholesky(_spd(a), upper=True),
+    shapes=(((3, 3),),), **_LA, covers=(np.linalg.cholesky,))
+row("linalg_cholesky_lower_triangle", lambda a: np.linalg.cholesky(_shifted(a)),  # not symmetric
+    shapes=(((3, 3),),), **_LA, covers=(np.linalg.cholesky,))
+row("linalg_eigh", lambda a: _eigh_signed(np.linalg.eigh(_spread_eig(a))), shapes=SQUARE,
+    **_LA, prim="eigh", covers=(np.linalg.eigh,))
+row("linalg_eigh_upper", lambda a: _eigh_signed(np.linalg.eigh(
+    a + np.diag(8 * np.arange(3, dtype=a.dtype)), UPLO="U")), shapes=(((3, 3),),), **_LA,
+    covers=(np.linalg.eigh,))
+row("linalg_eigvalsh", lambda a: np.linalg.eigvalsh(_spread_eig(a)), shapes=SQUARE, **_LA,
+    grad2=True, covers=(np.linalg.eigvalsh,))
+row("linalg_svd", lambda a: _svd_signed(np.linalg.svd(_spread(a), full_matrices=False)),
+    shapes=RECTANGULAR, **_LA, prim="svd", covers=(np.linalg.svd,))
+row("linalg_svd_values", lambda a: np.linalg.svd(_spread(a), compute_uv=False),
+    shapes=RECTANGULAR, **_LA, covers=(np.linalg.svd,))
+row("linalg_qr", lambda a: tuple(np.linalg.qr(_spread(a))), **_LA,
+    shapes=(((3, 4, 3),), ((3, 3),), ((2, 4),)), prim="qr", covers=(np.linalg.qr,))
+row("linalg_qr_r", lambda a: np.linalg.qr(_spread(a), mode="r"), shapes=(((4, 3),),), **_LA,
+    covers=(np.linalg.qr,))
+row("linalg_pinv", lambda a: np.linalg.pinv(_spread(a)), shapes=RECTANGULAR, **_LA,
+    grad2=True, prim="pinv", covers=(np.linalg.pinv,))
+row("linalg_lstsq", _lstsq, shapes=(((5, 3), (5, 2)), ((5, 3), (5,)), ((3, 5), (3,))), **_LA,
+    covers=(np.linalg.lstsq,))
+row("linalg_lstsq_rank", lambda a, b: np.linalg.lstsq(a, b)[2] * 1.0, shapes=(((5, 3), (5,)),),
+    diff=False, covers=(np.linalg.lstsq,))
+row("linalg_matrix_power", lambda a: np.linalg.matrix_power(a, 5), **_LA,
+    shapes=(((3, 3),), ((3, 3, 3),)), covers=(np.linalg.matrix_power,))
+row("linalg_matrix_power_small", lambda a: tuple(np.linalg.matrix_power(a, k)
+                                                 for k in (0, 1, 2, 3)),
+    shapes=(((3, 3),),), covers=(np.linalg.matrix_power,))
+row("linalg_matrix_power_negative", lambda a: np.linalg.matrix_power(_shifted(a), -3),
+    shapes=(((3, 3),),), **_LA, covers=(np.linalg.matrix_power,))
+for _ord in (-np.inf, -2, -1, 0, 0.5):
+    row(f"norm_vector_ord_{_ord}", lambda x, _o=_ord: np.linalg.norm(x, ord=_o, axis=-1),
+        shapes=(((5,),), ((2, 3),)), domain=NONZERO, distinct=_ord == -np.inf, diff=_ord != 0,
+        covers=(np.linalg.norm,))
+for _ord in ("nuc", 2, -2, 1, -1, np.inf, -np.inf):
+    row(f"norm_matrix_ord_{_ord}", lambda x, _o=_ord: np.linalg.norm(x, ord=_o),
+        shapes=(((3, 4),),), domain=NONZERO, distinct=True, covers=(np.linalg.norm,))
+row("norm_matrix_axes", lambda x: tuple(np.linalg.norm(x, ord=o, axis=(2, 0), keepdims=True)
+                                        for o in ("nuc", -np.inf)),
+    shapes=(((3, 2, 4),),), domain=NONZERO, distinct=True, covers=(np.linalg.norm,))
+
+
 def combined(rows: Sequence["Row"], dtype: str = F64,
              picks: tuple[int, ...] = (0,)) -> tuple[Callable[..., Any], list]:
     """One scalar function of all the rows' inputs and those inputs (the samples of `dtype`

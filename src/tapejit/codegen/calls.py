@@ -7,8 +7,9 @@ with multiple results), and `kit` the `Kit` below, the vocabulary the op writes 
 modules never import code generation; they use what the kit offers.
 
 Generated code uses explicit loops over C-contiguous arrays plus `np.empty`, `np.zeros`,
-`np.full`, `reshape` and `np.dot`: numba compiles those quickly, while its generic
-`np.transpose(x, axes)` and slice assignment cost seconds of compile time each (measured).
+`np.full`, `reshape` and the cached functions of blas.py and lapack.py: numba compiles those
+quickly, while its generic `np.transpose(x, axes)` and slice assignment cost seconds of compile
+time each (measured).
 """
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ from ..ops import OPS
 from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
 
-# generated code's name for codegen/blas.py (imported when a program loads)
-BLAS = "tj_blas"
-cache.MODULES.update({BLAS: "tapejit.codegen.blas"})
+# generated code's names for codegen/blas.py and lapack.py (imported when a program loads)
+BLAS, LAPACK = "tj_blas", "tj_lapack"
+cache.MODULES.update({BLAS: "tapejit.codegen.blas", LAPACK: "tapejit.codegen.lapack"})
 
 
 class Kit:
     """What an op's `cpu` code writes with: source lines, the size table, and the idioms of
-    generated code (loop nests, copies with permuted axes, BLAS products, sub-tape calls)."""
+    generated code (loop nests, copies with permuted axes, BLAS products, LAPACK's
+    decompositions, sub-tape calls)."""
 
     dtype = staticmethod(dtype_code)    # `np.float64` ... for a dtype
     scalar = staticmethod(scalar)       # a typed scalar literal
@@ -114,6 +116,11 @@ class Kit:
         module.largest_product = max(module.largest_product, macs)
         self.line(f"{BLAS}.matmul({a[0]}, {b[0]}, {out}, {a[1]}, {b[1]}, "
                   f"{self.sizes.threads()})")
+
+    def lapack(self, function: str, args: list[str]) -> None:
+        """Write a call of codegen/lapack.py's `function` (np.linalg on each matrix of a
+        stack, into the output arrays given)."""
+        self.line(f"{LAPACK}.{function}({', '.join(args)})")
 
 
 def emit(kit: Kit, eqn: Eqn, ins: list[str], out: Any) -> None:

@@ -4,7 +4,8 @@ The rules run at trace time on tracers (and on the constants mixed with them). T
 numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasting, `axis` and
 `keepdims`, negative axes. Modules, each importing only this package and those before it:
 math (ufuncs), shape (layout functions), reductions (and the reducing ufunc methods), indexing
-(getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions).
+(getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions),
+decompositions (np.linalg's matrix functions and norms).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
@@ -88,4 +89,4 @@ def reject(what: str, **given: Any) -> None:
                 user_source()))
 
 
-from . import math, shape, reductions, indexing, linalg  # noqa: E402,F401
+from . import math, shape, reductions, indexing, linalg, decompositions  # noqa: E402,F401

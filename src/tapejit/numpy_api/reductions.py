@@ -1,5 +1,5 @@
 """numpy reductions -> reduce_* primitives: sum mean average prod max min var std any all
-count_nonzero argmax argmin cumsum cumprod linalg.norm, with numpy's `axis`, `keepdims` and
+count_nonzero argmax argmin cumsum cumprod, with numpy's `axis`, `keepdims` and
 result dtypes; the ufunc methods that reduce (`np.add.reduce`, `np.multiply.accumulate`, ...)."""
 from __future__ import annotations
 
@@ -176,26 +176,6 @@ def cumsum(x: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
 @implements(np.cumprod)
 def cumprod(x: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
     return _cumulative(R.cumprod, np.cumprod, x, axis, dtype, out)
-
-
-@implements(np.linalg.norm)
-def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
-    x = asarray(x)
-    if x.dtype.kind != "f":
-        x = cast(x, np.dtype(np.float64))
-    axes = normalize_axes(axis, x.ndim, "numpy.linalg.norm")
-    vector = len(axes) == 1
-    if ord in (None, "fro") or (vector and ord == 2):
-        return np.sqrt(sum(x * x, axis=axes, keepdims=keepdims))
-    if vector and ord == 1:
-        return sum(np.abs(x), axis=axes, keepdims=keepdims)
-    if vector and ord in (np.inf, float("inf")):
-        return max(np.abs(x), axis=axes, keepdims=keepdims)
-    if vector and isinstance(ord, (int, float)) and ord > 0:
-        return sum(np.abs(x) ** ord, axis=axes, keepdims=keepdims) ** (1.0 / ord)
-    raise UnsupportedOperationError(at_source(
-        f"numpy.linalg.norm(ord={ord!r}) over axes {axes} is not supported on traced arrays "
-        f"(supported: vector norms ord=None/1/2/inf/p>0, matrix ord=None/'fro')", user_source()))
 
 
 @implements(np.count_nonzero)

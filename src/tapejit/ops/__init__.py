@@ -185,5 +185,6 @@ def set_binder(binder: Callable[[Op, tuple, dict], Any]) -> None:
 
 
 from . import elementwise, reduce, layout, linalg, index  # noqa: E402,F401  (register the ops)
+from . import decompositions  # noqa: E402,F401  (np.linalg's solve, eigh, svd, ...)
 from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_call)
 from . import random  # noqa: E402,F401  (threefry2x32, iota: tj.random's bits)
