@@ -71,3 +71,13 @@ def test_custom_loss_quick(cache_dir: Path) -> None:
     assert "agrees with finite differences" in out
     for name in ("squared error", "Huber", "log-cosh"):
         assert f"  {name}" in out
+
+
+def test_dropout_vae_quick(cache_dir: Path) -> None:
+    out = run([str(EXAMPLES / "dropout_vae.py"), "--quick"], cache_dir)
+    error = float(out.split("finite differences: relative error ")[1].split()[0])
+    assert error < 1e-6, out
+    before = float(out.split("test loss before training: ")[1].split()[0])
+    after = float(out.split("test loss after training: ")[1].split()[0])
+    assert after < 0.6 * before, out
+    assert "step cache: traces 1, " in out and "hits 59" in out
