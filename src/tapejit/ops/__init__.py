@@ -23,7 +23,8 @@ An `Op` holds, side by side, everything the pipeline needs to know about a primi
 How the code generators run it (passes and backends read these; none switches on op names):
 - `scalar`: an elementwise op's per-element expression, operands `{0}`, `{1}`, ... and the
   result dtype's constructor `{out}` (or a function of the eqn giving it); the CUDA kernels
-  use `cuda_scalar` where it is given (a `ByKind` when int and float forms differ); with
+  use `cuda_scalar` where it is given (a `ByKind` when int and float forms differ; a function
+  of the eqn like `scalar`); with
   `vmath` (or where `vmath(eqn)` holds) the CPU's fast math calls the vectorised kernel of
   codegen/vmath.py named after the op;
   `cheap` ops are recomputed where read rather than stored (codegen/plan.py);
@@ -115,7 +116,7 @@ class Op:
     multiple_results: bool = False
     batch: Callable[..., Any] | str | None = None
     scalar: str | Callable[..., str] | None = None
-    cuda_scalar: ByKind | str | None = None
+    cuda_scalar: ByKind | str | Callable[..., str] | None = None
     vmath: bool | Callable[..., bool] = False
     cheap: bool = False
     ufuncs: tuple[Any, ...] = ()
