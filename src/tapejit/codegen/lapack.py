@@ -11,9 +11,10 @@ once per dtype into numba's cache, like blas.py: a new program only types a call
 Generated code reads this module as `tj_lapack` (`calls.Kit.lapack`).
 
 numba's np.linalg raises numpy's LinAlgError where numpy does (a singular matrix to solve, one
-not positive definite) and also for a matrix holding inf or NaN, where numpy's solve, slogdet and
-qr return NaN: here such a matrix gets NaN results, so compiled code agrees with the interpreter
-on which inputs raise (numpy may keep some entries of such a result finite; these are all NaN).
+not positive definite) and also for a matrix holding inf or NaN, where numpy's solve, slogdet, qr
+and eigh return NaN: here such a matrix gets NaN results (all NaN, where numpy may keep some
+entries finite), so that compiled code does not raise where the interpreter returns NaN. svd and
+pinv raise for it, as numpy does ("SVD did not converge").
 """
 from __future__ import annotations
 
@@ -75,9 +76,12 @@ def cholesky(a, lower):
 @numba.njit(cache=True)
 def eigh(a, w, v):
     for k in range(a.shape[0]):
-        values, vectors = np.linalg.eigh(a[k])
-        _put_vector(w[k], values)
-        _put(v[k], vectors)
+        if _finite(a[k]):
+            values, vectors = np.linalg.eigh(a[k])
+            _put_vector(w[k], values)
+            _put(v[k], vectors)
+        else:
+            w[k], v[k] = np.nan, np.nan
 
 
 @numba.njit(cache=True)
