@@ -84,8 +84,9 @@ def test_row_names_unique():
     assert len(set(ids)) == len(ids), sorted(n for n in ids if ids.count(n) > 1)
 
 
-# `fused` is made by the fuse pass, never traced: test_passes checks it on every zoo program.
-COMPILER_OPS = {"fused"}
+# `fused` is made by the fuse pass, `segment` by code generation, never traced: test_passes
+# checks fused groups on every zoo program, test_segments.py segments on random programs.
+COMPILER_OPS = {"fused", "segment"}
 
 
 def test_every_primitive_has_a_row():

@@ -78,7 +78,7 @@ class Dims:
     def _eqns(self, tape: Tape, names: dict[str, list[int]]) -> None:
         for eqn in tape.eqns:
             op = OPS[eqn.op]
-            if op.kind is Kind.FUSED:           # the body's names are the tape's
+            if op.kind in (Kind.FUSED, Kind.SEGMENT):     # the body's names are the tape's
                 self._eqns(eqn.kw["body"], names)
                 self._scopes.setdefault(eqn.kw["body"], names)
                 continue

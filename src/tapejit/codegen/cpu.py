@@ -23,6 +23,7 @@ from . import calls
 from .plan import plan
 from .scalar import combine_of, reduction_init, scalar_expr
 from .schedule import Call, Loop, steps
+from .segments import segmented
 from .views import is_view, view_expr
 from .writer import (ENTRY, Sizes, Writer, comment, dtype_code, full_index, literal, name_of,
                      operand_parts)
@@ -162,6 +163,7 @@ class Generated(NamedTuple):
 
 def generate(tape: Tape) -> Generated:
     """The module source for `tape`, its size table and workspace arrays."""
+    tape = segmented(tape)
     module = Module(tape)
     entry = _function(module, tape, ENTRY, scalars=False)
     parts = [HEADER] + module.functions + [entry]

@@ -67,6 +67,7 @@ class Kind(enum.Enum):
     FUSED = "fused"               # a group of ops run as one loop nest; its body is a sub-tape
     CONTROL = "control"           # loops, branches, checkpoints: sub-tapes run as functions
     CALL = "call"                 # a user's function or kernel (custom.py): an opaque call
+    SEGMENT = "segment"           # a part of a long tape run as a function (codegen/segments.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""Generated functions of bounded size: a long tape runs as a chain of `segment` calls.
+
+numba's compile time grows faster than linearly with the size of one function (its SSA
+reconstruction, type inference and LLVM's passes over one huge body), so a tape that stays long
+after re-rolling (a loop whose steps differ, thousands of distinct ops) compiles as functions of
+at most `MAX_SEGMENT_OPS` ops each, called in order by the entry point: compile time then grows
+linearly with the tape (bench/unrolled.py measures the slope).
+
+A `segment` eqn's `body` is a sub-tape over the same values as the tape around it (dims.py
+gives both the same axis symbols, so small fixed sizes stay numbers in its source): its inputs
+are the values it reads from before it, its outputs those read after it. Segments are made by
+code generation from an optimized tape, so they are never differentiated or fused.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..avals import Aval
+from ..errors import IRError
+from ..interpret import apply_impl, evaluate
+from ..ir import Eqn, Tape, Var, sub_tapes
+from ..ops import HOST, OPS, UNROLLED, Kind, defop
+
+# ops per generated function: a function of this size compiles in about 0.3 s (bench/unrolled.py)
+MAX_SEGMENT_OPS = 120
+
+
+def _shape(*avals: Aval, body: Tape) -> tuple[Aval, ...]:
+    expected = tuple(v.aval for v in body.invars)
+    if tuple(avals) != expected:
+        raise IRError(f"segment: inputs {' '.join(map(str, avals))} do not match the body's "
+                      f"inputs {' '.join(map(str, expected))}")
+    return tuple(o.aval for o in body.outvars)
+
+
+def _impl(*ins: Any, body: Tape) -> tuple:
+    return tuple(evaluate(body, ins, apply_impl))
+
+
+def _vjp(cts: Any, outs: Any, *ins: Any, body: Tape) -> tuple:
+    raise IRError("a segment is not differentiated: code generation makes it")
+
+
+def _cpu(kit: Any, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
+    function = kit.function(eqn.kw["body"])
+    result = f"{outs[0]}_s" if outs else "segment_s"
+    kit.line(f"{result} = {function}({''.join(a + ', ' for a in ins)}S)")
+    for k, out in enumerate(outs):
+        kit.line(f"{out} = {result}[{k}]")
+
+
+segment = defop("segment", Kind.SEGMENT, _impl, shape=_shape, vjp=_vjp, multiple_results=True,
+                batch=UNROLLED, cpu=_cpu, cuda=HOST)
+
+
+def segmented(tape: Tape) -> Tape:
+    """`tape`, or where it has more than `MAX_SEGMENT_OPS` ops, a chain of segments of at most
+    that many ops each (an eqn larger than that is a segment of its own)."""
+    limit = MAX_SEGMENT_OPS
+    weights = [_weight(eqn) for eqn in tape.eqns]
+    if sum(weights) <= limit:
+        return tape
+    parts: list[list[Eqn]] = [[]]
+    size = 0
+    for eqn, weight in zip(tape.eqns, weights):
+        if parts[-1] and size + weight > limit:
+            parts.append([])
+            size = 0
+        parts[-1].append(eqn)
+        size += weight
+    read_after = _read_after(parts, tape)
+    eqns = []
+    for part, later in zip(parts, read_after):
+        made = {o.name for e in part for o in e.outs}
+        ins: dict[str, Var] = {}
+        for atom in (a for e in part for a in e.ins):
+            if isinstance(atom, Var) and atom.name not in made:
+                ins.setdefault(atom.name, atom)
+        outs = tuple(o for e in part for o in e.outs if o.name in later)
+        body = Tape(tuple(ins.values()), tuple(part), outs)
+        eqns.append(Eqn(segment.name, tuple(ins.values()), outs, (("body", body),)))
+    return Tape(tape.invars, tuple(eqns), tape.outvars, tape.constvars, tape.consts)
+
+
+def _weight(eqn: Eqn) -> int:
+    """An eqn's ops: a fused group's, one for any other (a loop's body is a function
+    of its own)."""
+    if OPS[eqn.op].kind is Kind.FUSED:
+        return sum(_weight(e) for _, body in sub_tapes(eqn) for e in body.eqns)
+    return 1
+
+
+def _read_after(parts: list[list[Eqn]], tape: Tape) -> list[set[str]]:
+    """Per part, the names read by the parts after it or by the tape's outputs."""
+    later = {v.name for v in tape.outvars if isinstance(v, Var)}
+    result = []
+    for part in reversed(parts):
+        result.append(set(later))
+        later |= {a.name for e in part for a in e.ins if isinstance(a, Var)}
+    return result[::-1]

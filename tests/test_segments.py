@@ -1,0 +1,88 @@
+"""Generated functions of bounded size (codegen/segments.py): a long tape runs as a chain of
+segment functions, and computes what the one-function program computes, compiled and on the
+interpreter, values and gradients, first and later calls."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import selfcheck
+from tapejit.codegen import cpu, segments
+from tapejit.interpret import interpret
+from tapejit.passes import optimize
+from tapejit.selfcheck import generate
+
+
+@pytest.fixture
+def tiny_segments(monkeypatch):
+    """Segments of at most two ops: every program of more than two splits."""
+    monkeypatch.setattr(segments, "MAX_SEGMENT_OPS", 2)
+
+
+def euler(p, steps=12):
+    """A loop whose steps differ (a coefficient per step): it stays unrolled."""
+    x, y = p[0], p[1]
+    for k in range(steps):
+        x, y = x + 0.01 * (k % 3 + 1) * (x - x * y), y + 0.01 * (x * y - y * p[2])
+    return np.stack([x, y, x * y])
+
+
+def mixed(a, m):
+    """Arrays, 0-d values, a (1, 1) value, a product and a reduction across segments."""
+    s = np.sum(a * a)
+    h = np.tanh(m @ a[:, None] + s)
+    k = np.mean(h, keepdims=True)
+    return np.sum(h * k) + s, a * s
+
+
+P = np.array([1.3, 0.7, 0.4])
+
+
+def test_a_long_tape_becomes_a_chain_of_bounded_segments(tiny_segments):
+    tape = optimize(tj.make_tape(tj.grad(lambda p: np.sum(euler(p) ** 2)))(P))
+    chained = segments.segmented(tape)
+    assert len(tape.eqns) > 4
+    assert all(e.op == "segment" for e in chained.eqns) and len(chained.eqns) > 2
+    for segment in chained.eqns:             # at most two ops, or one eqn larger than that
+        body = segment.kw["body"].eqns
+        assert sum(map(segments._weight, body)) <= 2 or len(body) == 1
+    for got, want in zip(interpret(chained, [P]), interpret(tape, [P])):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_short_tape_stays_one_function():
+    tape = optimize(tj.make_tape(lambda x: np.sin(x) * 2.0)(P))
+    assert segments.segmented(tape) is tape
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda p: np.sum(euler(p) ** 2), (P,)),
+    (lambda a, m: mixed(a, m)[0] + np.sum(mixed(a, m)[1]),
+     (np.linspace(0.1, 0.4, 3), np.eye(3) + 0.1)),
+])
+def test_segmented_programs_compute_what_one_function_does(tiny_segments, fn, args):
+    want = tj.value_and_grad(fn, backend="interpret")(*args)
+    compiled = tj.value_and_grad(fn, backend="numba")
+    for _ in range(2):                                  # first and later calls
+        got = compiled(*args)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+
+
+def test_segmented_source_calls_its_segments_in_order(tiny_segments):
+    tape = optimize(tj.make_tape(tj.value_and_grad(lambda p: np.sum(euler(p, 4))))(P))
+    source = cpu.generate(tape).source
+    entry = source[source.index("def entry"):]
+    calls = [line.split("= ")[1].split("(")[0] for line in entry.splitlines()
+             if "_s = body" in line]
+    assert len(calls) > 3 and calls == sorted(calls, key=lambda c: int(c[4:]))
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_random_programs_agree_when_split(tiny_segments, k):
+    """The random-program check (compiled == interpreted == numpy, gradients against finite
+    differences) on programs split into segments of two ops."""
+    program = generate(selfcheck.program_seed(20, k))
+    failure, _ = selfcheck.check(program, 1234 + k)
+    assert failure is None or failure.kind == "unsupported", failure.text()
