@@ -10,6 +10,12 @@ installed, JAX (`jit(value_and_grad)` of the unrolled loop, and of `lax.fori_loo
   Lotka-Volterra  1,000 unrolled explicit Euler steps on scalars (`lotka_volterra`)
   MLP training    10 optimizer steps of a 3-8-8-1 tanh MLP unrolled inside one `tj.jit` (`train`)
 
+and what a loop that does not re-roll costs: Lotka-Volterra with TAPEJIT_REROLL=0 at 30, 60
+and 120 steps (10, 20, 40 with --quick), its first compiled gradient against the ops of its
+traced gradient tape. Generated functions have a bounded size (src/tapejit/codegen/segments.py),
+so this grows linearly: the slope (seconds per 1,000 ops) and the growth from the shortest to
+the longest loop over the growth of its ops (goal <= 1.2x: linear) are printed.
+
 First compiled gradient: every such row runs in fresh child processes (`--children` of them,
 median), each timing from just before its first call to after it returns, and reporting its
 peak resident memory, imports included (VmHWM; see `peak_rss_mb`). A new program's first call
@@ -29,7 +35,7 @@ unrolled one against JAX's.
 Goals (issue 20), one `ratio` line each: N-body 100 steps, first compiled gradient <= 3 s (cold)
 and peak RSS <= 500 MB; 1,000 steps within 1.2x of 100; Lotka-Volterra: first compiled gradient
 <= 1.5x the fori_loop version's, steady state <= 1.2x; the MLP training loop re-rolled
-(`cache_info()["rerolled"]` >= 1).
+(`cache_info()["rerolled"]` >= 1); unrolled compile time linear in the tape's ops.
 
 Default threading, as users run tapejit: unless TAPEJIT_BENCH_CPUS is set, this script sets it
 to "all" before importing the harness (no CPU pin, every library at its default threads).
@@ -68,6 +74,7 @@ GOAL_NBODY_RSS_MB = 500.0
 GOAL_STEPS_GROWTH = 1.2
 GOAL_LV_COMPILE = 1.5
 GOAL_LV_STEADY = 1.2
+GOAL_LINEAR = 1.2
 JAX_LV_NOTE = "not run (JAX's compile of 1,000 unrolled steps took 172 s when measured)"
 RTOL = 1e-9          # different summation orders, amplified over the steps
 CHAOS_TOL = 0.02     # the 1,000-step N-body, against another implementation (see check_long)
@@ -231,6 +238,8 @@ def spawn(spec: dict, cache_dir: str | None) -> dict:
     """Run `child(spec)` in a fresh process (with `cache_dir` as its tapejit and numba cache
     dirs, unless None) and return its RESULT."""
     env = dict(os.environ)
+    if spec.get("reroll") is False:
+        env["TAPEJIT_REROLL"] = "0"
     if cache_dir is not None:
         env["TAPEJIT_CACHE_DIR"] = cache_dir
         env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
@@ -596,6 +605,33 @@ def mlp_unrolled(label: str, call_args: tuple, want: Any) -> tuple[Callable[[], 
     return lambda: unrolled(*call_args), fc.note
 
 
+def not_rerolled_section(args: Any) -> None:
+    """Compile time of a loop left unrolled (TAPEJIT_REROLL=0) against its tape's ops."""
+    import tapejit as tj
+    steps = (10, 20, 40) if args.quick else (30, 60, 120)
+    print(f"\nLoops that do not re-roll: Lotka-Volterra with TAPEJIT_REROLL=0, {steps} steps, "
+          f"first compiled gradient against the ops of its gradient tape")
+    rows = [FirstCalls(f"tapejit unrolled, {n} steps", spec("tapejit", "lotka_volterra",
+                                                             "unrolled", n, reroll=False),
+                       "cold", 1) for n in steps]
+    run_rows(rows, None)
+    with rerolling_off():
+        ops = [len(tj.make_tape(tj.value_and_grad(function("tapejit", "lotka_volterra",
+                                                                "unrolled", n)))(LV_PARAMS).eqns)
+               for n in steps]
+    table = H.Table("Unrolled Lotka-Volterra: first compiled gradient against tape size",
+                    ref=rows[0].name, ratio_name="x shortest")
+    for row, n in zip(rows, ops):
+        seconds = row.timing().median
+        table.add(row.name, row.timing(), note=f"{n:,} ops; {1000 * seconds / n:.2f} s per "
+                                               f"1,000 ops; peak RSS {row.rss():.0f} MB")
+    table.print()
+    first, last = rows[0].timing().median, rows[-1].timing().median
+    print(f"   slope: {1000 * (last - first) / (ops[-1] - ops[0]):.2f} s per 1,000 ops")
+    H.ratio_line(f"unrolled Lotka-Volterra {steps[-1]} / {steps[0]} steps: compile growth / ops "
+                 f"growth", last / first, ops[-1] / ops[0], GOAL_LINEAR)
+
+
 def main() -> None:
     if "--child" in sys.argv:
         child(json.loads(sys.argv[sys.argv.index("--child") + 1]))
@@ -634,6 +670,7 @@ def main() -> None:
         shutil.rmtree(kernels_dir, ignore_errors=True)
     lotka_volterra_section(args, 1000)
     mlp_section(args)
+    not_rerolled_section(args)
 
 
 def argparse_hidden() -> str:
