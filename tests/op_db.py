@@ -27,6 +27,7 @@ from tapejit.ops import layout as L
 from tapejit.ops import linalg as LA
 from tapejit.ops import random as RB
 from tapejit.ops import reduce as R
+from tapejit.ops import sort as ST
 
 F64, F32 = "float64", "float32"
 
@@ -709,6 +710,129 @@ row("prim_threefry2x32_64", lambda x: _fraction(RB.threefry2x32(
     prim="threefry2x32", diff=False)
 row("prim_iota", lambda x: x * _iota(x).astype(x.dtype), prim="iota")
 
+# ---- sorting and order statistics (ops/sort.py, numpy_api/sorting.py) -------------------------
+# distinct inputs: finite differences never cross a tie. Shapes: a square, a size-1 and a size-0
+# axis; each sort is stable, so argsort is compared with numpy's kind="stable".
+SORT_SHAPES = (((3, 4),), ((3, 3),), ((4, 1),), ((1, 4),), ((0, 3),), ((2, 0),))
+_SORT = {"distinct": True, "grad2": True}
+_ALONG = np.array([[3, 0, 0, 2, 1], [1, 1, 3, 3, 0], [2, 0, 1, 3, 2]])   # indices along axis 1
+
+
+def _along_grid(idx, axis):
+    return tuple(idx if d == axis else np.arange(n).reshape([-1 if e == d else 1
+                                                             for e in range(idx.ndim)])
+                 for d, n in enumerate(idx.shape))
+
+
+def _scatter_along_ref(x, u):
+    out = x.copy()
+    np.add.at(out, _along_grid(_ALONG, 1), u)
+    return out
+
+
+def _unique_ref(x, size, **kw):
+    """jax.numpy.unique(x, size=size, ...): numpy's results padded (values with the minimum)."""
+    parts = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    k = min(size, len(parts[0]))
+    pad = lambda a, fill: np.concatenate([a[:k], np.full(size - k, fill, a.dtype)])
+    return pad(parts[0], parts[0][0]), pad(parts[1], 0), parts[2], pad(parts[3], 0)
+
+
+def _sorted_in_place(x, **kw):
+    y = x * 1.0
+    y.sort(**kw)
+    return y
+
+
+def _partitioned_in_place(x):
+    y = x * 1.0
+    y.partition(1)
+    return y
+
+
+row("prim_sort", lambda x: ST.sort(x, axis=1), shapes=SORT_SHAPES, prim="sort", distinct=True,
+    ref=lambda x: (np.sort(x, axis=1), np.argsort(x, axis=1, kind="stable")))
+row("prim_take_along", lambda x: ST.take_along(x, _ALONG, axis=1), shapes=(((3, 4),),),
+    grad2=True, prim="take_along", ref=lambda x: np.take_along_axis(x, _ALONG, 1))
+row("prim_scatter_add_along", lambda x, u: ST.scatter_add_along(x, _ALONG, u, axis=1),
+    shapes=(((3, 4), (3, 5)),), grad2=True, prim="scatter_add_along", ref=_scatter_along_ref)
+row("prim_searchsorted", lambda a, v: (ST.searchsorted(np.sort(a), v, right=False) * 1.0,
+                                       ST.searchsorted(np.sort(a), np.round(v), right=True)),
+    shapes=(((5,), (2, 3)), ((4,), ())), prim="searchsorted", diff=False,
+    ref=lambda a, v: (np.searchsorted(np.sort(a), v) * 1.0,
+                      np.searchsorted(np.sort(a), np.round(v), side="right")))
+row("sort", lambda x: np.sort(x), shapes=SORT_SHAPES, covers=(np.sort,), **_SORT,
+    int_fn=np.sort)
+row("sort_axis0_stable", lambda x: np.sort(x, axis=0, kind="stable"), shapes=SORT_SHAPES,
+    covers=(np.sort,), **_SORT)
+row("sort_flat", lambda x: np.sort(x, axis=None, stable=True), shapes=CUBE, covers=(np.sort,),
+    **_SORT)
+row("sort_int", lambda x: np.sort((x * 3).astype(int), axis=0) * x, shapes=MATRIX)
+row("argsort", lambda x: np.argsort(x, axis=0), shapes=SORT_SHAPES, distinct=True, diff=False,
+    covers=(np.argsort,), int_fn=lambda x: np.argsort(x, axis=0, kind="stable"))
+row("argsort_flat_gather", lambda x: x.ravel()[np.argsort(x, axis=None)], shapes=MATRIX,
+    covers=(np.argsort,), **_SORT)
+row("argsort_take_along_axis", lambda x: np.take_along_axis(x, np.argsort(x, axis=1), axis=1),
+    shapes=SORT_SHAPES, covers=(np.argsort, np.take_along_axis), **_SORT)
+row("partition", lambda x: np.partition(x, 1, axis=-1), shapes=MATRIX, covers=(np.partition,),
+    **_SORT, ref=lambda x: np.sort(x, axis=-1))
+row("partition_kth", lambda x: np.partition(x, (0, -1), axis=0)[-1], shapes=MATRIX, **_SORT,
+    covers=(np.partition,))
+row("argpartition", lambda x: np.argpartition(x, 2, axis=None), shapes=MATRIX, distinct=True,
+    diff=False, covers=(np.argpartition,), ref=lambda x: np.argsort(x, axis=None))
+row("median", lambda x: np.median(x), shapes=(((5,),), ((2, 3),), ((3, 1, 2),)), **_SORT,
+    covers=(np.median,), int_fn=np.median)
+row("median_axis", lambda x: np.median(x, axis=1), shapes=SORT_SHAPES[:4] + CUBE, **_SORT,
+    covers=(np.median,), int_fn=lambda x: np.median(x, axis=1))
+row("median_axes_keepdims", lambda x: np.median(x, axis=(0, 2), keepdims=True), shapes=CUBE,
+    **_SORT, covers=(np.median,))
+row("quantile", lambda x: np.quantile(x, 0.3, axis=-1), shapes=SORT_SHAPES[:4], **_SORT,
+    covers=(np.quantile,), int_fn=lambda x: np.quantile(x, 0.3, axis=-1))
+row("quantile_array_q", lambda x: np.quantile(x, np.array([0.0, 0.25, 0.5, 0.9, 1.0]),
+                                              axis=(0, 2), keepdims=True),
+    shapes=CUBE, **_SORT, covers=(np.quantile,))
+row("quantile_int_q", lambda x: np.quantile(x, [0, 1], axis=0), shapes=MATRIX, **_SORT,
+    covers=(np.quantile,))
+for _method in ("lower", "higher", "nearest", "midpoint", "median_unbiased", "weibull"):
+    row(f"quantile_{_method}", lambda x, _m=_method: np.quantile(x, [0.1, 0.4, 0.75], axis=1,
+                                                                 method=_m),
+        shapes=MATRIX, **_SORT, covers=(np.quantile,))
+row("quantile_traced_q", lambda x, q: np.quantile(x, q, axis=-1), shapes=(((3, 4), (2,)),),
+    domain=[REAL, Domain(0.05, 0.3)], grad2=True, covers=(np.quantile,))
+row("percentile", lambda x: np.percentile(x, [10.0, 50.0, 95.0]), shapes=(((7,),), ((2, 3),)),
+    **_SORT, covers=(np.percentile,), int_fn=lambda x: np.percentile(x, 40))
+row("percentile_axis", lambda x: np.percentile(x, 37, axis=0, keepdims=True), shapes=CUBE,
+    **_SORT, covers=(np.percentile,))
+row("searchsorted", lambda x: np.searchsorted(np.array([-1.0, 0.0, 0.5, 1.5]), x) * 1.0,
+    shapes=MATRIX, diff=False, covers=(np.searchsorted,),
+    int_fn=lambda x: np.searchsorted(np.array([-1, 0, 2]), x, side="right"))
+row("searchsorted_traced", lambda a, v: np.searchsorted(a, v, side="right", sorter=np.argsort(
+    a)) * v, shapes=(((5,), (2, 3)),), distinct=True, covers=(np.searchsorted,),
+    ref=lambda a, v: np.searchsorted(a, v, side="right", sorter=np.argsort(a)) * v)
+row("unique_size", lambda x: tj.unique(x, size=x.size), shapes=(((5,),), ((2, 3),)), **_SORT,
+    covers=(np.unique,), ref=np.unique)
+row("unique_size_parts", lambda x: tj.unique(np.round(x), size=4, return_index=True,
+                                             return_inverse=True, return_counts=True),
+    shapes=(((3, 4),), ((2, 1),)), diff=False, covers=(np.unique,),
+    ref=lambda x: _unique_ref(np.round(x), 4))
+row("unique_size_grad", lambda x: tj.unique(np.concatenate([x, x[:2]]), size=3) * 1.0,
+    shapes=(((4,),),), distinct=True, covers=(np.unique,),
+    ref=lambda x: np.unique(np.concatenate([x, x[:2]]))[:3])
+row("sort_ties", lambda x: np.sort(x), args=lambda rng: [np.array([2.0, 1.0, 2.0, 1.0])],
+    expect_grad=lambda ct, x: [ct[[2, 0, 3, 1]]])    # stable: each element gets its place's
+row("median_ties", lambda x: np.median(x), args=lambda rng: [np.array([1.0, 3.0, 3.0, 0.0])],
+    expect_grad=lambda ct, x: [np.array([0.5, 0.5, 0.0, 0.0]) * ct])
+row("method_sort", lambda x: _sorted_in_place(x, axis=0), shapes=MATRIX, **_SORT,
+    covers=("method:sort",), ref=lambda x: np.sort(x, axis=0))
+row("method_argsort", lambda x: x.argsort(), shapes=MATRIX, distinct=True, diff=False,
+    covers=("method:argsort",))
+row("method_partition", _partitioned_in_place, shapes=MATRIX, **_SORT,
+    covers=("method:partition",), ref=lambda x: np.sort(x))
+row("method_argpartition", lambda x: x.argpartition(1, axis=0), shapes=MATRIX, distinct=True,
+    diff=False, covers=("method:argpartition",), ref=lambda x: np.argsort(x, axis=0))
+row("method_searchsorted", lambda x: np.sort(x[0]).searchsorted(x[1:]) * 1.0, shapes=MATRIX,
+    diff=False, covers=("method:searchsorted",))
+
 # ---- ufunc methods ---------------------------------------------------------------------------
 row("add_reduce", lambda x: np.add.reduce(x, axis=1), shapes=MATRIX, covers=("method:reduce",))
 row("multiply_reduce", lambda x: np.multiply.reduce(x), shapes=MATRIX, domain=NONZERO,
@@ -753,7 +877,8 @@ for _name, _fn, _kw in _METHODS:
 
 REQUIRED_METHODS = ("sum mean max min prod var std reshape transpose T astype dot ravel flatten "
                     "squeeze clip cumsum cumprod argmax argmin any all copy swapaxes repeat "
-                    "round diagonal trace mT real").split()
+                    "round diagonal trace mT real sort argsort partition argpartition "
+                    "searchsorted").split()
 REQUIRED_UFUNC_METHODS = ("reduce", "accumulate", "at")
 
 

@@ -7,6 +7,7 @@
         return np.mean((np.tanh(x @ w) - y) ** 2)
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
+from .numpy_api.sorting import unique
 from .api import grad, jit, make_tape, value_and_grad, vjp
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
@@ -39,5 +40,5 @@ __all__ = [
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",
     "jacobian", "hessian", "jvp", "jvp_cache_info", "custom_vjp", "stop_gradient",
-    "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info",
+    "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info", "unique",
 ]

@@ -7,9 +7,9 @@ with multiple results), and `kit` the `Kit` below, the vocabulary the op writes 
 modules never import code generation; they use what the kit offers.
 
 Generated code uses explicit loops over C-contiguous arrays plus `np.empty`, `np.zeros`,
-`np.full`, `reshape` and the cached functions of blas.py and lapack.py: numba compiles those
-quickly, while its generic `np.transpose(x, axes)` and slice assignment cost seconds of compile
-time each (measured).
+`np.full`, `reshape` and the cached functions of blas.py, lapack.py and sorting.py: numba
+compiles those quickly, while its generic `np.transpose(x, axes)` and slice assignment cost
+seconds of compile time each (measured).
 """
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from ..ops import OPS
 from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
 
-# generated code's names for codegen/blas.py and lapack.py (imported when a program loads)
-BLAS, LAPACK = "tj_blas", "tj_lapack"
-cache.MODULES.update({BLAS: "tapejit.codegen.blas", LAPACK: "tapejit.codegen.lapack"})
+# generated code's names for codegen/blas.py, lapack.py and sorting.py (imported when a
+# program loads)
+BLAS, LAPACK, SORTING = "tj_blas", "tj_lapack", "tj_sorting"
+cache.MODULES.update({BLAS: "tapejit.codegen.blas", LAPACK: "tapejit.codegen.lapack",
+                      SORTING: "tapejit.codegen.sorting"})
 
 
 class Kit:
@@ -121,6 +123,11 @@ class Kit:
         """Write a call of codegen/lapack.py's `function` (np.linalg on each matrix of a
         stack, into the output arrays given)."""
         self.line(f"{LAPACK}.{function}({', '.join(args)})")
+
+    def sorting(self, function: str, args: list[str]) -> None:
+        """Write a call of codegen/sorting.py's `function` (a stable sort of each line, a
+        binary search), writing into the output arrays given."""
+        self.line(f"{SORTING}.{function}({', '.join(args)})")
 
 
 def emit(kit: Kit, eqn: Eqn, ins: list[str], out: Any) -> None:

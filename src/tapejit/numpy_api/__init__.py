@@ -5,7 +5,8 @@ numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasti
 `keepdims`, negative axes. Modules, each importing only this package and those before it:
 math (ufuncs), shape (layout functions), reductions (and the reducing ufunc methods), indexing
 (getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions),
-decompositions (np.linalg's matrix functions and norms).
+decompositions (np.linalg's matrix functions and norms), sorting (sort, median, quantile,
+searchsorted, unique).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
@@ -90,3 +91,4 @@ def reject(what: str, **given: Any) -> None:
 
 
 from . import math, shape, reductions, indexing, linalg, decompositions  # noqa: E402,F401
+from . import sorting  # noqa: E402,F401

@@ -62,6 +62,7 @@ class Kind(enum.Enum):
     REDUCE = "reduce"             # reductions over axes
     LAYOUT = "layout"             # broadcast, reshape, transpose, slice, pad, concatenate, ...
     SCAN = "scan"                 # cumulative ops along one axis
+    SORT = "sort"                 # sorting along one axis, searching a sorted array
     LINALG = "linalg"             # dot_general
     INDEX = "index"               # gather / scatter with integer index arrays
     FUSED = "fused"               # a group of ops run as one loop nest; its body is a sub-tape
@@ -190,3 +191,4 @@ from . import elementwise, reduce, layout, linalg, index  # noqa: E402,F401  (re
 from . import decompositions  # noqa: E402,F401  (np.linalg's solve, eigh, svd, ...)
 from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_call)
 from . import random  # noqa: E402,F401  (threefry2x32, iota: tj.random's bits)
+from . import sort  # noqa: E402,F401  (sort, take_along, scatter_add_along, searchsorted)

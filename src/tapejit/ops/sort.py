@@ -1,0 +1,203 @@
+"""Sorting along one axis: `sort`, the gathers and scatters through its permutation
+(`take_along`, `scatter_add_along`), and `searchsorted`.
+
+- `sort[axis](x) -> (values, indices)`: each line of x along `axis` sorted ascending and stably
+  (equal elements keep their order), NaN last, as numpy sorts; `indices` (int64) is the
+  permutation, values = take_along(x, indices). The permutation is computed once, in the
+  forward pass: the VJP scatters the values' cotangent back through it (JAX's rule: each
+  sorted position's gradient goes to the element sorted there, so a tie is not split).
+- `take_along[axis](x, idx)`: y[.., j, ..] = x[.., idx[.., j, ..], ..], np.take_along_axis
+  with idx of x's shape except along `axis` (any length there; indices non-negative);
+  `scatter_add_along[axis](x, idx, updates)` adds `updates` (idx's shape) into a copy of x at
+  those places, accumulating repeats. They are each other's adjoint.
+- `searchsorted[right](a, v)`: for a sorted 1-D `a`, where each element of v would be inserted
+  (int64, v's shape; numpy's order, NaN last); not differentiable.
+
+CPU code: sort and searchsorted call codegen/sorting.py (numba's stable argsort per line,
+compiled once per dtype into the cache), the gathers are loop nests over the (before, axis,
+after) view of their operands. The CUDA backend runs them on the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..avals import Aval
+from ..errors import DtypeError, ShapeError
+from . import HOST, Kind, defop, zero_vjp
+from . import axes as _axes
+from .layout import batch_axis, broadcast_in_dim, shifted
+
+INDEX = np.dtype(np.int64)
+
+
+def _check_axis(name: str, x: Aval, axis: int) -> None:
+    if not 0 <= axis < x.ndim:
+        raise ShapeError(f"{name}: axis {axis} out of range for {x}")
+
+
+def _sortable(name: str, x: Aval) -> None:
+    if x.dtype.kind not in "iuf":
+        raise DtypeError(f"{name}: needs numbers (ints or floats), got {x}")
+
+
+# ---- shape rules -------------------------------------------------------------------------------
+def _sort_shape(x: Aval, *, axis: int) -> tuple[Aval, Aval]:
+    _check_axis("sort", x, axis)
+    _sortable("sort", x)
+    return x, Aval(x.shape, INDEX)
+
+
+def _lines(name: str, x: Aval, idx: Aval, axis: int) -> None:
+    """idx indexes x along `axis`: integers, x's shape on the other axes."""
+    _check_axis(name, x, axis)
+    if idx.dtype.kind not in "iu":
+        raise DtypeError(f"{name}: indices must be integers, got {idx}")
+    if idx.ndim != x.ndim or any(a != b for d, (a, b) in enumerate(zip(idx.shape, x.shape))
+                                 if d != axis):
+        raise ShapeError(f"{name}: indices {idx} do not fit {x} along axis {axis} (the "
+                         f"other axes must be equal)")
+
+
+def _take_along_shape(x: Aval, idx: Aval, *, axis: int) -> Aval:
+    _lines("take_along", x, idx, axis)
+    return Aval(idx.shape, x.dtype)
+
+
+def _scatter_along_shape(x: Aval, idx: Aval, updates: Aval, *, axis: int) -> Aval:
+    _lines("scatter_add_along", x, idx, axis)
+    if updates.shape != idx.shape or updates.dtype != x.dtype:
+        raise ShapeError(f"scatter_add_along: updates {updates} do not fit indices {idx} "
+                         f"into {x}")
+    return x
+
+
+def _searchsorted_shape(a: Aval, v: Aval, *, right: bool) -> Aval:
+    if a.ndim != 1 or a.dtype != v.dtype:
+        raise ShapeError(f"searchsorted: needs a 1-D sorted array and values of its dtype, "
+                         f"got {a} and {v}")
+    _sortable("searchsorted", a)
+    return Aval(v.shape, INDEX)
+
+
+# ---- numpy implementations --------------------------------------------------------------------
+def _sort_impl(x, *, axis):
+    indices = np.argsort(x, axis=axis, kind="stable").astype(INDEX)
+    return np.take_along_axis(x, indices, axis), indices
+
+
+def _grid(idx, axis: int) -> tuple:
+    """np.add.at's index of the places idx names along `axis` (the other axes: every place)."""
+    return tuple(idx if d == axis else np.arange(n).reshape([-1 if e == d else 1
+                                                             for e in range(idx.ndim)])
+                 for d, n in enumerate(idx.shape))
+
+
+def _scatter_along_impl(x, idx, updates, *, axis):
+    out = np.array(x, copy=True)
+    np.add.at(out, _grid(idx, axis), updates)
+    return out
+
+
+def _searchsorted_impl(a, v, *, right):
+    return np.asarray(np.searchsorted(a, v, side="right" if right else "left"), INDEX)
+
+
+# ---- VJPs and batching ------------------------------------------------------------------------
+def _zeros(x):
+    return broadcast_in_dim(np.zeros((), x.dtype), shape=x.shape, dims=())
+
+
+def _sort_vjp(cts, outs, x, *, axis):
+    # values = x[indices] along the axis: the cotangent goes back to where each value came from
+    ct = cts[0]
+    return (None,) if ct is None else (scatter_add_along(_zeros(x), outs[1], ct, axis=axis),)
+
+
+def _batch_lines(bind, xs, flags, *, axis):
+    """Every operand gets the batch axis (broadcast where it has none); the axis moves by one."""
+    size = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
+    return bind(*[x if f else broadcast_in_dim(x, shape=(size,) + np.shape(x),
+                                               dims=shifted(range(np.ndim(x))))
+                  for x, f in zip(xs, flags)], axis=axis + 1)
+
+
+def _batch_search(bind, xs, flags, *, right):
+    """Batched values search one array as they are; batched arrays have no rule (unrolled)."""
+    return NotImplemented if flags[0] else bind(*xs, right=right)
+
+
+def _take_along_axes(ins, out, *, axis):
+    """The output is idx's shape; x's other axes are idx's."""
+    return [[(_axes.OUT, d), (1, d)] + ([] if d == axis else [(0, d)]) for d in range(len(out))]
+
+
+def _scatter_along_axes(ins, out, *, axis):
+    """The output is x; idx and updates share their axes, the other axes x's."""
+    return [[(_axes.OUT, d), (0, d)] + ([] if d == axis else [(1, d), (2, d)])
+            for d in range(len(out))] + [[(1, axis), (2, axis)]]
+
+
+# ---- CPU code -----------------------------------------------------------------------------------
+def _three(k, name: str, atom, axis: int) -> str:
+    return f"{name}.reshape({k.three(k.sizes.of(atom), axis)})"
+
+
+def _sort_cpu(k, eqn, ins, out):
+    values, indices = out
+    x, axis = eqn.ins[0], eqn.kw["axis"]
+    shape = k.sizes.shape(k.sizes.of(x))
+    k.line(f"{values} = np.empty({shape}, {k.dtype(x.aval.dtype)})")
+    k.line(f"{indices} = np.empty({shape}, np.int64)")
+    k.sorting("sort", [_three(k, ins[0], x, axis), _three(k, values, x, axis),
+                       _three(k, indices, x, axis)])
+
+
+def _take_along_cpu(k, eqn, ins, out):
+    (x, idx), axis = eqn.ins, eqn.kw["axis"]
+    k.line(f"{out}_x = {_three(k, ins[0], x, axis)}")
+    k.line(f"{out}_i = {_three(k, ins[1], idx, axis)}")
+    k.line(f"{out}_o = np.empty({out}_i.shape, {k.dtype(x.aval.dtype)})")
+    depth = k.loops([f"{out}_i.shape[{d}]" for d in range(3)], f"{out}_j")
+    j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
+    k.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_i[{j0}, {j1}, {j2}], {j2}]")
+    k.close(depth)
+    k.line(f"{out} = {out}_o.reshape({k.sizes.shape(k.sizes.of(eqn.outs[0]))})")
+
+
+def _scatter_along_cpu(k, eqn, ins, out):
+    (x, idx, updates), axis = eqn.ins, eqn.kw["axis"]
+    k.line(f"{out}_o = {_three(k, ins[0], x, axis)}.copy()")
+    k.line(f"{out}_i = {_three(k, ins[1], idx, axis)}")
+    k.line(f"{out}_u = {_three(k, ins[2], updates, axis)}")
+    depth = k.loops([f"{out}_i.shape[{d}]" for d in range(3)], f"{out}_j")
+    j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
+    k.line(f"{out}_o[{j0}, {out}_i[{j0}, {j1}, {j2}], {j2}] += {out}_u[{j0}, {j1}, {j2}]")
+    k.close(depth)
+    k.line(f"{out} = {out}_o.reshape({k.sizes.shape(k.sizes.of(x))})")
+
+
+def _searchsorted_cpu(k, eqn, ins, out):
+    v = eqn.ins[1]
+    count = k.sizes.product(k.sizes.of(v))
+    k.line(f"{out} = np.empty({k.sizes.shape(k.sizes.of(v))}, np.int64)")
+    k.sorting("searchsorted", [ins[0], f"{ins[1]}.reshape(({count},))",
+                               f"{out}.reshape(({count},))", str(eqn.kw["right"])])
+
+
+# ---- the ops -------------------------------------------------------------------------------------
+sort = defop("sort", Kind.SORT, _sort_impl, shape=_sort_shape, vjp=_sort_vjp,
+             multiple_results=True, batch=batch_axis, cpu=_sort_cpu, cuda=HOST, fresh=True)
+take_along = defop("take_along", Kind.INDEX, lambda x, idx, *, axis: np.take_along_axis(
+                       x, idx, axis), shape=_take_along_shape, axes=_take_along_axes,
+                   vjp=lambda ct, y, x, idx, *, axis: (
+                       scatter_add_along(_zeros(x), idx, ct, axis=axis), None),
+                   batch=_batch_lines, cpu=_take_along_cpu, cuda=HOST, fresh=True)
+scatter_add_along = defop("scatter_add_along", Kind.INDEX, _scatter_along_impl,
+                          shape=_scatter_along_shape, axes=_scatter_along_axes,
+                          vjp=lambda ct, y, x, idx, updates, *, axis: (
+                              ct, None, take_along(ct, idx, axis=axis)),
+                          batch=_batch_lines, cpu=_scatter_along_cpu, cuda=HOST, fresh=True)
+searchsorted = defop("searchsorted", Kind.SORT, _searchsorted_impl, shape=_searchsorted_shape,
+                     vjp=zero_vjp, axes=lambda ins, out, *, right: [
+                         [(_axes.OUT, d), (1, d)] for d in range(len(out))],
+                     batch=_batch_search, cpu=_searchsorted_cpu, cuda=HOST, fresh=True)
