@@ -1034,6 +1034,32 @@ row("linalg_matrix_power_small", lambda a: tuple(np.linalg.matrix_power(a, k)
     shapes=(((3, 3),),), covers=(np.linalg.matrix_power,))
 row("linalg_matrix_power_negative", lambda a: np.linalg.matrix_power(_shifted(a), -3),
     shapes=(((3, 3),),), **_LA, covers=(np.linalg.matrix_power,))
+row("linalg_cond", lambda a: (np.linalg.cond(_shifted(a)), np.linalg.cond(_shifted(a), 1)),
+    shapes=(((3, 3),),), **_LA, covers=(np.linalg.cond,))
+row("linalg_matrix_rank", lambda a: (np.linalg.matrix_rank(a) + np.linalg.matrix_rank(
+    a[..., :1] * a[..., :1, :]) + np.linalg.matrix_rank(_spd(a), hermitian=True)) * 1.0,
+    shapes=(((3, 3, 3),),), diff=False, covers=(np.linalg.matrix_rank,))
+row("linalg_multi_dot", lambda a, b, c, d: np.linalg.multi_dot([a, b, c, d]),
+    shapes=(((3,), (3, 4), (4, 2), (2,)), ((2, 3), (3, 4), (4, 5), (5, 1))),
+    covers=(np.linalg.multi_dot,))
+if hasattr(np.linalg, "vector_norm"):      # numpy 2's array-API names
+    row("linalg_vector_norm", lambda x: (np.linalg.vector_norm(x),
+                                         np.linalg.vector_norm(x, axis=(0, 2), ord=3,
+                                                               keepdims=True)),
+        shapes=(((2, 3, 4),),), domain=NONZERO, covers=(np.linalg.vector_norm,))
+    row("linalg_matrix_norm", lambda x: np.linalg.matrix_norm(x, ord="nuc", keepdims=True),
+        shapes=(((2, 3, 4),),), covers=(np.linalg.matrix_norm,))
+    row("linalg_svdvals", lambda x: np.linalg.svdvals(_spread(x)), shapes=(((2, 4, 3),),),
+        **_LA, covers=(np.linalg.svdvals,))
+    row("linalg_array_api", lambda x, y: (
+        np.linalg.matmul(x, y), np.linalg.tensordot(x, y, axes=((1, 2), (2, 1))),
+        np.linalg.outer(x[0, 0], y[1, 1]), np.linalg.vecdot(x, y, axis=1),
+        np.linalg.matrix_transpose(x), np.linalg.diagonal(x, offset=1),
+        np.linalg.trace(x, offset=-1), np.linalg.cross(x, y, axis=-2)),
+        shapes=(((2, 3, 3), (2, 3, 3)),),
+        covers=(np.linalg.matmul, np.linalg.tensordot, np.linalg.outer, np.linalg.vecdot,
+                np.linalg.matrix_transpose, np.linalg.diagonal, np.linalg.trace,
+                np.linalg.cross))
 for _ord in (-np.inf, -2, -1, 0, 0.5):
     row(f"norm_vector_ord_{_ord}", lambda x, _o=_ord: np.linalg.norm(x, ord=_o, axis=-1),
         shapes=(((5,),), ((2, 3),)), domain=NONZERO, distinct=_ord == -np.inf, diff=_ord != 0,

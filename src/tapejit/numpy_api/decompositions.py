@@ -1,9 +1,10 @@
 """np.linalg's matrix functions -> the primitives of ops/decompositions.py: inv solve det slogdet
-cholesky eigh eigvalsh svd qr pinv lstsq matrix_power norm, on stacks of matrices (the last
-two axes) as numpy does. Integer matrices are converted to float64; results are numpy's named
-tuples (EighResult, SVDResult, ...). Where numpy's answer would depend on the values (the
-length of lstsq's residuals), or is not unique (qr's complete Q of a tall matrix), the rule
-says so in its docstring or raises UnsupportedOperationError naming the alternative."""
+cholesky eigh eigvalsh svd qr pinv lstsq matrix_power norm cond matrix_rank multi_dot (and
+numpy 2's vector_norm matrix_norm svdvals), on stacks of matrices (the last two axes) as numpy
+does. Integer matrices are converted to float64; results are numpy's named tuples (EighResult,
+SVDResult, ...). Where numpy's answer would depend on the values (the length of lstsq's
+residuals), or is not unique (qr's complete Q of a tall matrix), the rule says so in its
+docstring or raises UnsupportedOperationError naming the alternative."""
 from __future__ import annotations
 
 import operator
@@ -15,7 +16,7 @@ from ..errors import DtypeError, ShapeError, UnsupportedOperationError, at_sourc
 from ..ops import decompositions as D
 from ..ops import layout as L
 from ..trace import Tracer
-from . import asarray, cast, implements, lift, normalize_axis
+from . import asarray, cast, implements, lift, normalize_axis, reject
 from .reductions import max as _max, min as _min, sum as _sum
 from .shape import broadcast_to_shape, concatenate, in_common_dtype, moveaxis, reshape, swapaxes
 
@@ -52,7 +53,7 @@ def _matrices(a: Any, what: str, square: bool = False, instead: str = "") -> Any
 
 
 def _eye_like(a: Any) -> Any:
-    """An identity matrix for each matrix of `a` (traced, not a constant of a's size)."""
+    """An identity matrix for each matrix of `a` (one n x n constant, broadcast)."""
     n, nb = a.shape[-1], a.ndim - 2
     return L.broadcast_in_dim(lift(np.eye(n, dtype=a.dtype)), shape=a.shape, dims=(nb, nb + 1))
 
@@ -242,7 +243,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     axes = tuple(normalize_axis(a, x.ndim, "numpy.linalg.norm") for a in axes)
     if len(axes) == 1:
-        return _vector_norm(x, ord, axes[0], keepdims)
+        return _vector_norm(x, ord, axes, keepdims)
     if len(axes) != 2 or axes[0] == axes[1]:
         _fail(ValueError, f"numpy.linalg.norm: axis={axis!r} names neither one axis (a vector "
                           "norm) nor two different axes (a matrix norm)")
@@ -252,7 +253,8 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     return out
 
 
-def _vector_norm(x: Any, ord: Any, axis: int, keepdims: bool) -> Any:
+def _vector_norm(x: Any, ord: Any, axis: tuple[int, ...], keepdims: bool) -> Any:
+    """The norm of the vectors along `axis` (their elements, when several axes)."""
     if ord is None or ord == 2:
         return np.sqrt(_sum(x * x, axis=axis, keepdims=keepdims))
     if isinstance(ord, str) or not isinstance(ord, (int, float, np.number)):
@@ -280,3 +282,96 @@ def _matrix_norm(x: Any, ord: Any, axes: tuple[int, int]) -> Any:
         extremum = _max if ord > 0 else _min
         return extremum(_sum(np.abs(x), axis=summed), axis=kept - (kept > summed))
     _fail(ValueError, f"numpy.linalg.norm: invalid norm order {ord!r} for matrices")
+
+
+if hasattr(np.linalg, "vector_norm"):      # numpy 2's array-API names
+    @implements(np.linalg.vector_norm)
+    def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:
+        x = asarray(x)
+        if x.dtype.kind != "f":
+            x = cast(x, np.dtype(np.float64))
+        axes = tuple(range(x.ndim)) if axis is None else (
+            (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis))
+        axes = tuple(normalize_axis(a, x.ndim, "numpy.linalg.vector_norm") for a in axes)
+        return _vector_norm(x, ord, axes, keepdims)
+
+    @implements(np.linalg.matrix_norm)
+    def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
+        return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
+
+    @implements(np.linalg.svdvals)
+    def svdvals(x: Any, /) -> Any:
+        return svd(x, compute_uv=False)
+
+
+@implements(np.linalg.cond)
+def cond(x: Any, p: Any = None) -> Any:
+    """s_max / s_min (p None, 2; -2 its inverse), else norm(x, p) norm(inv(x), p); NaN becomes
+    inf unless x holds NaN, as numpy. A singular x raises LinAlgError for the p that invert it
+    (numpy gives inf)."""
+    x = _matrices(x, "cond")
+    if p is None or p in (2, -2):
+        s = svd(x, compute_uv=False)
+        big, small = s[..., 0], s[..., -1]
+        ratio = small / big if p == -2 else big / small
+    else:
+        ratio = norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1))
+    return np.where(np.isnan(ratio) & ~np.any(np.isnan(x), axis=(-2, -1)), np.inf, ratio)
+
+
+@implements(np.linalg.matrix_rank)
+def matrix_rank(a: Any, tol: Any = None, hermitian: bool = False, *, rtol: Any = None) -> Any:
+    """The number of singular values (|eigenvalues| with hermitian=True) above tol, by default
+    the largest times rtol (max(rows, columns) times the dtype's eps); an integer, not
+    differentiated."""
+    a = asarray(a)
+    if a.ndim < 2:
+        return cast(np.any(a != 0), np.dtype(np.intp))
+    a = _matrices(a, "matrix_rank")
+    s = np.abs(eigvalsh(a)) if hermitian else svd(a, compute_uv=False)
+    if tol is None:
+        scale = max(a.shape[-2:]) * np.finfo(a.dtype).eps if rtol is None else rtol
+        tol = _max(s, axis=-1, keepdims=True) * scale
+    else:
+        tol = reshape(asarray(tol), np.shape(tol) + (1,))
+    return _sum(s > tol, axis=-1, dtype=np.intp)
+
+
+@implements(np.linalg.multi_dot)
+def multi_dot(arrays: Any, *, out: Any = None) -> Any:
+    """The product of a chain of matrices (the first and last may be vectors), in the order
+    of fewest multiplications, as numpy chooses it."""
+    reject("numpy.linalg.multi_dot", out=out)
+    arrays = [asarray(x) for x in arrays]
+    if len(arrays) < 2:
+        _fail(ValueError, "numpy.linalg.multi_dot: expecting at least two arrays")
+    first, last = arrays[0].ndim == 1, arrays[-1].ndim == 1
+    if first:
+        arrays[0] = reshape(arrays[0], (1, -1))
+    if last:
+        arrays[-1] = reshape(arrays[-1], (-1, 1))
+    result = _chain(arrays, _order([x.shape[0] for x in arrays] + [arrays[-1].shape[1]]),
+                    0, len(arrays) - 1)
+    return reshape(result, result.shape[int(first):result.ndim - int(last)])
+
+
+def _order(dims: list[int]) -> list[list[int]]:
+    """split[i][j]: where the cheapest product of matrices i..j splits (dynamic programming
+    over the chain's dimensions)."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j], split[i][j] = min(
+                (cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1], k)
+                for k in range(i, j))
+    return split
+
+
+def _chain(arrays: list[Any], split: list[list[int]], i: int, j: int) -> Any:
+    if i == j:
+        return arrays[i]
+    k = split[i][j]
+    return np.matmul(_chain(arrays, split, i, k), _chain(arrays, split, k + 1, j))

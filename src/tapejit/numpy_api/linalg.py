@@ -1,5 +1,6 @@
 """numpy contractions -> dot_general: dot matmul @ tensordot einsum (with '...') inner outer vdot,
-and the matrix-structure functions trace diag diagonal tril triu cross."""
+and the matrix-structure functions trace diag diagonal tril triu cross; numpy 2's np.linalg
+aliases of them (matmul tensordot outer vecdot matrix_transpose diagonal trace cross)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -226,3 +227,15 @@ Tracer.dot = dot
 Tracer.diagonal = diagonal
 Tracer.trace = trace
 UFUNC_RULES[np.matmul] = matmul  # a generalized ufunc in numpy 2: dispatched as a ufunc
+
+if hasattr(np.linalg, "matrix_transpose"):      # numpy 2's array-API names, on the last axes
+    implements(np.linalg.matmul)(lambda x1, x2, /: matmul(x1, x2))
+    implements(np.linalg.tensordot)(lambda x1, x2, /, *, axes=2: tensordot(x1, x2, axes))
+    implements(np.linalg.outer)(lambda x1, x2, /: outer(x1, x2))
+    implements(np.linalg.vecdot)(lambda x1, x2, /, *, axis=-1: _sum(
+        asarray(x1) * asarray(x2), axis=axis))
+    implements(np.linalg.matrix_transpose)(lambda x, /: moveaxis(x, -1, -2))
+    implements(np.linalg.diagonal)(lambda x, /, *, offset=0: diagonal(x, offset, -2, -1))
+    implements(np.linalg.trace)(lambda x, /, *, offset=0, dtype=None: trace(
+        x, offset, -2, -1, dtype))
+    implements(np.linalg.cross)(lambda x1, x2, /, *, axis=-1: cross(x1, x2, axis=axis))

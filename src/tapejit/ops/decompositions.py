@@ -16,9 +16,9 @@ compiled code (numba's LAPACK-backed np.linalg) agree:
 - pinv has its own rule (Golub and Pereyra's derivative, as JAX's custom rule), exact where the
   rank does not change, also at repeated singular values where the svd's rule would divide by 0.
 
-CPU code runs numba's np.linalg on each matrix of the batch (2-D C-contiguous views) and copies
-the results into C-contiguous arrays with loop nests (slice assignment costs seconds of compile
-time); the CUDA backend runs them on the host.
+CPU code calls codegen/lapack.py's function of the op's name (numba's LAPACK-backed np.linalg
+on each matrix of a stack, compiled once into the cache) through `Kit.lapack`; the CUDA backend
+runs these ops on the host.
 """
 from __future__ import annotations
 
@@ -46,11 +46,10 @@ def _mm(a, b):
     return dot_general(a, b, contract=((nb + 1,), (nb,)), batch=(tuple(range(nb)),) * 2)
 
 
-def _matrices(x, matrix: np.ndarray):
-    """A constant (n, m) matrix for each matrix of `x`'s batch, in `x`'s dtype."""
+def _identity(x):
+    """The identity matrix for each matrix of `x`'s batch, in `x`'s dtype."""
     nb = x.ndim - 2
-    return broadcast_in_dim(matrix.astype(x.dtype), shape=x.shape[:nb] + matrix.shape,
-                            dims=(nb, nb + 1))
+    return broadcast_in_dim(np.eye(x.shape[-1], dtype=x.dtype), shape=x.shape, dims=(nb, nb + 1))
 
 
 def _leading(x, k: int, axis: int):
@@ -79,19 +78,25 @@ def _diag(v):
     return _per_row(v, n) * np.eye(n).astype(v.dtype)
 
 
+def _half_diagonal(x):
+    """The weights of the lower triangle with half the diagonal: 1 below it, 1/2 on it, 0
+    above, for `x`'s matrices."""
+    n = x.shape[-1]
+    return (np.tri(n) - 0.5 * np.eye(n)).astype(x.dtype)
+
+
 def _lower(g):
     """The cotangent of a function of the lower triangle of `a` (cholesky, eigh), given `g`,
     its cotangent as a function of the symmetric matrix: g + g.T below the diagonal, g on it."""
-    n = g.shape[-1]
-    return (g + _mT(g)) * (np.tri(n) - 0.5 * np.eye(n)).astype(g.dtype)
+    return (g + _mT(g)) * _half_diagonal(g)
 
 
-def _inverse_gaps(d, ties: float):
-    """1 / d off the diagonal, 0 on it; `ties` where an off-diagonal d is 0."""
-    n = d.shape[-1]
-    eye = np.eye(n, dtype=bool)
+def _inverse_gaps(d, zero_at_ties: bool):
+    """1 / d off the diagonal and 0 on it; where an off-diagonal d is 0, inf, or 0 with
+    `zero_at_ties`."""
+    eye = np.eye(d.shape[-1], dtype=bool)
     inverse = 1 / select(eye, 1, d)
-    return select(eye, 0, inverse if ties == np.inf else select(eq(d, 0), ties, inverse))
+    return select(eye, 0, select(eq(d, 0), 0, inverse) if zero_at_ties else inverse)
 
 
 # ---- shape rules -----------------------------------------------------------------------------
@@ -166,22 +171,19 @@ def _slogdet_vjp(cts, outs, a):
 
 def _cholesky_vjp(ct, l, a):
     # dl = l phi(l^-1 da l^-T), phi: the lower triangle with half the diagonal (Murray 2016)
-    n = l.shape[-1]
-    half = (np.tri(n) - 0.5 * np.eye(n)).astype(l.dtype)
-    l_inv = solve(l, _matrices(l, np.eye(n)))
-    return (_lower(_mm(_mm(_mT(l_inv), _mm(_mT(l), ct) * half), l_inv)),)
+    l_inv = solve(l, _identity(l))
+    return (_lower(_mm(_mm(_mT(l_inv), _mm(_mT(l), ct) * _half_diagonal(l)), l_inv)),)
 
 
 def _eigh_vjp(cts, outs, a):
     # dw = diag(v^T da v), dv = v (f o (v^T da v)), f_ij = 1 / (w_j - w_i) off the diagonal
     (ct_w, ct_v), (w, v) = cts, outs
-    inner = _diag(ct_w) if ct_w is not None else None
+    terms = [] if ct_w is None else [_diag(ct_w)]
     if ct_v is not None:
         n = w.shape[-1]
         gaps = _per_column(w, n) - _per_row(w, n)        # w_j - w_i at [i, j]
-        term = _inverse_gaps(gaps, np.inf) * _mm(_mT(v), ct_v)
-        inner = term if inner is None else inner + term
-    return (_lower(_mm(_mm(v, inner), _mT(v))),)
+        terms.append(_inverse_gaps(gaps, zero_at_ties=False) * _mm(_mT(v), ct_v))
+    return (_lower(_mm(_mm(v, sum(terms[1:], terms[0])), _mT(v))),)
 
 
 def _svd_vjp(cts, outs, a, *, full_matrices):
@@ -198,7 +200,7 @@ def _svd_vjp(cts, outs, a, *, full_matrices):
     if full_matrices and m != n:        # only s has a cotangent: the first k columns serve
         u, vt = _leading(u, k, -1), _leading(vt, k, -2)
     rows, cols = _per_row(s, k), _per_column(s, k)   # s_i, s_j at [i, j]
-    f = _inverse_gaps(cols * cols - rows * rows, 0.0)
+    f = _inverse_gaps(cols * cols - rows * rows, zero_at_ties=True)
     terms = [] if ct_s is None else [_diag(ct_s)]
     if ct_u is not None:
         ut_cu = _mm(_mT(u), ct_u)
@@ -295,28 +297,23 @@ def _stack(k, name: str, tail, count: str, stacked: bool) -> str:
 
 # ---- the ops ---------------------------------------------------------------------------------
 solve = defop("solve", Kind.LINALG, np.linalg.solve, shape=_solve_shape, vjp=_solve_vjp,
-              axes=_solve_axes, batch=_batch, cpu=_cpu(),
-              cuda=HOST, fresh=True)
+              axes=_solve_axes, batch=_batch, cpu=_cpu(), cuda=HOST, fresh=True)
 slogdet = defop("slogdet", Kind.LINALG,
                 lambda a: tuple(np.asarray(r) for r in np.linalg.slogdet(a)),
                 shape=_slogdet_shape, vjp=_slogdet_vjp, multiple_results=True, batch=_batch,
                 cpu=_cpu(), cuda=HOST, fresh=True)
 cholesky = defop("cholesky", Kind.LINALG, np.linalg.cholesky, shape=_cholesky_shape,
-                 vjp=_cholesky_vjp,
-                 axes=_axes.same, batch=_batch,
-                 cpu=_cpu(), cuda=HOST, fresh=True)
+                 vjp=_cholesky_vjp, axes=_axes.same, batch=_batch, cpu=_cpu(), cuda=HOST,
+                 fresh=True)
 eigh = defop("eigh", Kind.LINALG, lambda a: tuple(np.linalg.eigh(a)), shape=_eigh_shape,
              vjp=_eigh_vjp, multiple_results=True, batch=_batch,
              cpu=_cpu(), cuda=HOST, fresh=True)
 svd = defop("svd", Kind.LINALG,
             lambda a, *, full_matrices: tuple(np.linalg.svd(a, full_matrices=full_matrices)),
             shape=_svd_shape, vjp=_svd_vjp, multiple_results=True, batch=_batch,
-            cpu=_cpu(lambda e: [str(e.kw["full_matrices"])]),
-            cuda=HOST, fresh=True)
+            cpu=_cpu(lambda e: [str(e.kw["full_matrices"])]), cuda=HOST, fresh=True)
 qr = defop("qr", Kind.LINALG, lambda a: tuple(np.linalg.qr(a)), shape=_qr_shape, vjp=_qr_vjp,
-           multiple_results=True, batch=_batch, cpu=_cpu(),
-           cuda=HOST, fresh=True)
+           multiple_results=True, batch=_batch, cpu=_cpu(), cuda=HOST, fresh=True)
 pinv = defop("pinv", Kind.LINALG, lambda a, *, rcond: np.linalg.pinv(a, rcond=rcond),
              shape=_pinv_shape, vjp=_pinv_vjp, axes=_pinv_axes, batch=_batch,
-             cpu=_cpu(lambda e: [repr(e.kw["rcond"])]), cuda=HOST,
-             fresh=True)
+             cpu=_cpu(lambda e: [repr(e.kw["rcond"])]), cuda=HOST, fresh=True)
