@@ -327,8 +327,8 @@ def _unique_sized(x: Any, size: int, fill_value: Any, equal_nan: bool) -> tuple:
 
 def _filled(n: int, value: Any) -> Any:
     """A vector of n `value`s (int64 or bool), as a broadcast rather than a constant array."""
-    return L.broadcast_in_dim(np.asarray(value, INDEX if not isinstance(value, bool) else bool),
-                              shape=(n,), dims=())
+    scalar = np.asarray(value, bool if isinstance(value, bool) else INDEX)
+    return bind_recorded(L.broadcast_in_dim, (scalar,), {"shape": (n,), "dims": ()})
 
 
 def _iota(n: int) -> Any:

@@ -8,8 +8,10 @@
   sorted position's gradient goes to the element sorted there, so a tie is not split).
 - `take_along[axis](x, idx)`: y[.., j, ..] = x[.., idx[.., j, ..], ..], np.take_along_axis
   with idx of x's shape except along `axis` (any length there; indices non-negative);
-  `scatter_add_along[axis](x, idx, updates)` adds `updates` (idx's shape) into a copy of x at
-  those places, accumulating repeats. They are each other's adjoint.
+  `scatter_add_along[axis, size](idx, updates)` adds `updates` (idx's shape) at those places
+  into zeros with `size` elements along `axis`, accumulating repeats: take_along's adjoint
+  (and the other way round). It has no operand to add into: zeros made in a VJP would be
+  evaluated into a constant array.
 - `searchsorted[right](a, v)`: for a sorted 1-D `a`, where each element of v would be inserted
   (int64, v's shape; numpy's order, NaN last); not differentiable.
 
@@ -63,12 +65,12 @@ def _take_along_shape(x: Aval, idx: Aval, *, axis: int) -> Aval:
     return Aval(idx.shape, x.dtype)
 
 
-def _scatter_along_shape(x: Aval, idx: Aval, updates: Aval, *, axis: int) -> Aval:
-    _lines("scatter_add_along", x, idx, axis)
-    if updates.shape != idx.shape or updates.dtype != x.dtype:
-        raise ShapeError(f"scatter_add_along: updates {updates} do not fit indices {idx} "
-                         f"into {x}")
-    return x
+def _scatter_along_shape(idx: Aval, updates: Aval, *, axis: int, size: int) -> Aval:
+    out = Aval(idx.shape[:axis] + (size,) + idx.shape[axis + 1:], updates.dtype)
+    _lines("scatter_add_along", out, idx, axis)
+    if updates.shape != idx.shape:
+        raise ShapeError(f"scatter_add_along: updates {updates} do not fit indices {idx}")
+    return out
 
 
 def _searchsorted_shape(a: Aval, v: Aval, *, right: bool) -> Aval:
@@ -92,8 +94,8 @@ def _grid(idx, axis: int) -> tuple:
                  for d, n in enumerate(idx.shape))
 
 
-def _scatter_along_impl(x, idx, updates, *, axis):
-    out = np.array(x, copy=True)
+def _scatter_along_impl(idx, updates, *, axis, size):
+    out = np.zeros(idx.shape[:axis] + (size,) + idx.shape[axis + 1:], updates.dtype)
     np.add.at(out, _grid(idx, axis), updates)
     return out
 
@@ -103,22 +105,19 @@ def _searchsorted_impl(a, v, *, right):
 
 
 # ---- VJPs and batching ------------------------------------------------------------------------
-def _zeros(x):
-    return broadcast_in_dim(np.zeros((), x.dtype), shape=x.shape, dims=())
-
-
 def _sort_vjp(cts, outs, x, *, axis):
     # values = x[indices] along the axis: the cotangent goes back to where each value came from
     ct = cts[0]
-    return (None,) if ct is None else (scatter_add_along(_zeros(x), outs[1], ct, axis=axis),)
+    return (None,) if ct is None else (
+        scatter_add_along(outs[1], ct, axis=axis, size=x.shape[axis]),)
 
 
-def _batch_lines(bind, xs, flags, *, axis):
+def _batch_lines(bind, xs, flags, **params):
     """Every operand gets the batch axis (broadcast where it has none); the axis moves by one."""
     size = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
     return bind(*[x if f else broadcast_in_dim(x, shape=(size,) + np.shape(x),
                                                dims=shifted(range(np.ndim(x))))
-                  for x, f in zip(xs, flags)], axis=axis + 1)
+                  for x, f in zip(xs, flags)], **{**params, "axis": params["axis"] + 1})
 
 
 def _batch_search(bind, xs, flags, *, right):
@@ -131,10 +130,9 @@ def _take_along_axes(ins, out, *, axis):
     return [[(_axes.OUT, d), (1, d)] + ([] if d == axis else [(0, d)]) for d in range(len(out))]
 
 
-def _scatter_along_axes(ins, out, *, axis):
-    """The output is x; idx and updates share their axes, the other axes x's."""
-    return [[(_axes.OUT, d), (0, d)] + ([] if d == axis else [(1, d), (2, d)])
-            for d in range(len(out))] + [[(1, axis), (2, axis)]]
+def _scatter_along_axes(ins, out, *, axis, size):
+    """idx and updates share their axes; the output has their axes but `axis`."""
+    return [[(0, d), (1, d)] + ([] if d == axis else [(_axes.OUT, d)]) for d in range(len(out))]
 
 
 # ---- CPU code -----------------------------------------------------------------------------------
@@ -165,15 +163,16 @@ def _take_along_cpu(k, eqn, ins, out):
 
 
 def _scatter_along_cpu(k, eqn, ins, out):
-    (x, idx, updates), axis = eqn.ins, eqn.kw["axis"]
-    k.line(f"{out}_o = {_three(k, ins[0], x, axis)}.copy()")
-    k.line(f"{out}_i = {_three(k, ins[1], idx, axis)}")
-    k.line(f"{out}_u = {_three(k, ins[2], updates, axis)}")
+    (idx, updates), axis, result = eqn.ins, eqn.kw["axis"], eqn.outs[0]
+    k.line(f"{out} = np.zeros({k.sizes.shape(k.sizes.of(result))}, "
+           f"{k.dtype(result.aval.dtype)})")
+    k.line(f"{out}_o = {_three(k, out, result, axis)}")
+    k.line(f"{out}_i = {_three(k, ins[0], idx, axis)}")
+    k.line(f"{out}_u = {_three(k, ins[1], updates, axis)}")
     depth = k.loops([f"{out}_i.shape[{d}]" for d in range(3)], f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
     k.line(f"{out}_o[{j0}, {out}_i[{j0}, {j1}, {j2}], {j2}] += {out}_u[{j0}, {j1}, {j2}]")
     k.close(depth)
-    k.line(f"{out} = {out}_o.reshape({k.sizes.shape(k.sizes.of(x))})")
 
 
 def _searchsorted_cpu(k, eqn, ins, out):
@@ -190,12 +189,12 @@ sort = defop("sort", Kind.SORT, _sort_impl, shape=_sort_shape, vjp=_sort_vjp,
 take_along = defop("take_along", Kind.INDEX, lambda x, idx, *, axis: np.take_along_axis(
                        x, idx, axis), shape=_take_along_shape, axes=_take_along_axes,
                    vjp=lambda ct, y, x, idx, *, axis: (
-                       scatter_add_along(_zeros(x), idx, ct, axis=axis), None),
+                       scatter_add_along(idx, ct, axis=axis, size=x.shape[axis]), None),
                    batch=_batch_lines, cpu=_take_along_cpu, cuda=HOST, fresh=True)
 scatter_add_along = defop("scatter_add_along", Kind.INDEX, _scatter_along_impl,
                           shape=_scatter_along_shape, axes=_scatter_along_axes,
-                          vjp=lambda ct, y, x, idx, updates, *, axis: (
-                              ct, None, take_along(ct, idx, axis=axis)),
+                          vjp=lambda ct, y, idx, updates, *, axis, size: (
+                              None, take_along(ct, idx, axis=axis)),
                           batch=_batch_lines, cpu=_scatter_along_cpu, cuda=HOST, fresh=True)
 searchsorted = defop("searchsorted", Kind.SORT, _searchsorted_impl, shape=_searchsorted_shape,
                      vjp=zero_vjp, axes=lambda ins, out, *, right: [
