@@ -1071,6 +1071,55 @@ row("norm_matrix_axes", lambda x: tuple(np.linalg.norm(x, ord=o, axis=(2, 0), ke
                                         for o in ("nuc", -np.inf)),
     shapes=(((3, 2, 4),),), domain=NONZERO, distinct=True, covers=(np.linalg.norm,))
 
+# ---- scipy.special (ops/special.py, numpy_api/special.py), where scipy is importable ----------
+try:
+    import scipy.special as sc
+except ImportError:        # (no scipy: no special functions, and no rows for them)
+    sc = None
+if sc is not None:
+    from tapejit.ops import special as SP
+    _PROB = Domain(0.05, 0.95)
+    SPECIAL_UNARY = [(sc.erf, SP.erf, REAL), (sc.erfc, SP.erfc, REAL),
+                     (sc.erfinv, SP.erfinv, UNIT), (sc.gammaln, SP.lgamma, POS),
+                     (sc.expit, SP.expit, REAL), (sc.ndtr, SP.ndtr, REAL),
+                     (sc.log_ndtr, SP.log_ndtr, Domain(-6.0, 3.0)), (sc.digamma, None, POS),
+                     (sc.logit, None, _PROB)]
+    for _uf, _prim, _dom in SPECIAL_UNARY:
+        row(f"scipy_{_uf.__name__}", _uf, domain=_dom, grad2=True, covers=(_uf,),
+            int_fn=None if _uf in (sc.erfinv, sc.logit) else _uf)
+        if _prim is not None:
+            row(f"prim_{_prim.name}", _prim, domain=_dom, grad2=True, prim=_prim.name, ref=_uf)
+    row("prim_polygamma", lambda x: SP.polygamma(x, n=0) + SP.polygamma(x, n=2), domain=POS,
+        grad2=True, prim="polygamma",
+        ref=lambda x: (sc.digamma(x) + sc.polygamma(2, x)).astype(x.dtype))
+    row("scipy_polygamma", lambda x: sc.polygamma(1, x) * sc.polygamma(0, x), domain=POS,
+        grad2=True, covers=(sc.polygamma,),       # (scipy's is float64 for float32 x)
+        ref=lambda x: (sc.polygamma(1, x) * sc.polygamma(0, x)).astype(x.dtype))
+    row("scipy_gammaln_negative", sc.gammaln, domain=Domain(-2.9, -2.1), grad2=True)
+    for _uf, _prim, _dom in [(sc.xlogy, SP.xlogy, [REAL, POS]),
+                             (sc.xlog1py, SP.xlog1py, [REAL, Domain(-0.5, 2.0)])]:
+        row(f"scipy_{_uf.__name__}", _uf, shapes=BINARY_SHAPES, domain=_dom, grad2=True,
+            covers=(_uf,))
+        row(f"prim_{_prim.name}", _prim, shapes=BINARY_SHAPES, domain=_dom, grad2=True,
+            prim=_prim.name, ref=_uf)
+    # x = 0: the value is 0 whatever y; d/dx = log y (JAX's), d/dy = 0 (the function is 0)
+    row("scipy_xlogy_x_zero", lambda x, y: sc.xlogy(x, y) + sc.xlog1py(x, y),
+        args=lambda rng: [np.array([0.0, 0.0, 1.5]), np.array([0.5, 2.0, 0.5])],
+        expect_grad=lambda ct, x, y: [ct * (np.log(y) + np.log1p(y)),
+                                      ct * x * (1 / y + 1 / (1 + y))])
+    row("scipy_logsumexp", lambda x: sc.logsumexp(x), shapes=(((),), ((5,),), ((2, 3),)),
+        grad2=True, covers=(sc.logsumexp,))
+    row("scipy_logsumexp_axis", lambda x: sc.logsumexp(x, axis=(0, 2), keepdims=True),
+        shapes=CUBE, grad2=True, covers=(sc.logsumexp,))
+    row("scipy_logsumexp_b", lambda x, b: sc.logsumexp(x, axis=-1, b=b),
+        shapes=(((2, 3), (2, 3)), ((2, 3), (3,)), ((4,), ())), domain=[REAL, POS], grad2=True,
+        covers=(sc.logsumexp,))
+    row("scipy_softmax", lambda x: sc.softmax(x, axis=1), shapes=MATRIX, grad2=True,
+        covers=(sc.softmax,))
+    row("scipy_softmax_all", lambda x: sc.softmax(x), shapes=MATRIX, covers=(sc.softmax,))
+    row("scipy_log_softmax", lambda x: sc.log_softmax(x, axis=-1), shapes=CUBE, grad2=True,
+        covers=(sc.log_softmax,))
+
 
 def combined(rows: Sequence["Row"], dtype: str = F64,
              picks: tuple[int, ...] = (0,)) -> tuple[Callable[..., Any], list]:

@@ -73,8 +73,8 @@ def _tag() -> str:
         except metadata.PackageNotFoundError:
             parts.append(dist + "0")
     # numba's cache does not see changes to the functions generated code calls in vmath.py
-    # (kernels it inlines) and blas.py (matrix products)
-    for helper in ("vmath", "blas"):
+    # (kernels it inlines), blas.py (matrix products) and special.py (digamma, erfinv, ...)
+    for helper in ("vmath", "blas", "special"):
         source = Path(__file__).with_name("codegen") / f"{helper}.py"
         parts.append(helper + hashlib.sha256(source.read_bytes()).hexdigest()[:8])
     return "-".join(parts)

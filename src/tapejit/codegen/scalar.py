@@ -20,11 +20,13 @@ from ..config import config
 from ..ir import Eqn
 from ..ops import OPS, ByKind
 from ..ops.random import CPU_GLOBAL
+from ..ops.special import CPU_GLOBAL as SPECIAL
 from .writer import dtype_code, scalar
 
 VMATH = "tj_vmath"
 cache.MODULES[VMATH] = "tapejit.codegen.vmath"
 cache.MODULES[CPU_GLOBAL] = "tapejit.codegen.threefry"    # random bits (ops/random.py)
+cache.MODULES[SPECIAL] = "tapejit.codegen.special"       # digamma, erfinv, ... (ops/special.py)
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 

@@ -92,3 +92,4 @@ def reject(what: str, **given: Any) -> None:
 
 from . import math, shape, reductions, indexing, linalg, decompositions  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401
+from . import special  # noqa: E402,F401  (scipy.special, where scipy is importable)

@@ -191,4 +191,5 @@ from . import elementwise, reduce, layout, linalg, index  # noqa: E402,F401  (re
 from . import decompositions  # noqa: E402,F401  (np.linalg's solve, eigh, svd, ...)
 from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_call)
 from . import random  # noqa: E402,F401  (threefry2x32, iota: tj.random's bits)
+from . import special  # noqa: E402,F401  (scipy.special's erf, digamma, ... where scipy is)
 from . import sort  # noqa: E402,F401  (sort, take_along, scatter_add_along, searchsorted)

@@ -1,0 +1,142 @@
+"""scipy.special on traced arrays, where scipy is importable.
+
+Its ufuncs reach `Tracer.__array_ufunc__` as numpy's do: erf, erfc, erfinv, gammaln, expit,
+ndtr, log_ndtr, xlogy and xlog1py lower to the primitives of ops/special.py that name them
+(numpy_api/math.py), digamma (psi) to polygamma[n=0], logit to a composition (scipy's own
+formula). logsumexp, softmax, log_softmax and polygamma are Python functions that convert
+their arguments with np.asarray, which a tracer cannot pass: tapejit replaces them in the
+`scipy.special` namespace by wrappers that lower a call with a traced argument here (and call
+scipy's function otherwise). A name taken from scipy.special before tapejit was imported is
+scipy's own function: docs/api.md says so.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import UnsupportedOperationError, at_source, user_source
+from ..ops import custom as C
+from ..ops import elementwise as E
+from ..ops import special as S
+from ..trace import FUNCTION_RULES, Tracer
+from . import asarray, cast, normalize_axes
+from .math import compute_dtype, ufunc_rule
+from .shape import reshape
+
+sc = S.sc
+
+
+def _logit(x: Any) -> Any:
+    """log(x / (1 - x)), and log1p(2 s / (1 - s)), s = 2 (x - 1/2), on [0.3, 0.65] (scipy's)."""
+    s = E.mul(E.sub(x, 0.5), 2)
+    near_half = E.and_(E.ge(x, 0.3), E.le(x, 0.65))
+    return E.select(near_half, E.log1p(E.div(E.mul(s, 2), E.sub(1, s))),
+                    E.log(E.div(x, E.sub(1, x))))
+
+
+def _floating(*xs: Any) -> np.dtype:
+    """The dtype scipy computes these functions in: the operands' float dtype, float64 for
+    integers."""
+    dtype = compute_dtype(sc.expit, (xs[0],), common=False)
+    for x in xs[1:]:
+        if x is not None:
+            dtype = np.promote_types(dtype, compute_dtype(sc.expit, (x,), common=False))
+    return dtype
+
+
+def _max_shift(x: Any, axes: tuple[int, ...]) -> tuple[Any, Any]:
+    """(max, shift): x's max over `axes` (kept, a constant to differentiation) and the same
+    with its infinities and NaNs replaced by 0 (as scipy shifts by)."""
+    top = C.stop_gradient(np.max(x, axis=axes, keepdims=True))
+    return top, np.where(np.isfinite(top), top, 0)
+
+
+def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
+              return_sign: bool = False) -> Any:
+    """log(sum(b exp(a))) over `axis`, as scipy computes it: the largest terms (m, b's sum at
+    the maximum) apart from the others (s), log1p(s / m) + log(m) + max; NaN where the sum is
+    negative, -inf where it is 0. The gradient is b exp(a) / sum(b exp(a))."""
+    if return_sign:
+        raise UnsupportedOperationError(at_source(
+            "scipy.special.logsumexp: return_sign=True is not supported on traced arrays "
+            "(with weights b of one sign, the result is the log of the absolute value)",
+            user_source()))
+    dtype = _floating(a, b)
+    a = cast(asarray(a), dtype)
+    if b is not None:
+        b = cast(asarray(b), dtype)
+        a, b = np.broadcast_arrays(a, b)
+        a = np.where(b == 0, -math.inf, a)     # a term of weight 0 is no term, even inf/NaN
+    if a.ndim == 0:
+        a = reshape(a, (1,))
+        b = b if b is None else reshape(b, (1,))
+    axes = normalize_axes(axis, a.ndim, "scipy.special.logsumexp")
+    top, shift = _max_shift(a, axes)
+    terms = np.exp(a - shift) if b is None else b * np.exp(a - shift)
+    at_max = a == top
+    m = np.sum(np.where(at_max, terms, 0), axis=axes, keepdims=True)   # = b's sum at the max
+    s = np.sum(np.where(at_max, 0, terms), axis=axes, keepdims=True)
+    s = s / np.where(s == 0, 1, m)
+    negative = np.sign(s + 1) * np.sign(m) < 0
+    s = np.where(s < -1, -s - 2, s)
+    out = np.where(negative, math.nan, np.log1p(s) + np.log(np.abs(m)) + shift)
+    out = np.where(np.isfinite(top), out, top)         # all -inf: -inf; inf or NaN: itself
+    return out if keepdims else np.squeeze(out, axis=axes)
+
+
+def softmax(x: Any, axis: Any = None) -> Any:
+    """exp(x - max) / sum(exp(x - max)) over `axis` (scipy's)."""
+    x = cast(asarray(x), _floating(x))
+    axes = normalize_axes(axis, x.ndim, "scipy.special.softmax")
+    e = np.exp(x - C.stop_gradient(np.max(x, axis=axes, keepdims=True)))
+    return e / np.sum(e, axis=axes, keepdims=True)
+
+
+def log_softmax(x: Any, axis: Any = None) -> Any:
+    """x - max - log(sum(exp(x - max))) over `axis`, the max's infinities replaced by 0
+    (scipy's)."""
+    x = cast(asarray(x), _floating(x))
+    axes = normalize_axes(axis, x.ndim, "scipy.special.log_softmax")
+    shifted = x - _max_shift(x, axes)[1]
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axes, keepdims=True))
+
+
+def polygamma(n: Any, x: Any) -> Any:
+    """The n-th derivative of digamma, for a Python int n >= 0, in x's float dtype (scipy's
+    is float64 for float32 x)."""
+    if isinstance(n, Tracer) or np.ndim(n) != 0 or int(n) != n or n < 0:
+        raise UnsupportedOperationError(at_source(
+            f"scipy.special.polygamma: on traced arrays the order n must be a Python int >= 0, "
+            f"got {n!r}", user_source()))
+    x = asarray(x)
+    return S.polygamma(cast(x, _floating(x)), n=int(n))
+
+
+def _route(name: str, rule: Callable[..., Any]) -> None:
+    """Register `rule` for scipy.special's function `name`, and put in scipy.special's
+    namespace a wrapper that calls it when an argument is traced (scipy's function
+    otherwise)."""
+    original = getattr(sc, name)
+    if getattr(original, "_tapejit", False):      # (tapejit imported again: wrap scipy's own)
+        original = original.__wrapped__
+
+    @functools.wraps(original)
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        if any(isinstance(v, Tracer) for v in (*args, *kwargs.values())):
+            return rule(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    routed._tapejit = True      # type: ignore[attr-defined]
+    setattr(sc, name, routed)
+    FUNCTION_RULES[routed] = rule
+
+
+if sc is not None:
+    ufunc_rule(sc.digamma, lambda x: S.polygamma(x, n=0))
+    ufunc_rule(sc.logit, _logit)
+    for _name, _rule in {"logsumexp": logsumexp, "softmax": softmax,
+                         "log_softmax": log_softmax, "polygamma": polygamma}.items():
+        _route(_name, _rule)

@@ -1,0 +1,265 @@
+"""scipy.special on traced arrays and numpy's nan-reductions and reductions with where=, beyond
+the op table: the accuracy of codegen/special.py's scalar functions (through compiled
+programs) on dense grids in float64 and float32, compiled against the interpreter on first and
+later calls, logsumexp's weights and infinities, gradients against finite differences and
+JAX, the wrappers' behaviour on plain arrays; nan-reductions on all-NaN slices (numpy's
+results and warnings) and where= reductions.
+
+The scipy parts skip where scipy is not installed; the accuracy against exact values needs
+mpmath."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+
+from gradcheck import check_grads
+
+try:
+    import scipy.special as sc
+except ImportError:          # scipy is optional: its tests skip
+    sc = None
+
+needs_scipy = pytest.mark.skipif(sc is None, reason="scipy is not installed")
+# a program numba cannot compile would run on the interpreter with a warning: here, a failure
+pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
+    from tapejit import config
+    config.reload()
+
+
+def ulps(got, want) -> np.ndarray:
+    """|got - want| in units of the spacing of `want`'s dtype at want (at least its smallest
+    normal number's spacing); 0 where both are equal or NaN."""
+    want = np.asarray(want)
+    got = np.asarray(got).astype(want.dtype)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    spacing = np.spacing(np.maximum(np.abs(want), np.finfo(want.dtype).tiny))
+    with np.errstate(all="ignore"):
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64)) / spacing
+    return np.where(same, 0.0, np.nan_to_num(err, nan=np.inf))
+
+
+# ---- accuracy of the compiled scalar functions ----------------------------------------------
+def _grids():
+    """(name, scipy function, float64 grid, max ulp vs scipy in float64 and in float32), on
+    the ranges where scipy is accurate (its erfc, ndtr and gammaln are not everywhere: the
+    test against exact values below covers the rest)."""
+    positive = np.concatenate([np.geomspace(1e-300, 1e-3, 2001), np.linspace(1e-3, 30, 100001),
+                               np.geomspace(30, 1e20, 10001)])
+    inner = np.linspace(-1, 1, 200001)[1:-1]
+    tails = 1 - np.geomspace(1e-16, 0.5, 10001)
+    return [
+        ("digamma", sc.digamma, positive, 2, 1),
+        ("polygamma1", lambda x: sc.polygamma(1, x), positive[2001:], 2, 1),
+        ("polygamma3", lambda x: sc.polygamma(3, x), np.linspace(0.05, 40, 20001), 2, 1),
+        ("erfinv", sc.erfinv, np.concatenate([inner, tails, -tails]), 3, 4),
+        ("ndtr", sc.ndtr, np.linspace(-0.7, 38, 200001), 2, 1),
+        ("log_ndtr", sc.log_ndtr, np.linspace(-1e3, -1, 100001), 4, 1),
+        ("erf", sc.erf, np.linspace(-6, 6, 100001), 3, 1),
+        ("erfc", sc.erfc, np.linspace(-6, 0.5, 100001), 4, 1),
+        ("gammaln", sc.gammaln, np.concatenate([np.geomspace(1e-300, 0.5, 2001),
+                                                np.linspace(2.5, 1e4, 100001),
+                                                np.geomspace(1e4, 1e300, 2001)]), 3, 2),
+        ("expit", sc.expit, np.linspace(-700, 700, 100001), 2, 1),
+        ("logit", sc.logit, np.linspace(0, 1, 100001)[1:-1], 3, 3),
+    ] if sc is not None else []
+
+
+@needs_scipy
+@pytest.mark.parametrize("name, fn, grid, max64, max32", _grids(),
+                         ids=[g[0] for g in _grids()])
+def test_compiled_special_functions_are_within_a_few_ulp_of_scipy(name, fn, grid, max64, max32):
+    """Each function compiled (codegen/special.py's scalar code, libm's erf/lgamma) against
+    scipy on a dense grid, float64 and float32 (computed in float64, rounded once)."""
+    compiled = tj.jit(fn, backend="numba")
+    for dtype, most in ((np.float64, max64), (np.float32, max32)):
+        x = grid.astype(dtype)
+        want = fn(x).astype(dtype)
+        got = compiled(x)
+        assert got.dtype == dtype
+        err = ulps(got, want)
+        worst = int(np.argmax(err))
+        assert err.max() <= most, (f"{name} {np.dtype(dtype).name}: {err.max():.3g} ulp at "
+                                   f"x={x[worst]!r}: {got[worst]!r}, scipy {want[worst]!r}")
+
+
+@needs_scipy
+def test_digamma_on_negative_values_matches_scipy_on_the_scale_of_its_terms():
+    """Below 0 both reflect (psi(x) = psi(1 - x) - pi / tan(pi x)), which cancels near the
+    negative roots: the error is measured against the larger of the two terms."""
+    x = np.linspace(-30, -1e-3, 100001)
+    x = x[x != np.round(x)]
+    got = tj.jit(sc.digamma, backend="numba")(x)
+    scale = np.abs(np.pi / np.tan(np.pi * x)) + np.abs(sc.digamma(1 - x))
+    assert np.max(np.abs(got - sc.digamma(x)) / np.spacing(scale)) <= 4
+    around_root = np.linspace(-0.8, -0.2, 20001)   # scipy's series about the root -0.504...
+    got = tj.jit(sc.digamma, backend="numba")(around_root)
+    assert ulps(got, sc.digamma(around_root)).max() <= 4
+
+
+@needs_scipy
+def test_compiled_special_functions_are_within_two_ulp_of_exact_values():
+    """Against mpmath (40 digits), where scipy is not accurate: ndtr's tails (the rounding of
+    x / sqrt(2) is corrected; scipy's lose up to 2 x^2 ulp), log_ndtr above 0 (log1p of the
+    upper tail), erfc's far tail and gammaln about its roots 1 and 2 (libm's), erfinv."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-37, 8, 300), rng.uniform(-3, 3, 100)])
+    y = np.concatenate([rng.uniform(-1, 1, 300), 1 - np.geomspace(1e-16, 1e-3, 100)])
+    near_roots = np.concatenate([rng.uniform(0.9, 1.1, 100), rng.uniform(1.9, 2.1, 100)])
+    cases = [
+        (sc.ndtr, x, mpmath.ncdf),
+        (sc.log_ndtr, x, lambda v: mpmath.log(mpmath.ncdf(v)) if v < 0
+         else mpmath.log1p(-mpmath.ncdf(-v))),
+        (sc.erfc, rng.uniform(0.5, 26, 300), mpmath.erfc),
+        (sc.gammaln, near_roots, lambda v: mpmath.log(mpmath.gamma(v))),
+        (sc.erfinv, y, mpmath.erfinv),
+    ]
+    for fn, points, exact in cases:
+        got = tj.jit(fn, backend="numba")(points)
+        want = np.array([float(exact(mpmath.mpf(float(v)))) for v in points])
+        err = ulps(got, want)
+        assert err.max() <= 2, (fn.__name__, err.max(), points[np.argmax(err)])
+
+
+@needs_scipy
+def test_special_values_match_scipy_compiled():
+    """Poles, infinities, NaN, the ends of erfinv's and logit's domains, x = 0 for xlogy."""
+    x = np.array([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, 10.0, np.inf, -np.inf, np.nan, 0.5, -0.5,
+                  1e300, -1e300, 38.5, -38.5])
+    for fn in (sc.digamma, sc.gammaln, sc.erf, sc.erfc, sc.erfinv, sc.expit, sc.logit,
+               sc.ndtr, sc.log_ndtr, lambda v: sc.polygamma(1, v), lambda v: sc.xlogy(v, x),
+               lambda v: sc.xlogy(x, v), lambda v: sc.xlog1py(v, x)):
+        with np.errstate(all="ignore"):
+            want = fn(x)
+        for backend in ("numba", "interpret"):
+            got = tj.jit(fn, backend=backend)(x)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+
+
+# ---- compiled and interpreted programs --------------------------------------------------------
+def _special_rows():
+    from op_db import ROWS
+    return [r for r in ROWS if r.name.startswith("scipy_") or r.name in
+            {"prim_erf", "prim_erfc", "prim_erfinv", "prim_lgamma", "prim_polygamma",
+             "prim_expit", "prim_ndtr", "prim_log_ndtr", "prim_xlogy", "prim_xlog1py"}]
+
+
+@needs_scipy
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_rows_compiled_match_interpreter_first_and_later_calls(dtype):
+    """Values and gradients of all the special-function rows in one program, compiled, on a
+    first and a later call, against the interpreter (scipy); float32 stays float32."""
+    from op_db import combined
+    fn, args = combined(_special_rows(), dtype, (0, -1))
+    argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
+    compiled = tj.value_and_grad(fn, argnums=argnums, backend="numba")
+    want = tj.value_and_grad(fn, argnums=argnums, backend="interpret")(*args)
+    tol = 1e-10 if dtype == "float64" else 2e-4
+    for _ in range(2):
+        got = compiled(*args)
+        for g, w in zip(tj.pytree.flatten(got)[0], tj.pytree.flatten(want)[0]):
+            assert np.asarray(g).dtype == np.asarray(w).dtype == np.dtype(dtype)
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    assert compiled.cache_info()["traces"] == 1
+
+
+@needs_scipy
+def test_second_and_third_derivatives_of_gammaln_are_polygammas():
+    """d gammaln = digamma, d digamma = polygamma(1), d polygamma(1) = polygamma(2), compiled."""
+    x = np.array([0.3, 1.0, 2.5, 7.0])
+    d1 = tj.grad(lambda x: np.sum(sc.gammaln(x)))
+    d2 = tj.grad(lambda x: np.sum(d1(x)))
+    d3 = tj.grad(lambda x: np.sum(d2(x)))
+    for fn, want in ((d1, sc.digamma(x)), (d2, sc.polygamma(1, x)), (d3, sc.polygamma(2, x))):
+        np.testing.assert_allclose(tj.jit(fn, backend="numba")(x), want, rtol=1e-13)
+
+
+# ---- logsumexp, softmax, log_softmax -----------------------------------------------------------
+@needs_scipy
+def test_logsumexp_with_weights_and_infinities_matches_scipy():
+    a = np.array([[0.5, -np.inf, 2.0, 1.0], [-np.inf] * 4, [1.0, np.inf, 0.0, 3.0],
+                  [800.0, 799.0, -800.0, 0.1], [1e-3, 2e-3, 3e-3, 1.0]])
+    b = np.array([[1.0, 2.0, 0.0, 0.5], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 2.0, 1.0],
+                  [1.0, -0.5, 3.0, 1.0], [-1.0, 1.0, 1.0, -2.0]])   # last row: a negative sum
+    cases = [lambda a, b: sc.logsumexp(a, axis=1), lambda a, b: sc.logsumexp(a, axis=1, b=b),
+             lambda a, b: sc.logsumexp(a, axis=0, b=b, keepdims=True),
+             lambda a, b: sc.logsumexp(a[3], b=b[3, 0]), lambda a, b: sc.logsumexp(a[0])]
+    for case in cases:
+        with np.errstate(all="ignore"):
+            want = case(a, b)
+        for backend in ("numba", "interpret"):
+            got = tj.jit(case, backend=backend)(a, b)
+            assert np.shape(got) == np.shape(want)
+            np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+
+
+@needs_scipy
+def test_logsumexp_gradient_is_the_weighted_softmax():
+    """Where some entries are -inf (masked terms): zero gradient there, softmax elsewhere."""
+    a = np.array([[0.3, -np.inf, 1.2], [0.5, 0.5, -np.inf]])
+    b = np.array([2.0, 1.0, 0.5])
+    ga, gb = tj.grad(lambda a, b: np.sum(sc.logsumexp(a, axis=1, b=b)), argnums=(0, 1))(a, b)
+    w = b * np.exp(a)
+    np.testing.assert_allclose(ga, w / w.sum(axis=1, keepdims=True), rtol=1e-14)
+    np.testing.assert_allclose(gb, np.sum(np.exp(a) / w.sum(axis=1, keepdims=True), axis=0),
+                               rtol=1e-14)
+    x = np.random.default_rng(1).standard_normal((3, 4))
+    check_grads(lambda x: np.sum(sc.logsumexp(x, axis=0, b=x * x)), [x])
+    check_grads(lambda x: np.sum(sc.log_softmax(x, axis=1) * sc.softmax(x)), [x])
+
+
+@needs_scipy
+def test_return_sign_is_not_supported_on_traced_arrays():
+    with pytest.raises(tj.UnsupportedOperationError, match="return_sign"):
+        tj.jit(lambda a: sc.logsumexp(a, return_sign=True))(np.ones(3))
+
+
+@needs_scipy
+def test_wrappers_leave_plain_arrays_to_scipy():
+    """Outside a trace scipy.special's functions are scipy's, results and signature alike."""
+    import inspect
+    x = np.array([[1.0, 2.0], [3.0, -1.0]])
+    assert sc.logsumexp(x, axis=1, b=x, return_sign=True)[1].tolist() == [1.0, 1.0]
+    assert "return_sign" in str(inspect.signature(sc.logsumexp))
+    np.testing.assert_allclose(sc.softmax(x, axis=0),
+                               np.exp(x) / np.exp(x).sum(axis=0, keepdims=True), rtol=1e-15)
+    assert sc.polygamma(1, 2.0) == pytest.approx(np.pi ** 2 / 6 - 1)
+
+
+@needs_scipy
+def test_gradients_match_jax():
+    jax = pytest.importorskip("jax")
+    jsp = pytest.importorskip("jax.scipy.special")
+    x = np.linspace(0.2, 0.8, 6).reshape(2, 3)
+
+    def loss(m, x):
+        return (m.sum(m.erf(x) * m.erfc(x) + m.gammaln(x + 1) * m.digamma(x + 1))
+                + m.sum(m.erfinv(x - 0.5) + m.expit(x) * m.logit(x) + m.ndtr(x) + m.log_ndtr(-x))
+                + m.sum(m.xlogy(x, x + 1) + m.xlog1py(x, x)) + m.sum(m.logsumexp(x, axis=1, b=x))
+                + m.sum(m.softmax(x, axis=0) * m.log_softmax(x, axis=1)))
+
+    class Scipy:
+        sum = staticmethod(np.sum)
+        def __getattr__(self, name):
+            return getattr(sc, name)
+
+    class Jax:
+        sum = staticmethod(jax.numpy.sum)
+        def __getattr__(self, name):
+            return getattr(jsp, name)
+
+    ours = tj.grad(lambda x: loss(Scipy(), x))(x)
+    with jax.enable_x64(True):
+        theirs = np.asarray(jax.grad(lambda x: loss(Jax(), x))(x))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
