@@ -1120,6 +1120,52 @@ if sc is not None:
     row("scipy_log_softmax", lambda x: sc.log_softmax(x, axis=-1), shapes=CUBE, grad2=True,
         covers=(sc.log_softmax,))
 
+# ---- nan-reductions, nan_to_num, reductions with where= and initial= --------------------------
+_NAN_AT = np.array([[False, True, False, False], [True, False, False, True],
+                    [False, False, True, False]])            # no all-NaN line (test_special.py)
+_KEEP = ~_NAN_AT
+
+
+def _nanify(x):
+    """x (3, 4) with NaN at fixed places: those elements get zero gradient."""
+    return np.where(_NAN_AT, np.nan, x)
+
+
+def _infify(x):
+    return np.where(_NAN_AT, np.array([[np.inf], [-np.inf], [np.nan]]), x)
+
+
+row("nansum", lambda x: (np.nansum(_nanify(x), axis=1), np.nansum(_nanify(x), axis=0,
+                                                                   keepdims=True)),
+    shapes=MATRIX, covers=(np.nansum,))
+row("nansum_all_where", lambda x: np.nansum(_nanify(x), where=x > 0, initial=1.5),
+    shapes=MATRIX, covers=(np.nansum,))
+row("nanmean", lambda x: (np.nanmean(_nanify(x), axis=1), np.nanmean(_nanify(x))),
+    shapes=MATRIX, covers=(np.nanmean,))
+row("nanmax", lambda x: np.nanmax(_nanify(x), axis=-1), shapes=MATRIX, distinct=True,
+    covers=(np.nanmax,))
+row("nanmin", lambda x: np.nanmin(_nanify(x), axis=0, keepdims=True), shapes=MATRIX,
+    distinct=True, covers=(np.nanmin,))
+row("nanmax_initial", lambda x: np.nanmax(_nanify(x), initial=0.0), shapes=MATRIX,
+    distinct=True, covers=(np.nanmax,))
+row("nan_to_num", lambda x: np.nan_to_num(_infify(x)) * 1e-300, shapes=MATRIX,
+    covers=(np.nan_to_num,))
+row("nan_to_num_values", lambda x: np.nan_to_num(_infify(x), nan=-1.0, posinf=5.0,
+                                                 neginf=-5.0), shapes=MATRIX,
+    covers=(np.nan_to_num,), int_fn=lambda x: np.nan_to_num(x))
+row("sum_where", lambda x: (np.sum(x, axis=1, where=_KEEP), np.sum(x, where=x > 0.5),
+                            np.sum(x, axis=0, initial=2.0, keepdims=True)), shapes=MATRIX,
+    covers=(np.sum,))
+row("prod_where", lambda x: np.prod(x, axis=1, where=_KEEP, initial=0.5), shapes=MATRIX,
+    domain=NONZERO, covers=(np.prod,))
+row("mean_where", lambda x: (np.mean(x, axis=1, where=_KEEP), np.mean(x, where=_KEEP[0])),
+    shapes=MATRIX, covers=(np.mean,))
+row("max_where", lambda x: (np.max(x, axis=1, where=_KEEP, initial=-5.0),
+                            np.max(x, axis=0, initial=0.0)), shapes=MATRIX, distinct=True,
+    covers=(np.max,))
+row("min_where", lambda x: np.min(x, axis=(0, 1), where=_KEEP, initial=5.0, keepdims=True),
+    shapes=MATRIX, distinct=True, covers=(np.min,))
+
 
 def combined(rows: Sequence["Row"], dtype: str = F64,
              picks: tuple[int, ...] = (0,)) -> tuple[Callable[..., Any], list]:

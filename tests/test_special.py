@@ -148,6 +148,11 @@ def test_special_values_match_scipy_compiled():
 
 
 # ---- compiled and interpreted programs --------------------------------------------------------
+REDUCTION_ROWS = {"nansum", "nansum_all_where", "nanmean", "nanmax", "nanmin",
+                  "nanmax_initial", "nan_to_num", "nan_to_num_values", "sum_where",
+                  "prod_where", "mean_where", "max_where", "min_where"}
+
+
 def _special_rows():
     from op_db import ROWS
     return [r for r in ROWS if r.name.startswith("scipy_") or r.name in
@@ -155,13 +160,23 @@ def _special_rows():
              "prim_expit", "prim_ndtr", "prim_log_ndtr", "prim_xlogy", "prim_xlog1py"}]
 
 
-@needs_scipy
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_rows_compiled_match_interpreter_first_and_later_calls(dtype):
-    """Values and gradients of all the special-function rows in one program, compiled, on a
-    first and a later call, against the interpreter (scipy); float32 stays float32."""
+def _reduction_rows():
+    from op_db import ROWS
+    return [r for r in ROWS if r.name in REDUCTION_ROWS]
+
+
+@pytest.mark.parametrize("kind, dtype", [(k, d) for k in ("special", "reductions")
+                                         for d in ("float64", "float32")])
+def test_rows_compiled_match_interpreter_first_and_later_calls(kind, dtype):
+    """Values and gradients of all the special-function rows (and, apart, of the
+    nan-/where= reduction rows) in one program, compiled, on a first and a later call,
+    against the interpreter (scipy)."""
     from op_db import combined
-    fn, args = combined(_special_rows(), dtype, (0, -1))
+    if kind == "special" and sc is None:
+        pytest.skip("scipy is not installed")
+    rows = _special_rows() if kind == "special" else _reduction_rows()
+    assert rows
+    fn, args = combined(rows, dtype, (0, -1))
     argnums = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
     compiled = tj.value_and_grad(fn, argnums=argnums, backend="numba")
     want = tj.value_and_grad(fn, argnums=argnums, backend="interpret")(*args)
@@ -169,7 +184,7 @@ def test_rows_compiled_match_interpreter_first_and_later_calls(dtype):
     for _ in range(2):
         got = compiled(*args)
         for g, w in zip(tj.pytree.flatten(got)[0], tj.pytree.flatten(want)[0]):
-            assert np.asarray(g).dtype == np.asarray(w).dtype == np.dtype(dtype)
+            assert np.asarray(g).dtype == np.asarray(w).dtype
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
     assert compiled.cache_info()["traces"] == 1
 
@@ -263,3 +278,66 @@ def test_gradients_match_jax():
     with jax.enable_x64(True):
         theirs = np.asarray(jax.grad(lambda x: loss(Jax(), x))(x))
     np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+# ---- nan-reductions and where= ----------------------------------------------------------------
+NANS = np.array([[1.0, np.nan, 3.0, -2.0], [np.nan] * 4, [0.5, np.inf, -np.inf, 2.0]])
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+def test_nan_reductions_of_all_nan_slices_give_numpys_results(backend):
+    """An all-NaN row: nansum 0, nanmean/nanmax/nanmin NaN (numpy also warns, eagerly; a
+    compiled program cannot, its values are not known when it is traced)."""
+    cases = [lambda x: np.nansum(x, axis=1), lambda x: np.nanmean(x, axis=1),
+             lambda x: np.nanmax(x, axis=1), lambda x: np.nanmin(x, axis=1, keepdims=True),
+             lambda x: np.nanmean(x, axis=0), lambda x: np.nanmax(x, axis=1, initial=-1.0),
+             lambda x: np.nanmax(x[1]), lambda x: np.nan_to_num(x, posinf=9.0)]
+    for case in cases:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            want = case(NANS)
+        got = tj.jit(case, backend=backend)(NANS)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        if case is cases[1]:
+            assert any(issubclass(w.category, RuntimeWarning) for w in seen)   # numpy's
+
+
+def test_nan_reductions_give_nan_entries_zero_gradient():
+    x = np.nan_to_num(NANS, nan=0.25, posinf=4.0, neginf=-4.0)
+    nan = np.isnan(NANS)
+
+    def loss(x):
+        y = np.where(nan, np.nan, x)
+        return (np.sum(np.nansum(y, axis=1) * np.array([1.0, 2.0, 3.0]))
+                + np.nanmean(y) + np.nanmax(y) + np.sum(np.nan_to_num(y)))
+    for backend in ("numba", "interpret"):
+        g = tj.grad(loss, backend=backend)(x)
+        assert np.all(g[nan] == 0) and np.all(np.isfinite(g))
+        check_grads(loss, [x])
+
+
+def test_where_reductions_with_a_traced_mask():
+    """The mask may be traced; mean over an empty selection is NaN, as numpy's."""
+    x = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -3.0]])
+
+    def fn(x):
+        keep = x > 0
+        return (np.sum(x, axis=1, where=keep), np.mean(x, axis=0, where=keep),
+                np.max(x, axis=1, where=keep, initial=0.1), np.prod(x, where=~keep),
+                np.min(x, where=keep, initial=10.0))
+    with np.errstate(all="ignore"):
+        want = fn(x)
+    for backend in ("numba", "interpret"):
+        got = tj.jit(fn, backend=backend)(x)
+        for g, w in zip(got, want):
+            assert np.shape(g) == np.shape(w)
+            np.testing.assert_allclose(g, w, rtol=1e-14)
+
+
+def test_max_with_where_needs_initial_as_numpy():
+    mask = np.array([True, False])
+    with pytest.raises(ValueError):
+        np.max(np.ones(2), where=mask)
+    with pytest.raises(ValueError, match="initial"):
+        tj.jit(lambda x: np.max(x, where=mask))(np.ones(2))

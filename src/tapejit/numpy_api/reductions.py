@@ -1,8 +1,15 @@
 """numpy reductions -> reduce_* primitives: sum mean average prod max min var std any all
 count_nonzero argmax argmin cumsum cumprod, with numpy's `axis`, `keepdims` and
-result dtypes; the ufunc methods that reduce (`np.add.reduce`, `np.multiply.accumulate`, ...)."""
+result dtypes, `initial=` and `where=` (sum, prod, mean, max, min); the NaN-ignoring
+reductions (nansum nanmean nanmax nanmin) and nan_to_num; the ufunc methods that reduce
+(`np.add.reduce`, `np.multiply.accumulate`, ...).
+
+`where=` masks elements out by replacing them with the reduction's identity (0 for sums, 1 for
+products, `initial` for max/min, which numpy requires there), so a masked-out element gets
+zero gradient; so does a NaN a nan-reduction skips."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -42,35 +49,58 @@ def _reduction(prim: Any, name: str, x: Any, axis: Any, keepdims: bool, dtype: A
     return _keep(out, x, axes, keepdims)
 
 
+def _masked(x: Any, where: Any, fill: Any) -> Any:
+    """x, with `fill` where the mask `where` (broadcast to x) is False."""
+    return x if where is None or where is True else np.where(where, x, fill)
+
+
 @implements(np.sum)
 def sum(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
         initial: Any = None, where: Any = None) -> Any:
-    reject("numpy.sum", out=out, initial=initial, where=where)
+    reject("numpy.sum", out=out)
     x = asarray(x)
-    return _reduction(R.reduce_sum, "sum", x, axis, keepdims, dtype, _numpy_dtype(np.sum, x.dtype))
+    total = _reduction(R.reduce_sum, "sum", _masked(x, where, 0), axis, keepdims, dtype,
+                       _numpy_dtype(np.sum, x.dtype))
+    return total if initial is None else total + initial
 
 
 @implements(np.prod)
 def prod(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
          initial: Any = None, where: Any = None) -> Any:
-    reject("numpy.prod", out=out, initial=initial, where=where)
+    reject("numpy.prod", out=out)
     x = asarray(x)
-    return _reduction(R.reduce_prod, "prod", x, axis, keepdims, dtype,
-                      _numpy_dtype(np.prod, x.dtype))
+    total = _reduction(R.reduce_prod, "prod", _masked(x, where, 1), axis, keepdims, dtype,
+                       _numpy_dtype(np.prod, x.dtype))
+    return total if initial is None else total * initial
+
+
+def _extremum(prim: Any, name: str, x: Any, axis: Any, keepdims: bool, initial: Any,
+              where: Any) -> Any:
+    """max/min over `axis`, with `initial` taking part, masked-out elements replaced by it."""
+    if where is not None and where is not True and initial is None:
+        raise ValueError(at_source(
+            f"numpy.{name}: a where= mask needs initial= (the {name}imum has no identity)",
+            user_source()))
+    x = asarray(x)
+    if initial is None:
+        return _reduction(prim, name, x, axis, keepdims, None)
+    initial = cast(initial, x.dtype)
+    out = _reduction(prim, name, _masked(x, where, initial), axis, keepdims, None)
+    return (np.maximum if name == "max" else np.minimum)(out, initial)
 
 
 @implements(np.max, np.amax)
 def max(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False, initial: Any = None,
         where: Any = None) -> Any:
-    reject("numpy.max", out=out, initial=initial, where=where)
-    return _reduction(R.reduce_max, "max", x, axis, keepdims, None)
+    reject("numpy.max", out=out)
+    return _extremum(R.reduce_max, "max", x, axis, keepdims, initial, where)
 
 
 @implements(np.min, np.amin)
 def min(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False, initial: Any = None,
         where: Any = None) -> Any:
-    reject("numpy.min", out=out, initial=initial, where=where)
-    return _reduction(R.reduce_min, "min", x, axis, keepdims, None)
+    reject("numpy.min", out=out)
+    return _extremum(R.reduce_min, "min", x, axis, keepdims, initial, where)
 
 
 @implements(np.any)
@@ -105,12 +135,16 @@ def _count(x: Any, axes: tuple[int, ...], dtype: np.dtype) -> Any:
 @implements(np.mean)
 def mean(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
          *, where: Any = None) -> Any:
-    reject("numpy.mean", out=out, where=where)
+    """sum / count; with `where=`, of the elements the mask keeps (NaN where it keeps none)."""
+    reject("numpy.mean", out=out)
     x = asarray(x)
     target = np.dtype(dtype) if dtype is not None else _numpy_dtype(np.mean, x.dtype)
     axes = normalize_axes(axis, x.ndim, "numpy.mean")
-    total = sum(cast(x, target), axis=axes, keepdims=keepdims)
-    return total / _count(x, axes, target)
+    total = sum(cast(x, target), axis=axes, keepdims=keepdims, where=where)
+    if where is None or where is True:
+        return total / _count(x, axes, target)
+    kept = np.broadcast_to(cast(asarray(where), target), x.shape)
+    return total / sum(kept, axis=axes, keepdims=keepdims)
 
 
 _mean = mean
@@ -197,6 +231,76 @@ def average(x: Any, axis: Any = None, weights: Any = None, returned: bool = Fals
         w = reshape(w, tuple(w.shape[0] if d == ax else 1 for d in range(x.ndim)))
     total = sum(w * np.ones_like(x), axis=axis, keepdims=keepdims)
     return sum(x * w, axis=axis, keepdims=keepdims) / total
+
+
+# ---- NaN-ignoring reductions ------------------------------------------------------------------
+def _nans(x: Any) -> Any:
+    return np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
+
+
+@implements(np.nansum)
+def nansum(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+           initial: Any = None, where: Any = None) -> Any:
+    x = asarray(x)
+    return sum(np.where(_nans(x), 0, x), axis=axis, dtype=dtype, out=out, keepdims=keepdims,
+               initial=initial, where=where)
+
+
+@implements(np.nanmean)
+def nanmean(x: Any, axis: Any = None, dtype: Any = None, out: Any = None,
+            keepdims: bool = False, *, where: Any = None) -> Any:
+    """The mean of the non-NaN elements: NaN for an all-NaN slice (numpy also warns, which a
+    compiled program cannot: the values are not known when it is traced)."""
+    x = asarray(x)
+    kept = ~_nans(x)
+    if where is not None and where is not True:
+        kept = kept & where
+    return mean(x, axis=axis, dtype=dtype, out=out, keepdims=keepdims, where=kept)
+
+
+def _nan_extremum(fn: Any, name: str, x: Any, axis: Any, keepdims: bool, initial: Any,
+                  where: Any) -> Any:
+    """max/min of the non-NaN elements (NaN for an all-NaN slice, as numpy, without its
+    warning)."""
+    x = asarray(x)
+    if x.dtype.kind != "f":
+        return fn(x, axis=axis, keepdims=keepdims, initial=initial, where=where)
+    nan = np.isnan(x)
+    fill = -math.inf if name == "max" else math.inf
+    out = fn(np.where(nan, fill, x), axis=axis, keepdims=keepdims, initial=initial,
+             where=where)
+    everywhere = all(nan, axis=axis, keepdims=keepdims)
+    return out if initial is not None else np.where(everywhere, math.nan, out)
+
+
+@implements(np.nanmax)
+def nanmax(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False,
+           initial: Any = None, where: Any = None) -> Any:
+    reject("numpy.nanmax", out=out)
+    return _nan_extremum(max, "max", x, axis, keepdims, initial, where)
+
+
+@implements(np.nanmin)
+def nanmin(x: Any, axis: Any = None, out: Any = None, keepdims: bool = False,
+           initial: Any = None, where: Any = None) -> Any:
+    reject("numpy.nanmin", out=out)
+    return _nan_extremum(min, "min", x, axis, keepdims, initial, where)
+
+
+@implements(np.nan_to_num)
+def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None,
+               neginf: Any = None) -> Any:
+    """NaN -> `nan`, +-inf -> `posinf`/`neginf` (the dtype's largest finite values by
+    default); the gradient is 1 at finite elements, 0 at replaced ones."""
+    x = asarray(x)
+    if x.dtype.kind != "f":
+        return x
+    big = np.finfo(x.dtype).max
+    posinf = big if posinf is None else posinf
+    neginf = -big if neginf is None else neginf
+    x = np.where(x == math.inf, cast(posinf, x.dtype), x)
+    x = np.where(x == -math.inf, cast(neginf, x.dtype), x)
+    return np.where(np.isnan(x), cast(nan, x.dtype), x)
 
 
 REDUCERS = {np.add: sum, np.multiply: prod, np.maximum: max, np.minimum: min,
