@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..avals import dtype_name
-from ..errors import (ConcretizationError, ShapeError, UnsupportedOperationError, at_source,
-                      user_source)
+from ..avals import Aval, dtype_name
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import index as I
 from ..ops import layout as L
 from ..ops import random as RB
@@ -37,6 +36,11 @@ INDEX = np.dtype(np.int64)
 
 def _error(message: str) -> Exception:
     return ShapeError(at_source(message, user_source()))
+
+
+def _aval(x: Any) -> Aval:
+    """x's shape and dtype, for error messages (f64[3,4])."""
+    return Aval(tuple(x.shape), np.dtype(dtype_of(x)))
 
 
 def _line_axis(a: Any, axis: Any, what: str) -> tuple[Any, int]:
@@ -83,7 +87,7 @@ def _checked_kth(x: Any, kth: Any, axis: int, what: str) -> None:
     for k in np.atleast_1d(np.asarray(kth)).tolist():
         if not -n <= k < n:
             raise _error(f"{what}: kth {k} is out of bounds for an axis of length {n} "
-                         f"({x.dtype}{list(x.shape)}, axis {axis})")
+                         f"({_aval(x)}, axis {axis})")
 
 
 @implements(np.partition)
@@ -192,7 +196,7 @@ def _quantile(a: Any, q: Any, axis: Any, method: str, keepdims: bool, what: str,
             f"{', '.join(METHODS)})", user_source()))
     axes = normalize_axes(axis, x.ndim, what)
     if any(x.shape[d] == 0 for d in axes):
-        raise _error(f"{what}: no quantile of an empty axis ({x.dtype}{list(x.shape)}, "
+        raise _error(f"{what}: no quantile of an empty axis ({_aval(x)}, "
                      f"axis {axis})")
     s = _sorted_last(x, axes, what)
     n, qdim = s.shape[-1], np.ndim(q)
@@ -266,7 +270,7 @@ def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any:
 # ---- unique: only with a static size ---------------------------------------------------------
 def _traced_unique(x: Any) -> UnsupportedOperationError:
     return UnsupportedOperationError(at_source(
-        f"numpy.unique: how many distinct values a traced array ({x.dtype}{list(x.shape)}) "
+        f"numpy.unique: how many distinct values a traced array ({_aval(x)}) "
         f"holds is known only when the program runs, so the result has no static shape.\n"
         f"  - pass an upper bound: tj.unique(x, size=n) gives n values (as "
         f"jax.numpy.unique(x, size=n)), the ones past the count set to fill_value (default: "
@@ -287,11 +291,10 @@ def unique(ar: Any, return_index: bool = False, return_inverse: bool = False,
     if size is None:
         if not isinstance(x, Tracer):
             return np.unique(x, return_index, return_inverse, return_counts, equal_nan=equal_nan)
-        try:
-            value = np.asarray(x)                   # known while recording (GradientTape)
-        except ConcretizationError:
-            raise _traced_unique(x) from None
-        size = len(np.unique(value, equal_nan=equal_nan))
+        known = getattr(x, "numpy", None)       # the value, while GradientTape records
+        if known is None:
+            raise _traced_unique(x)
+        size = len(np.unique(known(), equal_nan=equal_nan))   # (only the count is read)
     parts = _unique_sized(x, int(size), fill_value, equal_nan)
     chosen = [True, return_index, return_inverse, return_counts]
     results = [p for p, keep in zip(parts, chosen) if keep]
