@@ -14,6 +14,7 @@ Integer and boolean constants (indices, masks, exponents) are closed over, so ev
 from __future__ import annotations
 
 import dataclasses
+import warnings
 import zlib
 from typing import Any, Callable, Sequence
 
@@ -130,6 +131,7 @@ UNARY = [
     (np.square, None, REAL, True), (np.reciprocal, None, NONZERO, True),
     (np.exp2, None, REAL, True), (np.log2, None, POS, True), (np.log10, None, POS, True),
     (np.deg2rad, None, REAL, True), (np.rad2deg, None, REAL, True),
+    (np.radians, None, REAL, True), (np.degrees, None, REAL, True),
 ]
 BINARY = [
     (np.add, E.add, REAL, True), (np.subtract, E.sub, REAL, True),
@@ -685,6 +687,116 @@ def _scatter_ref(x, u):
 
 row("prim_scatter_add", lambda x, u: I.scatter_add(x, np.array([0, 2, 0]), u, axis=1),
     shapes=(((2, 4), (2, 3)),), prim="scatter_add", ref=_scatter_ref)
+
+# ---- numerical routines and array creation (numpy_api/numeric.py, creation.py) ---------------
+# Shapes that collide (square, size 1, size 0) and both operand orders of the two-signal ones.
+def _quiet_cross(a, b, **kw):
+    """np.cross on 2-vectors: deprecated by numpy 2 (a DeprecationWarning), still supported."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return np.cross(a, b, **kw)
+
+
+row("cross_2_vectors", _quiet_cross, shapes=(((2,), (2,)), ((4, 2), (2,)), ((2,), (3,)),
+                                             ((3,), (2, 2)), ((1, 2), (1, 3))),
+    covers=(np.cross,))
+row("cross_2_axes", lambda a, b: _quiet_cross(a, b, axisa=0, axisb=1, axisc=0),
+    shapes=(((2, 3), (3, 3)), ((3, 4), (4, 2))), covers=(np.cross,))
+_SIGNALS = (((5,), (3,)), ((3,), (5,)), ((4,), (4,)), ((1,), (3,)), ((3,), (1,)), ((2,), (5,)))
+for _mode in ("full", "same", "valid"):
+    row(f"convolve_{_mode}", lambda a, v, _m=_mode: np.convolve(a, v, _m), shapes=_SIGNALS,
+        grad2=True, covers=(np.convolve,), int_fn=lambda a, v, _m=_mode: np.convolve(a, v, _m))
+    row(f"correlate_{_mode}", lambda a, v, _m=_mode: np.correlate(a, v, _m), shapes=_SIGNALS,
+        grad2=True, covers=(np.correlate,))
+row("convolve_constant", lambda v: np.convolve(np.array([1, -2, 0.5, 3], v.dtype), v, "same"),
+    shapes=(((2,),), ((6,),)), covers=(np.convolve,))
+row("polyval", np.polyval, shapes=(((4,), (2, 3)), ((1,), (3,)), ((3,), ()), ((0,), (2,)),
+                                   ((3,), (0, 2))), grad2=True, covers=(np.polyval,))
+row("polyval_constant_p", lambda x: np.polyval([2.0, -1.0, 0.5], x), grad2=True,
+    covers=(np.polyval,))
+row("kron", np.kron, shapes=(((2,), (3,)), ((2, 3), (3, 3)), ((1, 3), (3, 1)), ((), (2,)),
+                             ((0, 2), (2,)), ((2, 1, 2), (3, 2))),
+    grad2=True, covers=(np.kron,), int_fn=np.kron)
+row("trapezoid", lambda y: np.trapezoid(y), shapes=(((5,),), ((3, 3),), ((3, 1),), ((2, 0),)),
+    covers=(np.trapezoid,))
+row("trapezoid_x", lambda y, dx: np.trapezoid(y, np.cumsum(dx)),
+    shapes=(((2, 5), (5,)), ((3,), (3,)), ((1,), (1,))), domain=[REAL, POS], grad2=True,
+    covers=(np.trapezoid,))
+row("trapezoid_x_2d", lambda y, x: np.trapezoid(y, x, axis=0), shapes=(((4, 3), (4, 3)),),
+    grad2=True, covers=(np.trapezoid,))
+row("trapezoid_dx", lambda y, dx: np.trapezoid(y, dx=dx, axis=0), shapes=(((4, 3), ()),),
+    grad2=True, covers=(np.trapezoid,))
+if hasattr(np, "cumulative_sum"):          # numpy >= 2.1
+    row("cumulative_sum", lambda x: (np.cumulative_sum(x, axis=1),
+                                     np.cumulative_sum(x, axis=0, include_initial=True)),
+        shapes=(((3, 4),), ((3, 3),), ((1, 0),)), covers=(np.cumulative_sum,))
+    row("cumulative_sum_1d", lambda x: np.cumulative_sum(x, include_initial=True),
+        shapes=(((5,),), ((),), ((0,),)), covers=(np.cumulative_sum,))
+    row("cumulative_prod", lambda x: np.cumulative_prod(x, axis=-1, include_initial=True),
+        shapes=(((3, 4),), ((1,),)), domain=NONZERO, covers=(np.cumulative_prod,))
+# xp increasing: cumulative sums of positive steps (so xp is differentiated too, as in JAX);
+# x in (0, 5) falls below, between and above the knots
+row("interp", lambda x, steps, fp: np.interp(x, np.cumsum(steps), fp),
+    shapes=(((5,), (4,), (4,)), ((2, 3), (3,), (3,)), ((), (4,), (4,)), ((4,), (1,), (1,)),
+            ((0,), (2,), (2,))),
+    domain=[Domain(0.0, 5.0), POS, REAL], covers=(np.interp,))
+row("interp_left_right", lambda x, fp, lr: np.interp(x, [0.5, 1.0, 2.5, 3.0], fp, lr, lr * 2),
+    shapes=(((6,), (4,), ()),), domain=[Domain(0.0, 4.0), REAL, REAL], covers=(np.interp,))
+row("interp_period", lambda x, fp: np.interp(x, [350.0, 10.0, 90.0, 180.0], fp, period=360),
+    shapes=(((5,), (4,)),), domain=[Domain(-400.0, 400.0), REAL], covers=(np.interp,))
+row("interp_at_knots", lambda x, fp: np.interp(x, [0.0, 1.0, 1.0, 2.0], fp),  # value jumps at 1
+    args=lambda rng: [np.array([-1.0, 0.0, 0.5, 1.0, 2.0, 3.0]), np.array([1.0, 2.0, 4.0, 8.0])],
+    expect_grad=lambda ct, x, fp: [ct * [0, 0, 1, 0, 0, 0],
+                                   np.array([ct[0] + ct[1] + ct[2] / 2, ct[2] / 2, ct[3],
+                                             ct[4] + ct[5]])])
+row("linspace", lambda a, b: np.linspace(a, b, 5), shapes=(((), ()), ((3,), (3,)), ((2, 1), (3,))),
+    grad2=True, covers=(np.linspace,))
+row("linspace_options", lambda a, b: (*np.linspace(a, 2.0, 4, endpoint=False, retstep=True),
+                                      np.linspace(a, b, 3, axis=-1), np.linspace(a, b, 1),
+                                      np.linspace(a, b, 0)),
+    shapes=(((), ()), ((2,), (2,))), covers=(np.linspace,))
+row("logspace", lambda a, b: (np.logspace(a, b, 4), np.logspace(a, b, 3, base=2.0, axis=-1)),
+    shapes=(((), ()), ((3,), (3,))), covers=(np.logspace,))
+row("meshgrid", lambda x, y: np.meshgrid(x, y), shapes=(((3,), (2,)), ((3,), (3,)), ((0,), (2,))),
+    covers=(np.meshgrid,))
+row("meshgrid_ij_sparse", lambda x, y, z: (*np.meshgrid(x, y, z, indexing="ij"),
+                                           *np.meshgrid(x, y, sparse=True)),
+    shapes=(((2,), (1,), (3,)), ((2, 2), (), (2,))), covers=(np.meshgrid,))
+row("array_of_traced", lambda a, b: np.array([a, b * 2, 1.0]), shapes=(((), ()),),
+    covers=("constructor:array",))
+row("array_nested", lambda a, b: np.array([[a, b], [b, a + 1]]),
+    shapes=(((3,), (3,)), ((), ()), ((0,), (0,))), covers=("constructor:array",))
+row("asarray_traced", lambda x: (np.asarray(x) * 2, np.asarray([x[0], 2.0], dtype=x.dtype),
+                                 np.asanyarray([[x[-1]]]), np.array(x[0], ndmin=2)),
+    shapes=(((3,),), ((1,),)), covers=("constructor:asarray", "constructor:asanyarray",
+                                         "constructor:array"))
+row("full_traced", lambda v: (np.full((2, 3), v), np.full(3, v, dtype=v.dtype)),
+    shapes=(((),), ((3,),), ((1,),)), covers=("constructor:full",))
+row("one_hot", lambda x: np.eye(4)[np.argmax(x, axis=1)] * x, shapes=(((3, 4),), ((4, 4),)),
+    distinct=True)
+row("constant_by_traced_index", lambda x: (np.arange(8.0).reshape(4, 2) * 0.5)[
+    np.argmin(x, axis=0), 1] * x, shapes=(((4, 4),),), distinct=True)
+
+row("einsum_sublists", lambda a, b: (np.einsum(a, [0, 1, 2], b, [2, 3], [0, 3, 1]),
+                                     np.einsum(a, [0, 1, 26], b, [26, 3]),
+                                     np.einsum(a, [Ellipsis, 2], b, [2, 3], [Ellipsis, 3])),
+    shapes=(((2, 3, 4), (4, 5)), ((3, 3, 3), (3, 3)), ((1, 0, 2), (2, 1))), covers=(np.einsum,))
+row("einsum_sublist_trace", lambda a: np.einsum(a, [0, 0]), shapes=(((3, 3),), ((1, 1),)),
+    covers=(np.einsum,))
+row("real_imag", lambda x: (np.real(x), np.imag(x) + x, x.imag * 2, x.conj()),
+    covers=(np.real, np.imag))
+row("rollaxis", lambda x: (np.rollaxis(x, 2), np.rollaxis(x, 0, 2), np.rollaxis(x, -1, -2),
+                           np.rollaxis(x, 1, 3), np.rollaxis(x, 1, 1)),
+    shapes=CUBE + (((3, 3, 3),), ((1, 0, 2),)), covers=(np.rollaxis,))
+row("atleast_3d", lambda x: np.atleast_3d(x) * 2,
+    shapes=(((),), ((3,),), ((2, 3),), ((2, 3, 4),), ((0,),)), covers=(np.atleast_3d,))
+row("atleast_3d_several", lambda a, b: np.atleast_3d(a, b), shapes=(((3,), (2, 2)),),
+    covers=(np.atleast_3d,))
+row("hsplit", lambda x: (*np.hsplit(x, [1, 3]), *np.hsplit(x, 2)),
+    shapes=(((3, 4),), ((4,),), ((0, 4),)), covers=(np.hsplit,))
+row("vsplit", lambda x: np.vsplit(x, [1]), shapes=(((3, 4),), ((1, 1),)), covers=(np.vsplit,))
+row("dsplit", lambda x: np.dsplit(x, 2), shapes=(((2, 3, 4),), ((1, 1, 2),)),
+    covers=(np.dsplit,))
 
 # ---- random bits (ops/random.py): tj.random's distributions are tested in test_random.py -------
 def _counters(x):

@@ -3,8 +3,11 @@
 `EagerTrace.record` records an eqn like any trace, then runs the op's numpy implementation on
 the recorded values (`values`: var name -> array), so user code sees concrete values while
 they are recorded: an `EagerTracer` converts to its value (`float(loss)`, `if loss > 0:`,
-`print(y)`), numpy functions no rule records run on the values (their results are constants),
-and `tj.Variable`s among the operands are read as the trace's recorded value of them.
+`print(y)`), and `tj.Variable`s among the operands are read as the trace's recorded value of
+them. A numpy function no rule records runs on the values (its result is a constant), unless
+an operand depends on a watched value while a tape records (`EagerTrace.connected`): then the
+gradient through it would be lost, and it raises UnsupportedOperationError as in `tj.grad`;
+so does converting such a value to a numpy array (`np.asarray` inside a library).
 """
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .avals import aval_of
+from .errors import UnsupportedOperationError, at_source, user_source
+from .guards import caller_source
 from .ir import Lit, Var
-from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, refresh)
+from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer,
+                    function_name, refresh)
 from .variables import Variable
 
 
@@ -34,6 +40,14 @@ class EagerTracer(Tracer):
         return self.value
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        connected = _connected([self])
+        if connected is not None:
+            raise UnsupportedOperationError(at_source(
+                f"Converting a recorded value ({connected.aval}) that depends on a watched value "
+                f"to a numpy array (np.asarray, called by a numpy function tapejit does not "
+                f"record or by another library) inside a GradientTape would lose the gradient "
+                f"through it.\n  Compute with supported numpy functions, or read the value as a "
+                f"constant explicitly with `.numpy()`.", caller_source()))
         return np.asarray(self.value, dtype)
 
     def __bool__(self) -> bool:
@@ -58,15 +72,19 @@ class EagerTracer(Tracer):
         return self.value.tolist()
 
     # Variables among the operands are read first (their recorded values); what no rule
-    # records runs on the values (the result is a constant, as numpy code outside a tape)
+    # records runs on the values (the result is a constant, as numpy code outside a tape),
+    # unless that would lose a gradient
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         if func in FUNCTION_RULES:
             return super().__array_function__(func, types, _read(args), _read(kwargs))
+        _refuse_if_connected(function_name(func), (args, kwargs))
         return func(*_values(args), **_values(kwargs))
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         if (ufunc in UFUNC_RULES if method == "__call__" else method in METHOD_RULES):
             return super().__array_ufunc__(ufunc, method, *_read(inputs), **kwargs)
+        _refuse_if_connected(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else
+                                                          f".{method}"), (inputs, kwargs))
         return getattr(ufunc, method)(*_values(inputs), **_values(kwargs))
 
     def __format__(self, spec: str) -> str:
@@ -99,6 +117,8 @@ class EagerTrace(Trace):
         self.values: dict[str, Any] = {}
         self.recording: list[Any] = []       # the GradientTapes recording now
         self.variables: dict[int, tuple[Variable, np.ndarray, EagerTracer]] = {}
+        # the vars watched by a tape and those computed from them while a tape recorded
+        self.connected: set[str] = set()
 
     def atom(self, x: Any, dtype: np.dtype | None = None) -> Any:
         if isinstance(x, Variable):
@@ -115,6 +135,9 @@ class EagerTrace(Trace):
     def record(self, op: Any, args: Sequence[Any], params: dict[str, Any]) -> Any:
         out = super().record(op, args, params)
         eqn = self.eqns[-1]
+        if self.recording and any(isinstance(a, Var) and a.name in self.connected
+                                  for a in eqn.ins):
+            self.connected.update(o.name for o in eqn.outs if o.aval.is_float)
         result = op.impl(*(self.value_of(a) for a in eqn.ins), **params)
         results = result if len(eqn.outs) > 1 else (result,)
         for var, value in zip(eqn.outs, results):
@@ -149,6 +172,31 @@ class EagerTrace(Trace):
 def type_for(trace: Trace) -> type:
     """The tracer class of a trace's values."""
     return EagerTracer if isinstance(trace, EagerTrace) else Tracer
+
+
+def _connected(operands: Any) -> EagerTracer | None:
+    """An operand (nested in lists, tuples and dicts) whose value a recording tape would
+    differentiate: it depends on a watched value."""
+    if isinstance(operands, EagerTracer):
+        trace = operands._trace
+        return operands if trace.recording and operands._var.name in trace.connected else None
+    if isinstance(operands, (list, tuple)):
+        return next((c for c in map(_connected, operands) if c is not None), None)
+    if isinstance(operands, dict):
+        return _connected(list(operands.values()))
+    return None
+
+
+def _refuse_if_connected(name: str, operands: Any) -> None:
+    """Raise where `name` would run on values that a recording tape differentiates."""
+    connected = _connected(operands)
+    if connected is not None:
+        raise UnsupportedOperationError(at_source(
+            f"{name} is not supported on traced arrays: inside a GradientTape it would run "
+            f"on the values of a recorded {connected.aval} that depends on a watched value, "
+            f"and the gradient through it would be lost.\n  Compute it with the supported "
+            f"numpy functions (docs/api.md lists them), or, if its result is meant as a "
+            f"constant, call it inside `with tape.stop_recording():`.", user_source()))
 
 
 def _values(x: Any) -> Any:

@@ -203,12 +203,17 @@ class GradientTape:
         if not tracer.aval.is_float:
             raise DtypeError(at_source(f"watch: only floating-point values can be "
                                        f"differentiated, not {tracer.aval}", user_source()))
-        self._watched[tracer._var.name] = tracer._var
+        self._watch_var(tracer._var)
         return tracer
 
     def _watch_variable(self, variable: Any, var: Var) -> None:
         self._variables[id(variable)] = variable
+        self._watch_var(var)
+
+    def _watch_var(self, var: Var) -> None:
         self._watched[var.name] = var
+        if isinstance(self._trace, EagerTrace):
+            self._trace.connected.add(var.name)
 
     def watched_variables(self) -> tuple:
         """The Variables this tape watches, in the order they were first watched."""

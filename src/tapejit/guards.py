@@ -1,7 +1,18 @@
-"""numpy functions that cannot see tracers, guarded while a recording that is replayed is open.
+"""numpy functions that cannot see tracers, wrapped while a recording is open.
 
-A traced function runs once per signature and its tape is replayed on every later call. Two
-kinds of numpy calls go wrong there without ever reaching a tracer's `__array_function__`:
+Some numpy calls never reach a tracer's `__array_function__`: numpy's array constructors and
+numpy.random are not dispatched on their arguments. While a trace is open on some thread,
+these numpy module functions are wrapped (a wrapper acts only on a thread with a trace open):
+
+- constructors given traced values (`np.array([a, b])`, `np.asarray(x)`, `np.full(n, v)`)
+  record them, by the rules numpy_api/creation.py registers in `TRACED`: without the wrapper
+  numpy would ask the tracers for their values (an error, or in GradientTape's eager
+  recording a silent constant). Only the user's calls: an installed library (scipy, ...)
+  calls np.asarray to get a numpy array, and gets numpy's (which asks the tracer for its
+  value, and so raises a clear error) rather than a tracer it cannot use.
+
+While a replayed trace (`Trace.replays`: not GradientTape's eager recording, which runs the
+user's code again on every step) is open, also:
 
 - numpy.random: a draw made while tracing would be a constant of the tape, so every call
   would reuse the same numbers (dropout, noise injection), silently. It is an error
@@ -9,27 +20,29 @@ kinds of numpy calls go wrong there without ever reaching a tracer's `__array_fu
 - array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
   size and the fix (`static_argnums`).
+- the arrays constructors make are `trace.Constant`s: indexing one by a traced integer array
+  records a gather (`np.eye(k)[labels]`).
 
-While a replayed trace (`Trace.replays`: not GradientTape's eager recording, which runs the
-user's code again on every step) is open on some thread, those numpy module functions are
-wrapped; a wrapper checks only on a thread with such a trace open. They are installed when the
-first such trace opens and restored when the last one closes (also when tracing raised).
-numpy's Generator and RandomState types cannot be wrapped, so `trace_flat` also compares the
-states of the generators the traced function reaches by name (its globals, its closure, the
-attributes of a method's object) before and after tracing; a draw from one of them by another
-thread during the trace is reported too.
+The wrappers are installed when the first trace opens and restored when the last one closes
+(also when tracing raised). numpy's Generator and RandomState types cannot be wrapped, so
+`trace_flat` also compares the states of the generators the traced function reaches by name
+(its globals, its closure, the attributes of a method's object) before and after tracing; a
+draw from one of them by another thread during the trace is reported too.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
+import sysconfig
 import threading
 from typing import Any, Callable
 
 import numpy as np
 
 from .errors import ConcretizationError, RandomnessError, at_source, user_source
-from .trace import Tracer, set_replay_hooks
+from .trace import Constant, Tracer, set_open_hooks
 
 # numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
 SIZED: dict[str, tuple[tuple[int, str], ...]] = {
@@ -39,16 +52,27 @@ SIZED: dict[str, tuple[tuple[int, str], ...]] = {
     "arange": ((0, "start"), (1, "stop"), (2, "step")),
     "linspace": ((2, "num"),), "logspace": ((2, "num"),), "geomspace": ((2, "num"),),
 }
+# the constructors wrapped: those of SIZED and the conversions
+CONSTRUCTORS = (*SIZED, "array", "asarray", "asanyarray")
+# constructor name -> (does this call hold traced values?, the rule that records it)
+TRACED: dict[str, tuple[Callable[..., bool], Callable[..., Any]]] = {}
+# where installed libraries and the standard library live
+_LIBRARIES = tuple({path for key, path in sysconfig.get_paths().items()
+                    if key in ("purelib", "platlib", "stdlib", "platstdlib")})
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_HINTS = {"arange": " For a traced start or step with a fixed length n, write "
+                    "`start + step * np.arange(n)`."}
 
 
 class _Depth(threading.local):
     def __init__(self) -> None:
         self.traces = 0     # replayed traces open on this thread
+        self.any = 0        # traces of any kind open on this thread
 
 
 _depth = _Depth()
 _lock = threading.Lock()
-_open = 0                   # replayed traces open on every thread
+_open = 0                   # traces open on every thread
 _originals: dict[Any, dict[str, Callable[..., Any]]] = {}   # module -> name -> function
 _guards: dict[Any, dict[str, Callable[..., Any]]] = {}
 
@@ -62,13 +86,26 @@ def random_message(what: str) -> str:
             f"or draw them outside the traced function and pass them in as an argument.")
 
 
-def size_error(what: str, value: Any, src: Any) -> ConcretizationError:
+def caller_source() -> tuple[str, int] | None:
+    """The innermost frame outside tapejit and installed libraries (numpy, scipy, ...): the
+    user's line a library's call came from."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_LIBRARIES + (_PACKAGE, "<__array_function__")):
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def size_error(what: str, value: Any, src: Any, hint: str = "") -> ConcretizationError:
     """The error for a traced value used as an array size in `what`."""
     return ConcretizationError(at_source(
         f"{what}: a size is a traced value ({value!r}), but tapejit fixes every array's shape "
         f"when it records the function. Pass the size as a Python int marked static, e.g. "
         f"`tj.jit(f, static_argnums=1)` for `f(x, n)` (a new value traces again), or compute "
-        f"it from an argument's shape (`x.shape[0]` is a Python int while tracing).", src))
+        f"it from an argument's shape (`x.shape[0]` is a Python int while tracing).{hint}",
+        src))
 
 
 def traced_in(value: Any) -> Any:
@@ -91,30 +128,38 @@ def _random_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def _sized_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    sizes = SIZED[name]
+def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    sizes = SIZED.get(name, ())
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        if _depth.traces:
-            for position, keyword in sizes:
-                given = args[position] if position < len(args) else kwargs.get(keyword)
-                tracer = traced_in(given)
-                if tracer is not None:
-                    raise size_error(f"numpy.{name}", tracer, user_source())
-        return fn(*args, **kwargs)
+        if not _depth.any:
+            return fn(*args, **kwargs)
+        lowering = TRACED.get(name)
+        if lowering is not None and lowering[0](*args, **kwargs) and \
+                not sys._getframe(1).f_code.co_filename.startswith(_LIBRARIES):
+            return lowering[1](*args, **kwargs)
+        if not _depth.traces:
+            return fn(*args, **kwargs)
+        for position, keyword in sizes:
+            given = args[position] if position < len(args) else kwargs.get(keyword)
+            tracer = traced_in(given)
+            if tracer is not None:
+                raise size_error(f"numpy.{name}", tracer, user_source(), _HINTS.get(name, ""))
+        out = fn(*args, **kwargs)
+        return out.view(Constant) if type(out) is np.ndarray else out
     return guarded
 
 
 def _wrap_all() -> None:
     """Make the wrappers (once): numpy.random's module functions (not its classes) and the
-    constructors of `SIZED`."""
+    constructors of `CONSTRUCTORS`."""
     functions = {name: getattr(np.random, name) for name in np.random.__all__
                  if not isinstance(getattr(np.random, name), type)}
     _originals[np.random] = functions
     _guards[np.random] = {name: _random_guard(name, fn) for name, fn in functions.items()}
-    _originals[np] = {name: getattr(np, name) for name in SIZED}
-    _guards[np] = {name: _sized_guard(name, fn) for name, fn in _originals[np].items()}
+    _originals[np] = {name: getattr(np, name) for name in CONSTRUCTORS}
+    _guards[np] = {name: _constructor_guard(name, fn) for name, fn in _originals[np].items()}
 
 
 def _install() -> None:
@@ -129,27 +174,29 @@ def _uninstall() -> None:
         vars(module).update(functions)
 
 
-def trace_opened() -> None:
-    """A replayed trace opens on this thread."""
+def trace_opened(replays: bool) -> None:
+    """A trace opens on this thread (`replays`: one whose recording is replayed)."""
     global _open
-    _depth.traces += 1
+    _depth.traces += replays
+    _depth.any += 1
     with _lock:
         _open += 1
         if _open == 1:
             _install()
 
 
-def trace_closed() -> None:
-    """A replayed trace closes on this thread."""
+def trace_closed(replays: bool) -> None:
+    """A trace closes on this thread."""
     global _open
-    _depth.traces -= 1
+    _depth.traces -= replays
+    _depth.any -= 1
     with _lock:
         _open -= 1
         if _open == 0:
             _uninstall()
 
 
-set_replay_hooks(trace_opened, trace_closed)
+set_open_hooks(trace_opened, trace_closed)
 
 
 # -- generators the traced function reaches by name -------------------------------------------

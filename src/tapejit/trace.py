@@ -33,19 +33,19 @@ class _TraceStack(threading.local):
 _stack = _TraceStack()
 
 
-def _nothing() -> None:
+def _nothing(replays: bool) -> None:
     return None
 
 
-# called as a recording that is replayed opens and closes (installed by guards.py)
-_replay_hooks: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
+# called as a recording opens and closes, with its `replays` (installed by guards.py)
+_open_hooks: tuple[Callable[[bool], None], Callable[[bool], None]] = (_nothing, _nothing)
 
 
-def set_replay_hooks(opened: Callable[[], None], closed: Callable[[], None]) -> None:
-    """Installed once by guards.py (which wraps numpy functions while such a trace is open),
-    so this module depends on nothing above it."""
-    global _replay_hooks
-    _replay_hooks = (opened, closed)
+def set_open_hooks(opened: Callable[[bool], None], closed: Callable[[bool], None]) -> None:
+    """Installed once by guards.py (which wraps numpy functions while a trace is open), so
+    this module depends on nothing above it."""
+    global _open_hooks
+    _open_hooks = (opened, closed)
 
 
 class Trace:
@@ -64,15 +64,13 @@ class Trace:
         self.reverse_start: int | None = None  # set when an inlined joint tape's sweep begins
 
     def __enter__(self) -> "Trace":
-        if self.replays:
-            _replay_hooks[0]()
+        _open_hooks[0](self.replays)
         _stack.traces.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _stack.traces.pop()
-        if self.replays:
-            _replay_hooks[1]()
+        _open_hooks[1](self.replays)
 
     def extend(self, tape: Tape) -> list["Tracer"]:
         """Continue recording after `tape`'s eqns (used by autodiff to append the reverse
@@ -119,7 +117,7 @@ class Trace:
             var = self.new_var(aval, prefix="c")
             self._const_ids[id(x)] = var
             self.constvars.append(var)
-            self.consts.append(x)
+            self.consts.append(x)     # (held: its id keys _const_ids)
         return var
 
     def record(self, op: Op, args: Sequence[Any], params: dict[str, Any]) -> Any:
@@ -153,7 +151,8 @@ class Trace:
     def to_tape(self, invars: Sequence[Var], outs: Sequence[Any]) -> Tape:
         outvars = tuple(self.atom(o) for o in outs)
         return Tape(tuple(invars), tuple(self.eqns), outvars, tuple(self.constvars),
-                    tuple(self.consts), self.reverse_start)
+                    tuple(c.view(np.ndarray) if isinstance(c, Constant) else c
+                          for c in self.consts), self.reverse_start)
 
 
 _BOOL = np.dtype(np.bool_)
@@ -218,7 +217,7 @@ FUNCTION_RULES: dict[Any, Callable[..., Any]] = {}
 METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "accumulate", "at"
 
 
-def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
+def _concretization(what: str, tracer: "Tracer", extra: str = "") -> ConcretizationError:
     src = user_source()
     return ConcretizationError(at_source(
         f"{what} needs the concrete value of a traced array ({tracer.aval}), but tapejit records "
@@ -231,10 +230,10 @@ def _concretization(what: str, tracer: "Tracer") -> ConcretizationError:
         f"        y = tj.cond(x > 0, lambda x: np.sqrt(x), lambda x: -x, x)\n"
         f"    (both branches are traced; the compiled program runs the one `pred` picks); a "
         f"`while` on a traced value is `tj.while_loop(cond_fn, body_fn, init)`;\n"
-        f"  - to build an array from traced values use np.stack/np.concatenate, and create "
+        f"  - to build an array from traced values write np.array([a, b]) or np.stack, and create "
         f"buffers you assign into with np.zeros_like(x) rather than np.zeros(n)\n"
         f"    (`out = np.zeros(3); out[0] = traced` needs a concrete number);\n"
-        f"  - pass values that really are constants through `static_argnums`.", src))
+        f"  - pass values that really are constants through `static_argnums`.{extra}", src))
 
 
 class Tracer:
@@ -296,12 +295,15 @@ class Tracer:
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         rule = FUNCTION_RULES.get(func)
         if rule is None:
-            name = f"{func.__module__}.{func.__name__}".replace("numpy.linalg._linalg", "numpy.linalg")
-            raise _unsupported(name, FUNCTION_RULES)
+            raise _unsupported(function_name(func), FUNCTION_RULES)
         return rule(*args, **kwargs)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        raise _concretization("Converting to a numpy array (np.asarray/np.array)", self)
+        raise _concretization(
+            "Converting to a numpy array (np.asarray/np.array)", self,
+            "\n  - to index a numpy array made outside the function by a traced integer array, "
+            "write `np.take(table, idx, axis=0)` (arrays made inside, e.g. `np.eye(k)[labels]`, "
+            "index directly).")
 
     # --- concretization -------------------------------------------------------------------------
     def __bool__(self) -> bool:
@@ -324,6 +326,31 @@ class Tracer:
 
     def tolist(self) -> Any:
         raise _concretization(".tolist()", self)
+
+
+def holds_tracer(x: Any) -> bool:
+    """Whether `x` is a tracer or a list/tuple holding one (at any depth)."""
+    if isinstance(x, Tracer):
+        return True
+    return isinstance(x, (list, tuple)) and any(map(holds_tracer, x))
+
+
+class Constant(np.ndarray):
+    """A numpy array that a numpy constructor made while a replayed recording was open
+    (guards.py): indexed by a traced integer array it records a gather (`np.eye(k)[labels]`,
+    the one-hot idiom), where a plain ndarray would ask the tracer for its value. Operations
+    on it keep the type; a trace records its value as a plain ndarray."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if holds_tracer(key):
+            return Tracer.__getitem__(self.view(np.ndarray), key)   # type: ignore[call-arg]
+        return super().__getitem__(key)
+
+
+def function_name(func: Any) -> str:
+    """A numpy function's public name: numpy.fft.fft, not numpy.fft._pocketfft.fft."""
+    module = ".".join(p for p in str(func.__module__).split(".") if not p.startswith("_"))
+    return f"{module}.{func.__name__}"
 
 
 def _unsupported(name: str, table: dict) -> UnsupportedOperationError:

@@ -76,8 +76,8 @@ class Variable:
 
     # -- numpy protocols: compute with the value ---------------------------------------------
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        if current_trace() is not None:
-            self.read()      # a clear error inside a transform's trace
+        if current_trace() is not None:     # a clear error inside a transform's trace, and
+            return self.read().__array__(dtype)     # inside a tape if it loses a gradient
         return np.asarray(self._value, dtype)
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:

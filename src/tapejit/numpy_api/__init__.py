@@ -5,8 +5,9 @@ numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasti
 `keepdims`, negative axes. Modules, each importing only this package and those before it:
 math (ufuncs), shape (layout functions), reductions (and the reducing ufunc methods), indexing
 (getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions),
-decompositions (np.linalg's matrix functions and norms), sorting (sort, median, quantile,
-searchsorted, unique).
+decompositions (np.linalg's matrix functions and norms), creation (np.array of traced values,
+np.full, np.linspace, np.meshgrid), numeric (interp, convolve, polyval, ...: compositions of
+the above), sorting (sort, median, quantile, searchsorted, unique).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
@@ -91,5 +92,6 @@ def reject(what: str, **given: Any) -> None:
 
 
 from . import math, shape, reductions, indexing, linalg, decompositions  # noqa: E402,F401
+from . import creation, numeric  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401
 from . import special  # noqa: E402,F401  (scipy.special, where scipy is importable)

@@ -3,6 +3,7 @@ and the matrix-structure functions trace diag diagonal tril triu cross; numpy 2'
 aliases of them (matmul tensordot outer vecdot matrix_transpose diagonal trace cross)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -85,12 +86,38 @@ def outer(a: Any, b: Any, out: Any = None) -> Any:
     return reshape(a, (a.size, 1)) * reshape(b, (1, b.size))
 
 
+_LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _sublist_spec(operands: tuple) -> tuple[str, tuple]:
+    """einsum's list form `(op0, sublist0, op1, sublist1, ..., [sublistout])` as subscripts
+    and operands: axis labels 0-25 are A-Z and 26-51 a-z (numpy's order), Ellipsis '...'."""
+    def letters(sublist: Any) -> str:
+        out = []
+        for s in sublist:
+            if s is Ellipsis:
+                out.append("...")
+            elif isinstance(s, (int, np.integer)) and 0 <= s < len(_LABELS):
+                out.append(_LABELS[s])
+            else:
+                raise ValueError(f"einsum: a sublist holds ints in [0, 52) and Ellipsis, not "
+                                 f"{s!r}")
+        return "".join(out)
+    odd = len(operands) % 2
+    arrays, subs = operands[0:len(operands) - odd:2], operands[1::2]
+    spec = ",".join(letters(s) for s in subs)
+    return spec + ("->" + letters(operands[-1]) if odd else ""), tuple(arrays)
+
+
 @implements(np.einsum)
-def einsum(subscripts: str, *operands: Any, optimize: Any = False, **kwargs: Any) -> Any:
-    if not isinstance(subscripts, str) or kwargs.get("out") is not None:
+def einsum(subscripts: Any, *operands: Any, optimize: Any = False, **kwargs: Any) -> Any:
+    """np.einsum('ij,jk->ik', a, b), or the list form np.einsum(a, [0, 1], b, [1, 2], [0, 2])."""
+    if kwargs.get("out") is not None:
         raise UnsupportedOperationError(at_source(
-            "numpy.einsum: only subscripts given as a string (and no out=) are supported on "
-            "traced arrays", user_source()))
+            "numpy.einsum: out= is not supported on traced arrays; use the result",
+            user_source()))
+    if not isinstance(subscripts, str):
+        subscripts, operands = _sublist_spec((subscripts,) + operands)
     spec = subscripts.replace(" ", "")
     inputs, arrow, output = spec.partition("->")
     specs = inputs.split(",")
@@ -211,16 +238,38 @@ implements(np.triu)(lambda m, k=0: _triangle(
 @implements(np.cross)
 def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
           axis: Any = None) -> Any:
+    """3-vectors, and numpy's deprecated 2-vectors (a missing z is 0; two 2-vectors give z)."""
     a, b = in_common_dtype([a, b], "numpy.cross")
     if axis is not None:
         axisa = axisb = axisc = axis
+    if a.ndim < 1 or b.ndim < 1:
+        raise ValueError("At least one array has zero dimension")
     a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
-    if a.shape[-1] != 3 or b.shape[-1] != 3:
-        raise UnsupportedOperationError("numpy.cross: only 3-vectors are supported on traced "
-                                        "arrays")
-    (a0, a1, a2), (b0, b1, b2) = ([x[..., i] for i in range(3)] for x in (a, b))
-    c = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+    if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
+        raise ShapeError(at_source(f"numpy.cross: incompatible dimensions for cross product "
+                                   f"{a.shape} x {b.shape} (dimension must be 2 or 3)",
+                                   user_source()))
+    if 2 in (a.shape[-1], b.shape[-1]):
+        warnings.warn("Arrays of 2-dimensional vectors are deprecated. Use arrays of "
+                      "3-dimensional vectors instead. (deprecated in NumPy 2.0)",
+                      DeprecationWarning, stacklevel=3)
+    (a0, a1, a2), (b0, b1, b2) = ([x[..., i] if i < x.shape[-1] else None for i in range(3)]
+                                  for x in (a, b))
+    z = _minus(_times(a0, b1), _times(a1, b0))
+    if a2 is None and b2 is None:
+        return z
+    c = stack([_minus(_times(a1, b2), _times(a2, b1)), _minus(_times(a2, b0), _times(a0, b2)),
+               z], axis=-1)
     return moveaxis(c, -1, axisc)
+
+
+def _times(p: Any, q: Any) -> Any:
+    return None if p is None or q is None else p * q
+
+
+def _minus(p: Any, q: Any) -> Any:
+    """p - q, where None is a component known to be 0."""
+    return p if q is None else -q if p is None else p - q
 
 
 Tracer.dot = dot

@@ -99,6 +99,8 @@ ufunc_rule(np.log2, lambda x: E.div(E.log(x), LN2))
 ufunc_rule(np.log10, lambda x: E.div(E.log(x), LN10))
 ufunc_rule(np.deg2rad, lambda x: E.mul(x, math.pi / 180))
 ufunc_rule(np.rad2deg, lambda x: E.mul(x, 180 / math.pi))
+ufunc_rule(np.radians, lambda x: E.mul(x, math.pi / 180))             # = deg2rad
+ufunc_rule(np.degrees, lambda x: E.mul(x, 180 / math.pi))             # = rad2deg
 ufunc_rule(np.hypot, lambda a, b: E.sqrt(E.add(E.mul(a, a), E.mul(b, b))))
 
 
@@ -164,6 +166,13 @@ def _bool_only(name: str, prim: Callable[..., Any]) -> Callable[..., Any]:
 for _uf, _prim in {np.bitwise_and: E.and_, np.bitwise_or: E.or_, np.bitwise_xor: E.xor,
                    np.invert: E.not_}.items():
     UFUNC_RULES[_uf] = _bool_only(_uf.__name__, _prim)
+
+
+# real arrays only (tapejit has no complex dtype): the real part is x, the imaginary part 0
+implements(np.real)(lambda x: asarray(x))
+implements(np.imag)(lambda x: np.zeros_like(x))
+Tracer.imag = property(lambda x: np.zeros_like(x))
+Tracer.conj = Tracer.conjugate = lambda x: x
 
 
 @implements(np.sinc)

@@ -1,6 +1,7 @@
-"""numpy layout functions -> layout primitives: reshape transpose swapaxes moveaxis expand_dims
-squeeze broadcast_to ravel concatenate stack hstack vstack split tile flip roll where clip diff
-*_like, and the matching Tracer methods (np.repeat and np.pad gather: indexing.py)."""
+"""numpy layout functions -> layout primitives: reshape transpose swapaxes moveaxis rollaxis
+expand_dims squeeze broadcast_to ravel atleast_*d concatenate stack hstack vstack split hsplit
+vsplit dsplit tile flip roll where clip diff *_like, and the matching Tracer methods (np.repeat
+and np.pad gather: indexing.py)."""
 from __future__ import annotations
 
 import builtins
@@ -101,6 +102,21 @@ def moveaxis(x: Any, source: Any, destination: Any) -> Any:
     return transpose(x, order)
 
 
+@implements(np.rollaxis)
+def rollaxis(x: Any, axis: int, start: int = 0) -> Any:
+    """Move `axis` to sit before position `start` (numpy's older moveaxis)."""
+    x = asarray(x)
+    n = x.ndim
+    ax = normalize_axis(axis, n, "numpy.rollaxis")
+    start = start + n if start < 0 else start
+    if not 0 <= start < n + 1:
+        raise np.exceptions.AxisError(f"'start' arg requires {-n} <= start < {n + 1}, but "
+                                      f"{start} was passed in")
+    order = [d for d in range(n) if d != ax]
+    order.insert(start - 1 if ax < start else start, ax)
+    return transpose(x, order)
+
+
 @implements(np.expand_dims)
 def expand_dims(x: Any, axis: Any) -> Any:
     x = asarray(x)
@@ -145,6 +161,14 @@ def _atleast_rule(n: int):
 
 implements(np.atleast_1d)(_atleast_rule(1))
 implements(np.atleast_2d)(_atleast_rule(2))
+
+
+@implements(np.atleast_3d)
+def atleast_3d(*arys: Any) -> Any:
+    """() -> (1, 1, 1), (n,) -> (1, n, 1), (m, n) -> (m, n, 1) (numpy's placement)."""
+    shapes = {0: lambda s: (1, 1, 1), 1: lambda s: (1,) + s + (1,), 2: lambda s: s + (1,)}
+    outs = [reshape(a, shapes[a.ndim](a.shape)) if a.ndim < 3 else a for a in map(asarray, arys)]
+    return outs[0] if len(outs) == 1 else outs
 
 
 def in_common_dtype(arrays: Sequence[Any], what: str) -> list[Any]:
@@ -209,13 +233,15 @@ def slice_axis(x: Any, axis: int, start: int, stop: int, step: int = 1) -> Any:
     return L.slice_(x, start=starts, limit=limits, step=steps)
 
 
-@implements(np.split, np.array_split)
-def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
+@implements(np.array_split)
+def array_split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     x = asarray(x)
-    ax = normalize_axis(axis, x.ndim, "numpy.split")
+    ax = normalize_axis(axis, x.ndim, "numpy.array_split")
     n = x.shape[ax]
     if isinstance(indices_or_sections, (int, np.integer)):
         sections = int(indices_or_sections)
+        if sections <= 0:
+            raise ValueError("number sections must be larger than 0.")
         sizes = [n // sections + (1 if i < n % sections else 0) for i in range(sections)]
         bounds = np.cumsum([0] + sizes).tolist()
     else:
@@ -223,6 +249,31 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
         bounds = [0] + [builtins.min(builtins.max(int(i) + n if i < 0 else int(i), 0), n)
                         for i in indices_or_sections] + [n]
     return [slice_axis(x, ax, a, builtins.max(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@implements(np.split)
+def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
+    """array_split, but a number of sections must divide the axis (numpy's ValueError)."""
+    x = asarray(x)
+    if isinstance(indices_or_sections, (int, np.integer)) and indices_or_sections and \
+            x.shape[normalize_axis(axis, x.ndim, "numpy.split")] % indices_or_sections:
+        raise ValueError("array split does not result in an equal division")
+    return array_split(x, indices_or_sections, axis)
+
+
+def _split_along(name: str, axis: int, min_ndim: int):
+    """hsplit (axis 1, or 0 for 1-d arrays), vsplit (axis 0), dsplit (axis 2)."""
+    def rule(x: Any, indices_or_sections: Any) -> list[Any]:
+        x = asarray(x)
+        if x.ndim < min_ndim:
+            raise ValueError(f"{name} only works on arrays of {min_ndim} or more dimensions")
+        return split(x, indices_or_sections, axis if x.ndim > 1 else 0)
+    return rule
+
+
+implements(np.hsplit)(_split_along("hsplit", 1, 1))
+implements(np.vsplit)(_split_along("vsplit", 0, 2))
+implements(np.dsplit)(_split_along("dsplit", 2, 3))
 
 
 @implements(np.tile)
@@ -322,12 +373,17 @@ implements(np.empty_like)(lambda a, dtype=None, order="K", subok=True, shape=Non
                           _filled(a, 0, dtype, shape))
 implements(np.full_like)(lambda a, fill_value, dtype=None, order="K", subok=True, shape=None,
                          **k: _filled(a, fill_value, dtype, shape))
-implements(np.copy)(lambda a, order="K", subok=False: Tracer(a._trace, a._var, a.weak))
+implements(np.copy)(lambda a, order="K", subok=False: copy_of(a))
 implements(np.shape)(lambda a: asarray(a).shape)
 implements(np.ndim)(lambda a: asarray(a).ndim)
 implements(np.size)(lambda a, axis=None: asarray(a).size if axis is None
                     else asarray(a).shape[axis])
 implements(np.round, np.around)(lambda a, decimals=0, out=None: _round(a, decimals, out))
+
+
+def copy_of(x: Any) -> Any:
+    """A new tracer of the same value, of the same kind (eager or not); a constant copied."""
+    return type(x)(x._trace, x._var, x.weak) if isinstance(x, Tracer) else np.array(x)
 
 
 def _round(x: Any, decimals: int, out: Any) -> Any:
@@ -350,14 +406,13 @@ def _reshape_method(x: Tracer, *shape: Any, order: str = "C") -> Any:
 
 
 def _flatten(x: Tracer, order: str = "C") -> Any:
-    flat = ravel(x, order)   # numpy's flatten copies: not a view
-    return Tracer(flat._trace, flat._var, flat.weak)
+    return copy_of(ravel(x, order))   # numpy's flatten copies: not a view
 
 
 for _name, _fn in {"reshape": _reshape_method, "ravel": ravel, "flatten": _flatten,
                    "squeeze": squeeze, "swapaxes": swapaxes, "clip": clip,
                    "astype": _astype, "round": lambda x, decimals=0: _round(x, decimals, None),
-                   "copy": lambda x, order="C": Tracer(x._trace, x._var, x.weak),
+                   "copy": lambda x, order="C": copy_of(x),
                    "transpose": transpose}.items():
     setattr(Tracer, _name, _fn)
 Tracer.T = property(lambda x: transpose(x))

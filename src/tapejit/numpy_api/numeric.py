@@ -1,0 +1,184 @@
+"""numpy's numerical routines as compositions of primitives: interp convolve correlate polyval
+kron trapezoid cumulative_sum cumulative_prod.
+
+Each follows numpy's own definition (result dtype, modes, edge values) so that it is
+differentiable in every traced operand: `interp` in x, fp and xp (as JAX's jnp.interp),
+`convolve`/`correlate` in both signals, `polyval` in the coefficients and x. Sliding windows
+are one `take` of a constant index matrix (a gather, so the reverse sweep is a scatter-add).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
+from ..ops import index as I
+from ..ops import layout as L
+from ..trace import Tracer
+from . import asarray, cast, implements, lift, normalize_axis
+from .reductions import cumprod, cumsum, sum as _sum
+from .shape import (broadcast_to_shape, concatenate, diff, expand_dims, flip, in_common_dtype,
+                    reshape, slice_axis, where)
+
+
+def _vector(x: Any, name: str, what: str) -> Any:
+    """A 1-d operand (0-d becomes 1-d, as numpy's ndmin=1); a clear error otherwise."""
+    x = np.atleast_1d(x)
+    if x.ndim != 1:
+        raise ShapeError(at_source(
+            f"numpy.{name}: {what} must be 1-d, got shape {x.shape}; for a batch, call it per "
+            f"row (a Python loop unrolls) or write the sum with np.einsum", user_source()))
+    if x.shape[0] == 0:
+        raise ValueError(f"{what} cannot be empty")
+    return x
+
+
+def _full_convolution(a: Any, v: Any, mode: str, name: str) -> Any:
+    """sum_i a[i] v[k - i] for the k of `mode`, with len(a) >= len(v) (numpy's core)."""
+    if mode not in ("full", "same", "valid"):
+        raise ValueError(f"numpy.{name}: mode must be 'full', 'same' or 'valid', not {mode!r}")
+    n, m = a.shape[0], v.shape[0]
+    lo, hi = {"full": (0, n + m - 1), "same": ((m - 1) // 2, (m - 1) // 2 + n),
+              "valid": (m - 1, n)}[mode]
+    padded = L.pad(lift(a), np.zeros((), a.dtype), lo=(m - 1,), hi=(m - 1,), interior=(0,))
+    windows = I.take(lift(padded), np.arange(lo, hi)[:, None] + np.arange(m), axis=0)
+    return _sum(windows * flip(v), axis=1)                   # windows[k, j] = a[k + j - m + 1]
+
+
+@implements(np.convolve)
+def convolve(a: Any, v: Any, mode: str = "full") -> Any:
+    a, v = in_common_dtype([_vector(a, "convolve", "a"), _vector(v, "convolve", "v")],
+                           "numpy.convolve")
+    if v.shape[0] > a.shape[0]:
+        a, v = v, a
+    return _full_convolution(a, v, mode, "convolve")
+
+
+@implements(np.correlate)
+def correlate(a: Any, v: Any, mode: str = "valid") -> Any:
+    """sum_n a[n + k] v[n]: a convolution with v reversed (numpy swaps the operands when v is
+    longer and reverses the result)."""
+    a, v = in_common_dtype([_vector(a, "correlate", "a"), _vector(v, "correlate", "v")],
+                           "numpy.correlate")
+    if v.shape[0] > a.shape[0]:
+        return flip(_full_convolution(v, flip(a), mode, "correlate"))
+    return _full_convolution(a, flip(v), mode, "correlate")
+
+
+@implements(np.polyval)
+def polyval(p: Any, x: Any) -> Any:
+    """Horner's rule, as numpy writes it: y = y * x + p[i] from y = zeros_like(x)."""
+    p, x = asarray(p), asarray(x)
+    y = np.zeros_like(x)
+    for i in range(p.shape[0] if p.ndim else 0):
+        y = y * x + p[i]
+    return y
+
+
+@implements(np.kron)
+def kron(a: Any, b: Any) -> Any:
+    """a's and b's axes interleaved (a_0, b_0, a_1, b_1, ...) by broadcasting, then merged."""
+    a, b = asarray(a), asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    nd = max(a.ndim, b.ndim)
+    a = reshape(a, (1,) * (nd - a.ndim) + a.shape)
+    b = reshape(b, (1,) * (nd - b.ndim) + b.shape)
+    product = (reshape(a, tuple(d for n in a.shape for d in (n, 1)))
+               * reshape(b, tuple(d for n in b.shape for d in (1, n))))
+    return reshape(product, tuple(p * q for p, q in zip(a.shape, b.shape)))
+
+
+@implements(np.trapezoid)
+def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Any:
+    """sum of d * (y[1:] + y[:-1]) / 2 along `axis`, d the spacing dx or diff(x)."""
+    y = asarray(y)
+    ax = normalize_axis(axis, y.ndim, "numpy.trapezoid")
+    d = dx
+    if x is not None:
+        x = asarray(x)
+        d = diff(x) if x.ndim == 1 else diff(x, axis=axis)
+        if x.ndim == 1:
+            d = reshape(d, tuple(d.shape[0] if k == ax else 1 for k in range(y.ndim)))
+    n = y.shape[ax]
+    pairs = slice_axis(y, ax, min(1, n), n) + slice_axis(y, ax, 0, max(n - 1, 0))
+    return _sum(d * pairs / 2.0, axis=ax)
+
+
+def _cumulative(fn: Any, initial: float, name: str):
+    """numpy 2's cumulative_sum / cumulative_prod: cumsum / cumprod whose axis may be left out
+    only for 1-d input, with `include_initial` prepending the identity."""
+    def rule(x: Any, /, *, axis: Any = None, dtype: Any = None, out: Any = None,
+             include_initial: bool = False) -> Any:
+        x = np.atleast_1d(x)
+        if axis is None:
+            if x.ndim > 1:
+                raise ValueError(f"numpy.{name}: for arrays which have more than one "
+                                 f"dimension ``axis`` argument is required.")
+            axis = 0
+        result = fn(x, axis=axis, dtype=dtype, out=out)
+        if not include_initial:
+            return result
+        ax = normalize_axis(axis, x.ndim, f"numpy.{name}")
+        shape = tuple(1 if k == ax else n for k, n in enumerate(x.shape))
+        first = broadcast_to_shape(np.asarray(initial, result.dtype), shape)
+        return concatenate([first, result], axis=ax)
+    return rule
+
+
+if hasattr(np, "cumulative_sum"):        # numpy >= 2.1
+    implements(np.cumulative_sum)(_cumulative(cumsum, 0, "cumulative_sum"))
+    implements(np.cumulative_prod)(_cumulative(cumprod, 1, "cumulative_prod"))
+
+
+@implements(np.interp)
+def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None,
+           period: Any = None) -> Any:
+    """Piecewise-linear interpolation, in float64 as numpy computes it; xp increasing.
+    Below xp[0] the value is `left` (default fp[0]), above xp[-1] `right` (default fp[-1]);
+    at a knot, fp there. Differentiable in x, fp and xp (the interval index is not)."""
+    x, xp, fp = (cast(asarray(v), np.dtype(np.float64)) for v in (x, xp, fp))
+    if xp.ndim != 1 or fp.ndim != 1:
+        raise ShapeError(at_source(f"numpy.interp: xp and fp must be 1-d, got shapes "
+                                   f"{xp.shape} and {fp.shape}", user_source()))
+    if xp.shape[0] == 0:
+        raise ValueError("array of sample points is empty")
+    if xp.shape != fp.shape:
+        raise ValueError(f"fp and xp are not of the same length ({fp.shape[0]} and "
+                         f"{xp.shape[0]}).")
+    if period is not None:
+        x, xp, fp = _periodic(x, xp, fp, period)
+        left = right = None
+    first, last = xp[0], xp[-1]
+    left = fp[0] if left is None else left
+    right = fp[-1] if right is None else right
+    m = xp.shape[0]
+    if m == 1:
+        return where(x < first, left, where(x > first, right, fp[0]))
+    # j: the last knot <= x (xp[j] <= x < xp[j + 1]), clipped to an interval
+    count = _sum(expand_dims(x, -1) >= xp, axis=-1)
+    j = np.clip(count - 1, 0, m - 2)
+    x0, x1, f0, f1 = (I.take(lift(v), k, axis=0) for v, k in ((xp, j), (xp, j + 1),
+                                                               (fp, j), (fp, j + 1)))
+    width = x1 - x0
+    slope = (f1 - f0) / where(width == 0, 1.0, width)        # (no 0/0 in any derivative)
+    inside = where(x == x0, f0, where(x == x1, f1, slope * (x - x0) + f0))
+    return where(x < first, left, where(x > last, right, inside))
+
+
+def _periodic(x: Any, xp: Any, fp: Any, period: Any) -> tuple[Any, Any, Any]:
+    """numpy's periodic interp: x and xp modulo the period, xp sorted, one knot added at each
+    end (the order of xp is found at trace time, so xp and period must be constants)."""
+    if isinstance(xp, Tracer) or isinstance(period, Tracer):
+        raise UnsupportedOperationError(at_source(
+            "numpy.interp: period= with a traced xp or period would sort traced values; pass "
+            "xp and period as constants (a traced x and fp are fine)", user_source()))
+    if period == 0:
+        raise ValueError("period must be a non-zero value")
+    period = abs(float(period))
+    xp = np.asarray(xp) % period
+    order = np.argsort(xp)
+    xp, fp = xp[order], I.take(lift(fp), order, axis=0)
+    xp = np.concatenate((xp[-1:] - period, xp, xp[0:1] + period))
+    return x % period, xp, concatenate([fp[-1:], fp, fp[0:1]])
