@@ -58,7 +58,8 @@ def test_programs_cover_the_promised_features() -> None:
     for feature in ("[None]", "[:, None]", "keepdims=True", "axis=", ".T", "reshape", "[1:]",
                     "[::2]", "np.concatenate", "np.stack", "@", "np.einsum", "np.outer",
                     "np.dot", "np.where", "np.maximum", "np.exp", "np.log", "np.sqrt", "** 2",
-                    "tj.fori_loop", "tj.scan", "tj.cond", "i0", "np.take", ".max(", "np.mean"):
+                    "tj.fori_loop", "tj.scan", "tj.cond", "i0", "np.take", ".max(", "np.mean",
+                    "np.sort", "np.median"):
         assert feature in text, feature
     rng = np.random.default_rng(0)
     shapes = [program.describe(program.draw_sizes(rng)) for program in programs]

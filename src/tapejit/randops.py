@@ -248,6 +248,21 @@ class Builder:
         mag = v.mag * largest(gone) if kind == "sum" else v.mag
         return Made(text, dims, mag, (v.name,))
 
+    def order(self) -> Made | None:
+        """np.sort along an axis (also a negative one), or np.median over one."""
+        v = self.operand(lambda v: len(v.dims) > 0)
+        if v is None:
+            return None
+        rank = len(v.dims)
+        axis = int(self.rng.integers(rank))
+        if self.rng.random() < 0.5:
+            text = self.pick([f"np.sort({v.name}, axis={axis})",
+                              f"np.sort({v.name}, axis={axis - rank})"])
+            return Made(text, v.dims, v.mag, (v.name,))
+        self.require(v.dims[axis])
+        return Made(f"np.median({v.name}, axis={axis})", v.dims[:axis] + v.dims[axis + 1:],
+                    v.mag, (v.name,))
+
     def transpose(self) -> Made | None:
         v = self.operand(lambda v: len(v.dims) > 1)
         if v is None:
@@ -415,5 +430,5 @@ class Builder:
 
 
 TEMPLATES = [("unary", 3), ("binary", 4), ("outer", 2), ("pairwise", 1), ("reduce", 3),
-             ("transpose", 1.5), ("expand", 1.5), ("reshape", 1), ("slice", 1.5), ("take", 1.5),
-             ("concatenate", 1), ("product", 3), ("loop", 1)]
+             ("order", 1), ("transpose", 1.5), ("expand", 1.5), ("reshape", 1), ("slice", 1.5),
+             ("take", 1.5), ("concatenate", 1), ("product", 3), ("loop", 1)]
