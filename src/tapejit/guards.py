@@ -20,8 +20,9 @@ user's code again on every step) is open, also:
 - array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
   size and the fix (`static_argnums`).
-- the arrays constructors make are `trace.Constant`s: indexing one by a traced integer array
-  records a gather (`np.eye(k)[labels]`).
+- the arrays constructors make (and np.asarray's view of an array made outside) are
+  `trace.Constant`s: indexing one by a traced integer array records a gather
+  (`np.eye(k)[labels]`, `np.asarray(table)[labels]`).
 
 The wrappers are installed when the first trace opens and restored when the last one closes
 (also when tracing raised). numpy's Generator and RandomState types cannot be wrapped, so
