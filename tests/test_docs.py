@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+import doc_table
 from doc_snippets import matches, normalize, parse, session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +87,17 @@ def test_mkdocs_lists_every_page() -> None:
     pages = {doc.name for doc in DOCS if doc.parent.name == "docs"}
     assert nav == pages, f"mkdocs.yml's nav misses {sorted(pages - nav)}, " \
                          f"lists missing pages {sorted(nav - pages)}"
+
+
+def test_api_md_lists_every_supported_name() -> None:
+    """docs/api.md's table of supported numpy/scipy names is the op table's `covers=`."""
+    api = ROOT / "docs" / "api.md"
+    documented, made = doc_table.current(api), doc_table.table()
+    diff = "\n".join(difflib.unified_diff(documented, made, "docs/api.md", "tests/op_db.py",
+                                          lineterm=""))
+    assert documented == made, (f"docs/api.md's supported names differ from tests/op_db.py's "
+                                f"rows; run `python tests/doc_table.py --update docs/api.md`:\n"
+                                f"{diff}")
 
 
 def test_expected_output_matching() -> None:
