@@ -20,9 +20,9 @@ user's code again on every step) is open, also:
 - array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
   size and the fix (`static_argnums`).
-- the arrays constructors make (and np.asarray's view of an array made outside) are
-  `trace.Constant`s: indexing one by a traced integer array records a gather
-  (`np.eye(k)[labels]`, `np.asarray(table)[labels]`).
+- the arrays constructors make are `trace.Constant`s: indexing one by a traced integer
+  array records a gather (`np.eye(k)[labels]`, `np.array(table)[labels]`). np.asarray of an
+  existing array returns it as is (a constant used again stays one constant of the tape).
 
 The wrappers are installed when the first trace opens and restored when the last one closes
 (also when tracing raised). numpy's Generator and RandomState types cannot be wrapped, so
@@ -148,7 +148,9 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             if tracer is not None:
                 raise size_error(f"numpy.{name}", tracer, user_source(), _HINTS.get(name, ""))
         out = fn(*args, **kwargs)
-        return out.view(Constant) if type(out) is np.ndarray else out
+        if type(out) is not np.ndarray or (args and out is args[0]):
+            return out
+        return out.view(Constant)
     return guarded
 
 

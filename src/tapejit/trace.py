@@ -302,7 +302,7 @@ class Tracer:
         raise _concretization(
             "Converting to a numpy array (np.asarray/np.array)", self,
             "\n  - to index a numpy array made outside the function by a traced integer array, "
-            "write `np.asarray(table)[idx]` (arrays made inside, e.g. `np.eye(k)[labels]`, "
+            "write `np.array(table)[idx]` (arrays made inside, e.g. `np.eye(k)[labels]`, "
             "index directly).")
 
     # --- concretization -------------------------------------------------------------------------
