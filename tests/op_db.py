@@ -798,6 +798,26 @@ row("vsplit", lambda x: np.vsplit(x, [1]), shapes=(((3, 4),), ((1, 1),)), covers
 row("dsplit", lambda x: np.dsplit(x, 2), shapes=(((2, 3, 4),), ((1, 1, 2),)),
     covers=(np.dsplit,))
 
+row("dstack", lambda a, b, c: np.dstack([a, b, c]),
+    shapes=(((3,), (1, 3), (1, 3, 2)), ((2, 2), (2, 2), (2, 2, 1))), covers=(np.dstack,))
+row("polyder", lambda p: (np.polyder(p), np.polyder(p, 2), np.polyder(p, 0)),
+    shapes=(((4,),), ((1,),)), covers=(np.polyder,))
+row("polyadd_polysub_polymul", lambda a, b: (np.polyadd(a, b), np.polysub(b, a),
+                                             np.polymul(a, b)),
+    shapes=(((2,), (4,)), ((3,), (3,)), ((4,), (1,)), ((), (2,))),
+    covers=(np.polyadd, np.polysub, np.polymul))
+row("vander", lambda x: (np.vander(x), np.vander(x, 2, increasing=True), np.vander(x, 0)),
+    shapes=(((3,),), ((1,),), ((0,),)), covers=(np.vander,))
+row("vander_grad2", lambda x: np.vander(x, 4), grad2=True, shapes=(((3,),),), covers=(np.vander,))
+row("ediff1d", lambda x, b: (np.ediff1d(x), np.ediff1d(x, to_end=b, to_begin=[1.0, 2.0])),
+    shapes=(((2, 3), (2,)), ((1,), ()), ((0,), (1,))), covers=(np.ediff1d,))
+row("ptp", lambda x: (np.ptp(x), np.ptp(x, axis=1, keepdims=True), np.ptp(x, axis=0)),
+    shapes=(((3, 4),), ((3, 3),), ((1, 1),)), distinct=True, covers=(np.ptp,))
+row("select", lambda x, y: np.select([x > 0.5, x < -0.5], [x * 2, y], default=-1.0),
+    shapes=(((2, 3), (3,)), ((3, 3), (3, 1)), ((), ())), domain=NONZERO, covers=(np.select,))
+row("select_default_int", lambda x: np.select([x > 0], [x]), domain=NONZERO,
+    covers=(np.select,))
+
 # ---- random bits (ops/random.py): tj.random's distributions are tested in test_random.py -------
 def _counters(x):
     """Float inputs as uint32 counters."""

@@ -1,5 +1,6 @@
 """numpy's numerical routines as compositions of primitives: interp convolve correlate polyval
-kron trapezoid cumulative_sum cumulative_prod.
+polyder polyadd polysub polymul vander kron trapezoid ediff1d ptp select cumulative_sum
+cumulative_prod.
 
 Each follows numpy's own definition (result dtype, modes, edge values) so that it is
 differentiable in every traced operand: `interp` in x, fp and xp (as JAX's jnp.interp),
@@ -76,6 +77,52 @@ def polyval(p: Any, x: Any) -> Any:
     return y
 
 
+@implements(np.polyder)
+def polyder(p: Any, m: int = 1) -> Any:
+    """The m-th derivative's coefficients: p[i] times its power, m times (numpy's recursion)."""
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of derivative must be positive (see polyint)")
+    p = asarray(p)
+    n = p.shape[0] - 1
+    return p if m == 0 else polyder(p[:-1] * np.arange(n, 0, -1), m - 1)
+
+
+def _poly_combine(name: str, combine: Any):
+    """polyadd / polysub: the shorter coefficient vector padded with leading zeros."""
+    def rule(a1: Any, a2: Any) -> Any:
+        a1, a2 = np.atleast_1d(a1), np.atleast_1d(a2)
+        diff = a2.shape[0] - a1.shape[0]
+        if diff > 0:
+            a1 = concatenate([np.zeros(diff, a1.dtype), a1])
+        elif diff < 0:
+            a2 = concatenate([np.zeros(-diff, a2.dtype), a2])
+        return combine(a1, a2)
+    return rule
+
+
+implements(np.polyadd)(_poly_combine("polyadd", lambda a, b: a + b))
+implements(np.polysub)(_poly_combine("polysub", lambda a, b: a - b))
+implements(np.polymul)(lambda a1, a2: np.convolve(np.atleast_1d(a1), np.atleast_1d(a2)))
+
+
+@implements(np.vander)
+def vander(x: Any, N: Any = None, increasing: bool = False) -> Any:
+    """Columns x**0, x**1, ... (numpy's running products), highest power first by default."""
+    x = asarray(x)
+    if x.ndim != 1:
+        raise ValueError("x must be a one-dimensional array or sequence.")
+    n = x.shape[0] if N is None else int(N)
+    x = cast(x, np.promote_types(x.dtype, np.int64))
+    columns = [np.ones_like(x)][:n]
+    while len(columns) < n:
+        columns.append(x if len(columns) == 1 else columns[-1] * x)
+    if not columns:
+        return reshape(x[:0], (x.shape[0], 0))
+    v = np.stack(columns, axis=1)
+    return v if increasing else flip(v, 1)
+
+
 @implements(np.kron)
 def kron(a: Any, b: Any) -> Any:
     """a's and b's axes interleaved (a_0, b_0, a_1, b_1, ...) by broadcasting, then merged."""
@@ -104,6 +151,40 @@ def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Any:
     n = y.shape[ax]
     pairs = slice_axis(y, ax, min(1, n), n) + slice_axis(y, ax, 0, max(n - 1, 0))
     return _sum(d * pairs / 2.0, axis=ax)
+
+
+@implements(np.ediff1d)
+def ediff1d(ary: Any, to_end: Any = None, to_begin: Any = None) -> Any:
+    """Differences of the flattened array, with to_begin / to_end (flattened) around them."""
+    flat = reshape(asarray(ary), (-1,))
+    n = flat.shape[0]
+    begin, end = ([] if e is None else [cast(reshape(asarray(e), (-1,)), flat.dtype)]
+                  for e in (to_begin, to_end))
+    parts = begin + [slice_axis(flat, 0, min(1, n), n) - slice_axis(flat, 0, 0, max(n - 1, 0))]
+    return concatenate(parts + end) if len(parts + end) > 1 else parts[0]
+
+
+@implements(np.ptp)
+def ptp(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+    """max - min (each with max's and min's gradient: ties split evenly)."""
+    kept = {"keepdims": True} if keepdims else {}
+    return np.max(a, axis=axis, out=out, **kept) - np.min(a, axis=axis, out=out, **kept)
+
+
+@implements(np.select)
+def select(condlist: Any, choicelist: Any, default: Any = 0) -> Any:
+    """The choice of the first true condition, element by element, else `default`."""
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if not condlist:
+        raise ValueError("select with an empty condition list is not possible")
+    for i, cond in enumerate(condlist):
+        if asarray(cond).dtype != np.bool_:
+            raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray")
+    result = default
+    for cond, choice in reversed(list(zip(condlist, choicelist))):
+        result = where(cond, choice, result)
+    return result
 
 
 def _cumulative(fn: Any, initial: float, name: str):

@@ -1,7 +1,7 @@
 """numpy layout functions -> layout primitives: reshape transpose swapaxes moveaxis rollaxis
-expand_dims squeeze broadcast_to ravel atleast_*d concatenate stack hstack vstack split hsplit
-vsplit dsplit tile flip roll where clip diff *_like, and the matching Tracer methods (np.repeat
-and np.pad gather: indexing.py)."""
+expand_dims squeeze broadcast_to ravel atleast_*d concatenate stack hstack vstack dstack split
+hsplit vsplit dsplit tile flip roll where clip diff *_like, and the matching Tracer methods
+(np.repeat and np.pad gather: indexing.py)."""
 from __future__ import annotations
 
 import builtins
@@ -215,6 +215,11 @@ def hstack(tup: Sequence[Any], dtype: Any = None, casting: str = "same_kind") ->
 @implements(np.vstack)
 def vstack(tup: Sequence[Any], dtype: Any = None, casting: str = "same_kind") -> Any:
     return concatenate([_atleast_rule(2)(a) for a in tup], axis=0, dtype=dtype)
+
+
+@implements(np.dstack)
+def dstack(tup: Sequence[Any]) -> Any:
+    return concatenate([atleast_3d(a) for a in tup], axis=2)
 
 
 @implements(np.column_stack)
