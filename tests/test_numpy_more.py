@@ -291,3 +291,33 @@ def test_gradient_tape_one_hot_and_copies():
         y = np.sum(onehot * np.copy(x) * x.copy())
         assert float(y) == X[2] ** 2 and isinstance(np.copy(x), type(x))
     np.testing.assert_allclose(tape.gradient(y, x), [0.0, 0.0, 2 * X[2]])
+
+
+# ---- against JAX ---------------------------------------------------------------------------------
+@pytest.mark.usefixtures("interpreter")
+def test_gradients_match_jax():
+    """interp (in x, xp and fp), convolve/correlate modes, polyval, kron, trapezoid, linspace,
+    cross, vander and the one-hot idiom: JAX's gradients."""
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(5)
+    x, xp, fp = rng.uniform(-1, 5, 7), np.cumsum(rng.uniform(0.5, 1.5, 5)), rng.normal(size=5)
+    a, v, w = rng.normal(size=6), rng.normal(size=3), rng.normal(size=(6, 3))
+    cases = [
+        (lambda np_: lambda x, xp, fp: np_.sum(np_.interp(x, xp, fp) * w[:, 0].sum())),
+        (lambda np_: lambda a, v, _: sum(np_.sum(np_.convolve(a, v, m) ** 2)
+                                         + np_.sum(np_.correlate(v, a, m) ** 2)
+                                         for m in ("full", "same", "valid"))),
+        (lambda np_: lambda a, v, _: np_.sum(np_.polyval(v, a) * np_.kron(a[:2], v)[0])),
+        (lambda np_: lambda a, v, w: np_.trapezoid(w, a, axis=0).sum() + np_.sum(
+            np_.linspace(v[0], v[1], 4) ** 2) + np_.sum(np_.vander(v) ** 2)),
+        (lambda np_: lambda a, v, w: np_.sum(np_.cross(w[:2], v) * np_.eye(3)[
+            np_.argmax(w[:2], axis=1)])),
+    ]
+    for k, case in enumerate(cases):
+        args = (x, xp, fp) if k == 0 else (a, v, w)
+        ours = tj.grad(case(np), argnums=(0, 1, 2))(*args)
+        theirs = jax.grad(case(jnp), argnums=(0, 1, 2))(*args)
+        for o, t in zip(ours, theirs):
+            np.testing.assert_allclose(o, t, rtol=1e-10, atol=1e-12)
