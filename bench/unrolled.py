@@ -17,7 +17,8 @@ so this grows linearly: the slope (seconds per 1,000 ops) and the growth from th
 the longest loop over the growth of its ops (goal <= 1.2x: linear) are printed.
 
 First compiled gradient: every such row runs in fresh child processes (`--children` of them,
-median), each timing from just before its first call to after it returns, and reporting its
+median), each timing from just before its first call to after it returns (library imports
+done before: jax, and numba, which tapejit imports only when it first compiles), reporting its
 peak resident memory, imports included (VmHWM; see `peak_rss_mb`). A new program's first call
 may run on the interpreter (src/tapejit/first_call.py; programs with a loop compile on the
 first): a tapejit child calls again until `cache_info()` says a call compiled or loaded from
@@ -188,8 +189,12 @@ def value_and_grad(spec: dict) -> Callable[..., Any]:
 
 # ---- a fresh child process: the first compiled call ------------------------------------------
 def child(spec: dict) -> None:
-    """Time the first compiled call of one program and print one RESULT json line."""
+    """Time the first compiled call of one program and print one RESULT json line. Library
+    imports are not timed, for either library: `import jax` happens in `value_and_grad`, and
+    numba, which `import tapejit` leaves to the first compile, is imported here."""
     vg, args = value_and_grad(spec), arguments(spec["program"])
+    if spec["library"] == "tapejit":
+        import numba  # noqa: F401
     calls, (value, grad) = first_compiled(vg, args, spec["library"])
     counts = getattr(vg, "cache_info", dict)()
     out = {"calls": calls, "seconds": calls[-1][0], "value": float(value),
@@ -652,7 +657,8 @@ def main() -> None:
                    extra=f"first calls: {args.children} fresh child process"
                          f"{'es' * (args.children > 1)} per row")
     print("   first compiled gradient: the first call that ran compiled, timed in a fresh "
-          "process; its cache dir\n"
+          "process after the imports\n     (jax; numba, which tapejit imports at its first "
+          "compile); its cache dir\n"
           "     cold            a new empty TAPEJIT_CACHE_DIR: the program and the math kernels "
           "(codegen/vmath.py) compile\n"
           "     kernels cached  a copy of a dir where a warm-up child ran another program with "
