@@ -18,6 +18,7 @@ from tapejit.selfcheck import generate
 def tiny_segments(monkeypatch):
     """Segments of at most two ops: every program of more than two splits."""
     monkeypatch.setattr(segments, "MAX_SEGMENT_OPS", 2)
+    monkeypatch.setattr(segments, "SEGMENT_ABOVE", 2)
 
 
 def euler(p, steps=12):
@@ -51,9 +52,15 @@ def test_a_long_tape_becomes_a_chain_of_bounded_segments(tiny_segments):
         np.testing.assert_array_equal(got, want)
 
 
-def test_a_short_tape_stays_one_function():
+def test_a_short_tape_stays_one_function(monkeypatch):
     tape = optimize(tj.make_tape(lambda x: np.sin(x) * 2.0)(P))
     assert segments.segmented(tape) is tape
+    # longer than a segment, but not than SEGMENT_ABOVE: one function, without its overhead
+    monkeypatch.setattr(segments, "MAX_SEGMENT_OPS", 2)
+    tape = optimize(tj.make_tape(tj.grad(lambda p: np.sum(euler(p) ** 2)))(P))
+    assert sum(map(segments._weight, tape.eqns)) > 2 and segments.segmented(tape) is tape
+    monkeypatch.setattr(segments, "SEGMENT_ABOVE", 2)
+    assert segments.segmented(tape) is not tape
 
 
 @pytest.mark.parametrize("fn, args", [

@@ -4,7 +4,10 @@ numba's compile time grows faster than linearly with the size of one function (i
 reconstruction, type inference and LLVM's passes over one huge body), so a tape that stays long
 after re-rolling (a loop whose steps differ, thousands of distinct ops) compiles as functions of
 at most `MAX_SEGMENT_OPS` ops each, called in order by the entry point: compile time then grows
-linearly with the tape (bench/unrolled.py measures the slope).
+linearly with the tape (bench/unrolled.py measures the slope). Each function costs a fixed
+overhead, so a tape of at most `SEGMENT_ABOVE` ops stays one function (measured on the N-body
+gradient with cached kernels: 195 ops compiled in 4.7 s whole and 6.7 s as two segments; 370 ops
+in 11.6 s and 12.4 s; 720 ops in 35 s whole, 25 s in segments).
 
 A `segment` eqn's `body` is a sub-tape over the same values as the tape around it (dims.py
 gives both the same axis symbols, so small fixed sizes stay numbers in its source): its inputs
@@ -21,8 +24,8 @@ from ..interpret import apply_impl, evaluate
 from ..ir import Eqn, Tape, Var, sub_tapes
 from ..ops import HOST, OPS, UNROLLED, Kind, defop
 
-# ops per generated function: a function of this size compiles in about 0.3 s (bench/unrolled.py)
-MAX_SEGMENT_OPS = 120
+MAX_SEGMENT_OPS = 120     # ops per segment function
+SEGMENT_ABOVE = 400       # a tape of at most this many ops is one function
 
 
 def _shape(*avals: Aval, body: Tape) -> tuple[Aval, ...]:
@@ -54,11 +57,11 @@ segment = defop("segment", Kind.SEGMENT, _impl, shape=_shape, vjp=_vjp, multiple
 
 
 def segmented(tape: Tape) -> Tape:
-    """`tape`, or where it has more than `MAX_SEGMENT_OPS` ops, a chain of segments of at most
-    that many ops each (an eqn larger than that is a segment of its own)."""
+    """`tape`, or where it has more than `SEGMENT_ABOVE` ops, a chain of segments of at most
+    `MAX_SEGMENT_OPS` ops each (an eqn larger than that is a segment of its own)."""
     limit = MAX_SEGMENT_OPS
     weights = [_weight(eqn) for eqn in tape.eqns]
-    if sum(weights) <= limit:
+    if sum(weights) <= max(limit, SEGMENT_ABOVE):
         return tape
     parts: list[list[Eqn]] = [[]]
     size = 0
