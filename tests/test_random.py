@@ -204,6 +204,14 @@ def test_permutation():
     # a concrete key under tracing: the order is a constant of the program, x is traced
     shuffle = tj.jit(lambda x: tj.random.permutation(key, x), backend="numba")
     np.testing.assert_array_equal(shuffle(x * 1.0), x[tj.random.permutation(key, 3)])
+    # a traced key: the random bits and their argsort are traced, first and later calls
+    def shuffles(key, x):
+        return (tj.random.permutation(key, 5), tj.random.permutation(key, x, axis=1),
+                tj.random.permutation(key, x, axis=1, independent=True))
+    for backend in BACKENDS:
+        traced = tj.jit(shuffles, backend=backend)
+        for k in (key, tj.random.key(4), key):
+            _same(traced(k, x * 1.0), shuffles(k, x * 1.0))
 
 
 # ---- gradients ----------------------------------------------------------------------------------
@@ -254,8 +262,6 @@ def test_errors_say_what_to_do():
         tj.random.key(1.5)
     with pytest.raises(tj.ConcretizationError, match="static_argnums"):
         tj.jit(lambda key, n: tj.random.uniform(key, (n,)))(key, 3)
-    with pytest.raises(tj.UnsupportedOperationError, match="pass it in"):
-        tj.jit(lambda key: tj.random.permutation(key, 5))(key)
 
 
 def test_numpy_random_in_a_traced_function_points_to_tj_random():

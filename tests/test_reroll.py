@@ -426,14 +426,15 @@ def test_rerolled_tape_does_not_grow_with_steps():
 def test_tracing_and_rerolling_is_linear_in_steps():
     def seconds(steps):
         best = np.inf
-        for _ in range(2):
+        for _ in range(3):
             start = time.perf_counter()
             tape, loops = reroll(tj.make_tape(lambda x: chain(x, steps))(X))
             best = min(best, time.perf_counter() - start)
         assert [loop.steps for loop in loops] == [steps] and len(tape.eqns) < 5
         return best
 
-    assert seconds(10_000) < 20 * seconds(1_000)
+    # 10x the steps: linear work takes ~10x, quadratic 100x (the margin is for shared machines)
+    assert seconds(10_000) < 35 * seconds(1_000)
 
 
 # ---- settings and reports ------------------------------------------------------------------------

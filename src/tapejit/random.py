@@ -16,7 +16,7 @@ default): `key`, `split`, `fold_in`, `bits` and `uniform` give jax.random's numb
   those of counters (1, i) (JAX uses the inverse CDF: its normals differ from these);
 - `bernoulli`: uniform < p; `categorical`: the Gumbel-max trick, argmax(logits - log(-log u));
 - `randint`: 64 random bits modulo the range (bias below range / 2^64);
-- `permutation`: an argsort of 64 random bits (concrete keys only until sorting is traced).
+- `permutation`: a stable argsort of 64 random bits.
 Nothing is differentiated through a key (an integer array); `normal(key, s) * sigma + mu`
 differentiates in mu and sigma as usual (the reparameterisation trick).
 Float dtypes default to float64, as in numpy (JAX's default is float32).
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DtypeError, ShapeError, UnsupportedOperationError, at_source, user_source
+from .errors import DtypeError, ShapeError, at_source, user_source
 from .guards import size_error, traced_in
 from .numpy_api import asarray, cast, normalize_axis
 from .ops import random as R
-from .trace import FUNCTION_RULES, Tracer, bind_recorded
+from .trace import Tracer, bind_recorded
 
 __all__ = ["key", "split", "fold_in", "bits", "uniform", "normal", "bernoulli", "categorical",
            "randint", "permutation"]
@@ -157,12 +157,7 @@ def randint(key: Any, shape: Any, minval: Any, maxval: Any, dtype: Any = np.int6
 
 def permutation(key: Any, x: Any, axis: int = 0, independent: bool = False) -> Any:
     """A random permutation of range(x) for an integer x; for an array, x shuffled along
-    `axis` (each slice on its own with `independent`). Needs a concrete key for now."""
-    if isinstance(key, Tracer) and np.argsort not in FUNCTION_RULES:
-        raise _error(UnsupportedOperationError, "permutation", "the key is a traced value, "
-                     "and a permutation sorts random numbers, which traced code cannot do yet. "
-                     "Draw it outside the traced function from a concrete key and pass it in, "
-                     "e.g. `order = tj.random.permutation(sub, len(x)); step(params, x[order])`")
+    `axis` (each slice on its own with `independent`)."""
     traced = isinstance(key, Tracer)    # a concrete key's order is a constant of the trace
     if not isinstance(x, Tracer) and np.ndim(x) == 0:
         if np.asarray(x).dtype.kind not in "iu":
