@@ -8,6 +8,7 @@ axis symbols make the statement valid at every size the program may be given.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from typing import Callable
 
@@ -428,7 +429,56 @@ class Builder:
                 f"np.sum({c.name}, axis=0) * 0.0, {c.name})[{first}]")
         return Made(text, c.dims[1:] if first == 0 else c.dims, 2 * c.mag, (c.name,))
 
+    # -- linear algebra, order statistics, special functions -------------------------------
+    def linalg(self) -> Made | None:
+        """An np.linalg function of `v @ v.T + I`: symmetric, eigenvalues >= 1, so well
+        conditioned at every size (and no repeated-eigenvalue gradients: no eigh here)."""
+        v = self.operand(lambda v: len(v.dims) == 2)
+        if v is None:
+            return None
+        n, k = v.dims
+        self.require(n)
+        spd = f"({v.name} @ {v.name}.T + np.eye({v.name}.shape[0]))"
+        entry = 1 + largest((k,)) * v.mag ** 2          # a bound of its entries
+        w = self.operand(lambda u: len(u.dims) in (1, 2) and u.dims[0] == n)
+        choices = [(f"np.linalg.inv({spd})", (n, n), 1.0, ()),
+                   (f"np.linalg.cholesky({spd})", (n, n), math.sqrt(entry), ()),
+                   (f"np.linalg.slogdet({spd})[1]", (), largest((n,)) * math.log(
+                       largest((n,)) * entry), ())]
+        if w is not None:      # |S^-1 w| <= |w| (2-norms)
+            choices.append((f"np.linalg.solve({spd}, {w.name})", w.dims,
+                            w.mag * math.sqrt(largest(w.dims)), (w.name,)))
+        text, dims, mag, more = self.pick(choices)
+        return Made(text, dims, mag, (v.name, *more))
+
+    def quantile(self) -> Made | None:
+        """np.percentile / np.quantile over one axis, or np.cumsum along one."""
+        v = self.operand(lambda v: len(v.dims) > 0)
+        if v is None:
+            return None
+        axis = int(self.rng.integers(len(v.dims)))
+        if self.rng.random() < 0.4:
+            return Made(f"np.cumsum({v.name}, axis={axis})", v.dims,
+                        v.mag * largest(v.dims[axis:axis + 1]), (v.name,))
+        self.require(v.dims[axis])
+        text = self.pick([f"np.percentile({v.name}, 30.0, axis={axis})",
+                          f"np.quantile({v.name}, 0.75, axis={axis})"])
+        return Made(text, v.dims[:axis] + v.dims[axis + 1:], v.mag, (v.name,))
+
+    def special(self) -> Made | None:
+        """A scipy.special function (`sp` in the program's scope; unfit without scipy)."""
+        if importlib.util.find_spec("scipy") is None:
+            return None
+        v = self.operand()
+        text, mag = self.pick([("sp.expit({0})", 1.0), ("sp.erf({0})", 1.0),
+                               ("sp.gammaln({0} * {0} + 1.0)",
+                                (v.mag ** 2 + 1) * math.log(v.mag ** 2 + 2)),
+                               ("sp.xlogy({0} * {0}, {0} * {0} + 1.0)",
+                                v.mag ** 2 * math.log(v.mag ** 2 + 1))])
+        return Made(text.format(v.name), v.dims, mag, (v.name,))
+
 
 TEMPLATES = [("unary", 3), ("binary", 4), ("outer", 2), ("pairwise", 1), ("reduce", 3),
              ("order", 1), ("transpose", 1.5), ("expand", 1.5), ("reshape", 1), ("slice", 1.5),
-             ("take", 1.5), ("concatenate", 1), ("product", 3), ("loop", 1)]
+             ("take", 1.5), ("concatenate", 1), ("product", 3), ("loop", 1),
+             ("linalg", 0.7), ("quantile", 0.7), ("special", 0.7)]

@@ -145,6 +145,9 @@ class RandomProgram:
         source = self.source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         scope: dict[str, Any] = {"np": np, "tj": tapejit}
+        if "sp." in source:                 # randops' special template (scipy installed)
+            import scipy.special
+            scope["sp"] = scipy.special
         exec(compile(source, filename, "exec"), scope)
         return scope["f"]
 
