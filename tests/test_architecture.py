@@ -39,8 +39,8 @@ LAYERS = [
     ("programs", ["arguments", "programs"]),
     ("dispatch", ["dispatch"]),
     ("transforms", ["api", "transforms", "explain", "variables", "eager", "optimizers"]),
-    ("tools", ["gradient_tape", "cli", "demo", "selfcheck", "randprog", "randops", "__main__",
-               "__init__"]),
+    ("tools", ["gradient_tape", "cli", "demo", "selfcheck", "randprog", "randops", "dask",
+               "__main__", "__init__"]),
 ]
 
 # string displays that coincide with op names but are not about ops: (module, first element)

@@ -18,7 +18,9 @@ A transform (`value_and_grad`, `jit`, ...) is a `CachedTransform`. A call is loo
 Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
 most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
 it has been re-traced more than `RETRACE_WARNING` times. `cache_info()` reports what happened,
-`clear_cache()` empties every transform's cache and the disk cache.
+`clear_cache()` empties every transform's cache and the disk cache. A transform pickles as its
+function and options (`__reduce__`); unpickled in a process that has it already (a Dask worker
+getting it task after task), it is that process's transform, programs and all.
 
 In the layers: above arguments.py, programs.py, compile.py and first_call.py; below the
 transforms (api.py, transforms.py, gradient_tape.py), which subclass `CachedTransform`.
@@ -29,6 +31,7 @@ import dataclasses
 import functools
 import operator
 import threading
+import uuid
 import warnings
 import weakref
 from collections import OrderedDict
@@ -56,6 +59,33 @@ _STATIC = object()     # marks a static argument's part of a fast key
 # argument types the fast path takes (anything else goes through split_args)
 _FAST_SCALARS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32,
                            np.bool_])
+
+
+# what a transform has only in the process it runs in (`__reduce__` leaves them behind)
+_PER_PROCESS = frozenset(["_cache", "_fast", "_lock", "_info", "_last_miss", "_retraces",
+                          "_warned", "_cleared", "_static_at"])
+# token -> the transform of this process pickled or unpickled under it; the last few unpickled
+# are also kept alive, so a worker that gets a transform task after task keeps its programs
+_by_token: "weakref.WeakValueDictionary[str, CachedTransform]" = weakref.WeakValueDictionary()
+_unpickled: "OrderedDict[str, CachedTransform]" = OrderedDict()
+KEEP_UNPICKLED = 32
+_restore_lock = threading.Lock()
+
+
+def _restore(cls: type, token: str, state: dict[str, Any]) -> "CachedTransform":
+    """The transform pickled under `token`: this process's, or a new one with empty caches."""
+    with _restore_lock:
+        transform = _by_token.get(token)
+        if transform is None:
+            transform = cls.__new__(cls)
+            transform.__dict__.update(state)
+            transform._fresh()
+            _by_token[token] = transform
+        _unpickled[token] = transform
+        _unpickled.move_to_end(token)
+        while len(_unpickled) > KEEP_UNPICKLED:
+            _unpickled.popitem(last=False)
+    return transform
 
 
 def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -129,6 +159,10 @@ class CachedTransform:
         self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Empty caches, counts and lock: what a transform starts with in each process."""
         self._cache: OrderedDict[tuple, Specialization] = OrderedDict()
         self._fast: dict[tuple, tuple] = {}     # fast key -> (key, fn, tail, finish)
         self._lock = threading.Lock()
@@ -140,6 +174,18 @@ class CachedTransform:
         self._cleared = False
         self._static_at: dict[int, tuple[int, ...] | None] = {}
         _transforms.add(self)
+
+    def __reduce__(self) -> tuple:
+        """Pickled (cloudpickle, as Dask ships functions) as its function and options with a
+        token: unpickled again in one process, it is the transform that process already has,
+        with its programs, so a worker traces once per signature (and loads the compiled
+        program from its disk cache)."""
+        token = self.__dict__.get("_token")
+        if token is None:
+            token = self._token = uuid.uuid4().hex
+            _by_token[token] = self
+        state = {k: v for k, v in self.__dict__.items() if k not in _PER_PROCESS}
+        return _restore, (type(self), token, state)
 
     def cache_info(self) -> dict[str, Any]:
         """Counts of traces, first calls run on the interpreter, compiles, disk loads, cache
