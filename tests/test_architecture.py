@@ -3,8 +3,9 @@ switches on op names, and the modules import in one direction without cycles.
 
 - Registry: every op runs on the CPU (an elementwise template, a loop-nest view or reduction,
   a fused group, or a barrier's `cpu` emitter) and on CUDA (the same nest forms, a `cuda`
-  emitter, or `HOST`: run on the host between kernels), and every op batches (its kind, a
-  `batch` rule, or `UNROLLED`).
+  emitter, or `HOST`: run on the host between kernels), and every op batches: by its kind or
+  a `batch` rule; only user code (custom_vjp functions, njit kernels) and control flow are
+  `MAPPED` (run in a compiled loop over the batch axis).
 - Op names: outside `ops/`, no op-name string literal decides anything: not in a comparison
   with an eqn's `.op`, an `Eqn(...)`, an `OPS[...]` lookup, a registering decorator, or a table
   (a set, tuple, list or dict display) of op names. Code names an op through its object
@@ -21,7 +22,7 @@ import pathlib
 import pytest
 
 import tapejit  # noqa: F401  (registers every op)
-from tapejit.ops import HOST, OPS, UNROLLED, Kind
+from tapejit.ops import HOST, MAPPED, OPS, Kind
 
 SRC = pathlib.Path(tapejit.__file__).parent
 
@@ -38,7 +39,8 @@ LAYERS = [
     ("compile", ["explanation", "compile", "cuda_support", "first_call"]),
     ("programs", ["arguments", "programs"]),
     ("dispatch", ["dispatch"]),
-    ("transforms", ["api", "transforms", "explain", "variables", "eager", "optimizers"]),
+    ("transforms", ["api", "transforms", "vmap", "explain", "variables", "eager",
+                    "optimizers"]),
     ("tools", ["gradient_tape", "cli", "demo", "selfcheck", "randprog", "randops", "dask",
                "__main__", "__init__"]),
 ]
@@ -77,8 +79,13 @@ def test_every_op_has_cuda_code_or_runs_on_the_host(name):
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_op_batches(name):
     op = OPS[name]
-    assert op.kind is Kind.ELEMENTWISE or callable(op.batch) or op.batch == UNROLLED, (
-        f"op {name} has no batching rule and is not declared batch=UNROLLED")
+    if op.kind in (Kind.CALL, Kind.CONTROL):
+        assert callable(op.batch) or op.batch == MAPPED, (
+            f"op {name} has no batching rule and is not declared batch=MAPPED")
+    else:
+        assert op.kind is Kind.ELEMENTWISE or callable(op.batch), (
+            f"op {name} has no batching rule (only user code and control flow run in a "
+            f"compiled loop over the batch axis, batch=MAPPED)")
 
 
 # ---- op names ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from .api import grad, jit, make_tape, value_and_grad, vjp
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
 from .transforms import hessian, jacobian, jvp, jvp_cache_info
+from .vmap import vmap
 from .gradient_tape import GradientTape, TapeError, tape_cache_info
 from .variables import Variable
 from .dispatch import clear_cache
@@ -36,7 +37,7 @@ __all__ = [
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "CompiledMismatchError",
-    "explain", "Explanation", "optimizers", "random",
+    "explain", "Explanation", "optimizers", "random", "vmap",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",
     "jacobian", "hessian", "jvp", "jvp_cache_info", "custom_vjp", "stop_gradient",

@@ -3,22 +3,36 @@
 `batched_inline(tape, args, batched)` is `interpret.inline` for inputs of which those marked
 `batched` carry a leading batch axis of the same size (the others are shared by every batch
 element). Each eqn that reads a batched value is recorded once, on the whole batch, by the
-`batch` rule of its op record (elementwise ops by their kind); an op declared `UNROLLED` (or
-whose rule has no case for these operands) is recorded once per batch element and the results
-stacked (correct for every op, just longer). Outputs come back
-with their flags. `transforms.jacobian_tape` runs a reverse sweep this way on a batch of
-one-hot cotangents: every row of a Jacobian in one pass.
+`batch` rule of its op record (elementwise ops by their kind), so the tape does not grow with
+the batch size. An op declared `MAPPED` (user code: custom_vjp functions, njit kernels; control
+flow), or whose rule has no case for these operands (NotImplemented), runs in a compiled loop
+over the batch axis: the mapper control flow installs (`install_mapper`, a scan); without one
+it is an error at tracing. Outputs come back with their flags. `vmap.py` batches a function's
+tape this way; `transforms.jacobian_tape` runs a reverse sweep on a batch of one-hot
+cotangents: every row of a Jacobian in one pass.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .errors import UnsupportedOperationError, at_source, user_source
 from .ir import Lit, Tape
 from .ops import OPS, Kind
 from .ops import layout as L
 from .trace import bind_recorded, recording_source
+
+# fn(op, values, flags, params) -> out (a tuple for ops with several results)
+Mapper = Callable[[Any, list, list, dict], Any]
+_mapper: Mapper | None = None
+
+
+def install_mapper(fn: Mapper) -> None:
+    """Installed by control flow (a scan over the batch axis): how an op without a batching
+    rule runs on batched operands."""
+    global _mapper
+    _mapper = fn
 
 
 def batched_inline(tape: Tape, args: Sequence[Any], batched: Sequence[bool]
@@ -43,32 +57,59 @@ def batched_inline(tape: Tape, args: Sequence[Any], batched: Sequence[bool]
             elif op.kind is Kind.ELEMENTWISE:
                 out = _elementwise(op, values, flags, eqn.kw, eqn.outs[0].aval.ndim)
             else:
-                out = _batched(op, values, flags, eqn.kw)
+                out = _batched(op, values, flags, eqn.kw, eqn.src)
         outs = out if op.multiple_results else (out,)
         env.update((o.name, (v, any(flags))) for o, v in zip(eqn.outs, outs))
     return [read(o) for o in tape.outvars]
 
 
-def _size(values: list[Any], flags: list[bool]) -> int:
+def batched_body(body: Tape, values: Sequence[Any], flags: Sequence[bool]) -> tuple:
+    """A sub-tape's outputs on batched operands, every one with the batch axis (the batching
+    rule of ops that run a body: fused groups, segments)."""
+    size = batch_size(values, flags)
+    return tuple(v if f else broadcast_batch(v, size)
+                 for v, f in batched_inline(body, values, flags))
+
+
+def batch_size(values: Sequence[Any], flags: Sequence[bool]) -> int:
+    """The length of the batch axis of the flagged operands."""
     return next(np.shape(v)[0] for v, f in zip(values, flags) if f)
 
 
-def _batched(op: Any, values: list[Any], flags: list[bool], params: dict) -> Any:
-    """The op's batching rule applied, or the op once per batch element where it has none."""
-    if callable(op.batch):          # not UNROLLED
-        out = op.batch(lambda *xs, **p: bind_recorded(op, xs, p), values, flags, **params)
+def broadcast_batch(x: Any, size: int) -> Any:
+    """`x` repeated along a new leading batch axis of `size` (recorded)."""
+    return bind_recorded(L.broadcast_in_dim, [x], {
+        "shape": (size,) + np.shape(x), "dims": L.shifted(range(np.ndim(x)))})
+
+
+def _batched(op: Any, values: list[Any], flags: list[bool], params: dict, src: Any) -> Any:
+    """The op's batching rule applied, or the op mapped over the batch axis where it has none."""
+    if callable(op.batch):          # not MAPPED
+        out = op.batch(_Binder(op), values, flags, **params)
         if out is not NotImplemented:
             return out
-    return _unrolled(op, values, flags, params)
+    if _mapper is None:
+        raise UnsupportedOperationError(at_source(
+            f"vmap: {op.name} has no batching rule and runs in a compiled loop over the batch "
+            f"axis, which needs tapejit.control (import tapejit, not only its submodules)",
+            src or user_source()))
+    return _mapper(op, values, flags, params)
 
 
-def _unrolled(op: Any, values: list[Any], flags: list[bool], params: dict) -> Any:
-    """The op once per batch element, stacked (the rule of ops without one)."""
-    results = [bind_recorded(op, [v[b] if f else v for v, f in zip(values, flags)], params)
-               for b in range(_size(values, flags))]
-    if op.multiple_results:
-        return tuple(np.stack(list(outs)) for outs in zip(*results))
-    return np.stack(results)
+class _Binder:
+    """A batching rule's `bind`: `bind(*values, **params)` records its op (with new params),
+    `bind.record(other, *values, **params)` another op; both also on constants only (a fill is
+    an op of the tape, not a constant array)."""
+
+    def __init__(self, op: Any) -> None:
+        self.op = op
+
+    def __call__(self, *values: Any, **params: Any) -> Any:
+        return bind_recorded(self.op, values, params)
+
+    @staticmethod
+    def record(op: Any, *values: Any, **params: Any) -> Any:
+        return bind_recorded(op, values, params)
 
 
 def _elementwise(op: Any, values: list[Any], flags: list[bool], params: dict, rank: int) -> Any:

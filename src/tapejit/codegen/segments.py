@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..avals import Aval
+from ..batching import batched_body
 from ..errors import IRError
 from ..interpret import apply_impl, evaluate
 from ..ir import Eqn, Tape, Var, sub_tapes
-from ..ops import HOST, OPS, UNROLLED, Kind, defop
+from ..ops import HOST, OPS, Kind, defop
 
 MAX_SEGMENT_OPS = 120     # ops per segment function
 SEGMENT_ABOVE = 400       # a tape of at most this many ops is one function
@@ -52,8 +53,10 @@ def _cpu(kit: Any, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
         kit.line(f"{out} = {result}[{k}]")
 
 
+# batched: its body's eqns batched in its place
 segment = defop("segment", Kind.SEGMENT, _impl, shape=_shape, vjp=_vjp, multiple_results=True,
-                batch=UNROLLED, cpu=_cpu, cuda=HOST)
+                batch=lambda bind, xs, flags, *, body: batched_body(body, xs, flags),
+                cpu=_cpu, cuda=HOST)
 
 
 def segmented(tape: Tape) -> Tape:

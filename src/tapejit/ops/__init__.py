@@ -17,8 +17,10 @@ An `Op` holds, side by side, everything the pipeline needs to know about a primi
   axes for reductions, nothing for calls and control flow);
 - `batch(bind, values, flags, **params)`: its batching rule (batching.py): the op on values
   of which those flagged carry a leading batch axis, recorded through `bind(*values,
-  **params)` (this op with new params); NotImplemented where it has no rule for these flags.
-  `UNROLLED` declares that the op runs once per batch element. Elementwise ops batch by their kind.
+  **params)` (this op with new params; `bind.record(other_op, *values, **params)` records
+  another op, also on constants only); NotImplemented where it has no rule for these flags.
+  `MAPPED` declares that batching runs the op in a compiled loop over the batch axis (user
+  code, control flow). Elementwise ops batch by their kind.
 
 How the code generators run it (passes and backends read these; none switches on op names):
 - `scalar`: an elementwise op's per-element expression, operands `{0}`, `{1}`, ... and the
@@ -104,7 +106,8 @@ class Reduction:
 
 
 HOST = "host"          # `cuda=HOST`: the CUDA backend runs the op on the host
-UNROLLED = "unrolled"  # `batch=UNROLLED`: batching runs the op once per batch element
+MAPPED = "mapped"      # `batch=MAPPED`: batching runs the op in a compiled loop over the batch
+UNROLLED = MAPPED      # the old name, until control/primitives.py imports MAPPED
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

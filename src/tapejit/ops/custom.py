@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..avals import Aval
-from . import HOST, UNROLLED, Kind, defop, zero_vjp
+from . import HOST, MAPPED, Kind, defop, zero_vjp
 from . import axes as _axes
 
 RULES: dict[str, Any] = {}   # param string -> the object with the rule (custom.py)
@@ -39,7 +39,7 @@ def _marker_vjp(ct: Any, out: Any, *ins: Any, rule: str, index: int, n_out: int)
 
 custom_vjp_call = defop("custom_vjp_call", Kind.CALL,
                         lambda *ins, rule, index, n_out: ins[index],
-                        shape=_marker_shape, vjp=_marker_vjp, batch=UNROLLED,
+                        shape=_marker_shape, vjp=_marker_vjp, batch=MAPPED,
                         cpu=lambda k, eqn, ins, out: k.line(f"{out} = {ins[eqn.kw['index']]}"),
                         cuda=HOST)
 
@@ -67,4 +67,4 @@ def _kernel_cpu(k, eqn, ins, out):
 
 
 njit_call = defop("njit_call", Kind.CALL, _kernel_impl, shape=_kernel_shape, vjp=_kernel_vjp,
-                  batch=UNROLLED, cpu=_kernel_cpu, cuda=HOST)
+                  batch=MAPPED, cpu=_kernel_cpu, cuda=HOST)

@@ -29,7 +29,7 @@ from ..errors import DtypeError, ShapeError, UnsupportedOperationError
 from . import HOST, Kind, defop
 from . import axes as _axes
 from .elementwise import eq, select
-from .layout import broadcast_in_dim, shifted, slice_, transpose
+from .layout import broadcast_in_dim, slice_, transpose, with_batch
 from .linalg import dot_general
 
 
@@ -244,10 +244,7 @@ def _pinv_vjp(ct, p, a, *, rcond):
 # ---- batching and axes -----------------------------------------------------------------------
 def _batch(bind, xs, flags, **params):
     """The op maps over leading axes: an operand without the batch axis is broadcast to it."""
-    size = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
-    return bind(*[x if f else broadcast_in_dim(x, shape=(size,) + np.shape(x),
-                                               dims=shifted(range(np.ndim(x))))
-                  for x, f in zip(xs, flags)], **params)
+    return bind(*with_batch(bind, xs, flags), **params)
 
 
 def _solve_axes(ins, out, **params):

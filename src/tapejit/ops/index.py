@@ -7,12 +7,17 @@ each other's adjoint. Advanced numpy indexing over several axes lowers to these 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError
-from . import HOST, UNROLLED, Kind, defop
+from . import HOST, Kind, defop
 from . import axes as _axes
+from .elementwise import add
+from .layout import broadcast_in_dim, reshape, transpose, with_batch
+from .sort import scatter_add_along, take_along
 
 
 def _take_shape(x: Aval, idx: Aval, *, axis: int) -> Aval:
@@ -38,7 +43,6 @@ def _scatter_impl(x, idx, updates, *, axis):
 
 
 def _zeros_like(x):
-    from .layout import broadcast_in_dim
     return broadcast_in_dim(np.zeros((), x.dtype), shape=x.shape, dims=())
 
 
@@ -69,15 +73,53 @@ def _scatter_cpu(k, eqn, ins, out):
     k.line(f"{out} = {out}_o.reshape({sizes.shape(x)})")
 
 
+def _picks(idx, before: int, after: int):
+    """Batched indices (batch, *I) broadcast over (batch, before, prod(I), after) lines: what
+    take_along/scatter_add_along read, so example b's indices pick among its own lines."""
+    size, m = np.shape(idx)[0], math.prod(np.shape(idx)[1:])
+    return broadcast_in_dim(reshape(idx, shape=(size, m)), shape=(size, before, m, after),
+                            dims=(0, 2))
+
+
+def _take_batch(bind, xs, flags, *, axis):
+    x, idx = xs
+    if not flags[1]:
+        return bind(x, idx, axis=axis + 1)
+    if not flags[0]:          # shared operand: the batch axis lands at `axis`, moved first
+        out = bind(x, idx, axis=axis)
+        rank = len(np.shape(out))
+        return transpose(out, perm=(axis,) + tuple(d for d in range(rank) if d != axis))
+    size, shape = np.shape(x)[0], np.shape(x)[1:]
+    before, after = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    lines = reshape(x, shape=(size, before, shape[axis], after))
+    out = take_along(lines, _picks(idx, before, after), axis=2)
+    return reshape(out, shape=(size,) + shape[:axis] + np.shape(idx)[1:] + shape[axis + 1:])
+
+
+def _scatter_batch(bind, xs, flags, *, axis):
+    x, idx, updates = xs
+    if not flags[1]:          # shared indices: operand and updates get the batch axis
+        x, updates = with_batch(bind, [x, updates], [flags[0], flags[2]])
+        return bind(x, idx, updates, axis=axis + 1)
+    # indices per example: each example's updates go into zeros of its own lines, then x
+    _, updates = with_batch(bind, [idx, updates], [True, flags[2]])
+    size, shape = np.shape(idx)[0], np.shape(x)[1:] if flags[0] else np.shape(x)
+    before, after = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    m = math.prod(np.shape(idx)[1:])
+    lines = scatter_add_along(_picks(idx, before, after),
+                              reshape(updates, shape=(size, before, m, after)), axis=2,
+                              size=shape[axis])
+    return add(x, reshape(lines, shape=(size,) + shape))
+
+
 take = defop("take", Kind.INDEX, lambda x, idx, *, axis: np.take(x, idx, axis=axis),
              shape=_take_shape, axes=_axes.gathered,
              vjp=lambda ct, y, x, idx, *, axis: (
                  scatter_add(_zeros_like(x), idx, ct, axis=axis), None),
-             batch=lambda bind, xs, flags, *, axis:    # batched indices: no rule
-             NotImplemented if flags[1] else bind(*xs, axis=axis + 1),
+             batch=_take_batch,
              cpu=_take_cpu, cuda=HOST, fresh=True)
 scatter_add = defop("scatter_add", Kind.INDEX, _scatter_impl, shape=_scatter_shape,
                     axes=_axes.scattered,
                     vjp=lambda ct, y, x, idx, updates, *, axis: (
-                        ct, None, take(ct, idx, axis=axis)), batch=UNROLLED,
+                        ct, None, take(ct, idx, axis=axis)), batch=_scatter_batch,
                     cpu=_scatter_cpu, cuda=HOST, fresh=True)

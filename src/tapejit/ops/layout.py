@@ -16,6 +16,7 @@ from ..errors import DtypeError, ShapeError
 from ..ir import Var
 from . import Kind, Reduction, View, defop
 from . import axes as _axes
+from .elementwise import select
 
 
 def kept_dims(ndim: int, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -41,6 +42,20 @@ def batch_axes(bind, xs, flags, **p):
 def batch_axis(bind, xs, flags, **p):
     """The batching rule of an op of one operand whose param `axis` names its axis."""
     return bind(xs[0], **{**p, "axis": p["axis"] + 1})
+
+
+def no_operands(bind, xs, flags, **p):
+    """The batching rule of an op that reads no array (never batched): the op itself."""
+    return bind(*xs, **p)
+
+
+def with_batch(bind, xs, flags):
+    """Every operand with the batch axis: those without it broadcast (recorded by a batching
+    rule's `bind`, so a constant operand is not made a constant array of the batch's size)."""
+    size = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
+    return [x if f else bind.record(broadcast_in_dim, x, shape=(size,) + np.shape(x),
+                                    dims=shifted(range(np.ndim(x))))
+            for x, f in zip(xs, flags)]
 
 
 # ---- squeezes: reshapes and reductions that only add or remove unit axes --------------------
@@ -270,10 +285,20 @@ def _pad_view(eqn, read, sizes, idx):
 
 
 def _pad_batch(bind, xs, flags, *, lo, hi, interior):
-    if flags[1]:                               # a batched padding value: no rule
-        return NotImplemented
-    return bind(*xs, lo=(0,) + tuple(lo), hi=(0,) + tuple(hi),
-                interior=(0,) + tuple(interior))
+    x, value = xs
+    shifted_pad = dict(lo=(0,) + tuple(lo), hi=(0,) + tuple(hi), interior=(0,) + tuple(interior))
+    if not flags[1]:
+        return bind(x, value, **shifted_pad)
+    # a padding value per example: pad with zeros, then select each example's value where a
+    # mask (the padding of trues with false) is false
+    shape = np.shape(x)[1:] if flags[0] else np.shape(x)
+    zero = np.zeros((), x.dtype)
+    padded = bind(x, zero, **shifted_pad) if flags[0] else bind(x, zero, lo=lo, hi=hi,
+                                                                interior=interior)
+    trues = bind.record(broadcast_in_dim, np.True_, shape=shape, dims=())
+    mask = bind(trues, np.False_, lo=lo, hi=hi, interior=interior)
+    size = np.shape(value)[0]
+    return select(mask, padded, reshape(value, shape=(size,) + (1,) * len(shape)))
 
 
 pad = defop("pad", Kind.LAYOUT, _pad_impl, shape=_pad_shape, vjp=_pad_vjp,
@@ -318,10 +343,7 @@ def _concat_view(eqn, read, sizes, idx):
 
 
 def _concat_batch(bind, xs, flags, *, axis):
-    n = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
-    xs = [x if f else broadcast_in_dim(x, shape=(n,) + np.shape(x),
-                                       dims=shifted(range(np.ndim(x)))) for x, f in zip(xs, flags)]
-    return bind(*xs, axis=axis + 1)
+    return bind(*with_batch(bind, xs, flags), axis=axis + 1)
 
 
 concatenate = defop("concatenate", Kind.LAYOUT,

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..avals import DTYPES_BY_NAME, Aval
 from ..errors import DtypeError
-from . import UNROLLED, Kind, View, defop, zero_vjp
+from . import Kind, View, defop, zero_vjp
 from .elementwise import _shape_rule
+from .layout import no_operands
 
 MASK = 0xFFFFFFFF
 PARITY = 0x1BD11BDA                                  # Threefry's key-schedule constant
@@ -96,4 +97,4 @@ iota = defop("iota", Kind.LAYOUT,
              lambda *, shape, dtype: np.arange(math.prod(shape), dtype=DTYPES_BY_NAME[dtype])
              .reshape(shape),
              shape=lambda *, shape, dtype: Aval(tuple(shape), DTYPES_BY_NAME[dtype]),
-             vjp=zero_vjp, view=View(_iota_view), batch=UNROLLED)
+             vjp=zero_vjp, view=View(_iota_view), batch=no_operands)

@@ -13,10 +13,11 @@ import numpy as np
 
 from ..avals import DTYPES_BY_NAME, Aval
 from ..errors import ShapeError
-from . import HOST, UNROLLED, Kind, Reduction, defop, zero_vjp
+from . import HOST, Kind, Reduction, defop, zero_vjp
 from .elementwise import _like, eq, select
-from .layout import (SQUEEZE, batch_axes, batch_axis, broadcast_in_dim, expand, kept_dims, pad,
-                     reduce_sum, reduced_shape, reshape, rev, slice_, transpose)
+from .layout import (SQUEEZE, batch_axes, batch_axis, broadcast_in_dim, expand, kept_dims,
+                     no_operands, pad, reduce_sum, reduced_shape, reshape, rev, slice_,
+                     transpose)
 
 
 def _extremum_vjp(ct, y, x, *, axes):
@@ -172,7 +173,7 @@ dim_size = defop("dim_size", Kind.REDUCE,
                  lambda *, sizes, dtype: np.asarray(np.prod(sizes, dtype=np.int64),
                                                     DTYPES_BY_NAME[dtype]),
                  shape=lambda *, sizes, dtype: Aval((), DTYPES_BY_NAME[dtype]), vjp=zero_vjp,
-                 batch=UNROLLED,      # it reads no array: never batched
+                 batch=no_operands,
                  cpu=_dim_size_cpu, cuda=_dim_size_cuda, fresh=True)
 
 

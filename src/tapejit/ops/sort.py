@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..avals import Aval
+from ..avals import Aval, dtype_name
 from ..errors import DtypeError, ShapeError
 from . import HOST, Kind, defop, zero_vjp
 from . import axes as _axes
-from .layout import batch_axis, broadcast_in_dim, shifted
+from .elementwise import and_, convert, eq, le, lt, ne, or_
+from .layout import batch_axis, reduce_sum, reshape, with_batch
 
 INDEX = np.dtype(np.int64)
 
@@ -114,15 +115,24 @@ def _sort_vjp(cts, outs, x, *, axis):
 
 def _batch_lines(bind, xs, flags, **params):
     """Every operand gets the batch axis (broadcast where it has none); the axis moves by one."""
-    size = next(np.shape(x)[0] for x, f in zip(xs, flags) if f)
-    return bind(*[x if f else broadcast_in_dim(x, shape=(size,) + np.shape(x),
-                                               dims=shifted(range(np.ndim(x))))
-                  for x, f in zip(xs, flags)], **{**params, "axis": params["axis"] + 1})
+    return bind(*with_batch(bind, xs, flags), **{**params, "axis": params["axis"] + 1})
 
 
 def _batch_search(bind, xs, flags, *, right):
-    """Batched values search one array as they are; batched arrays have no rule (unrolled)."""
-    return NotImplemented if flags[0] else bind(*xs, right=right)
+    """Batched values search one array as they are. A sorted array per example: each value's
+    place is the number of that example's elements before it (numpy's order: NaN last)."""
+    a, v = xs
+    if not flags[0]:
+        return bind(a, v, right=right)
+    size, n = np.shape(a)
+    values = np.shape(v)[1:] if flags[1] else np.shape(v)
+    a = reshape(a, shape=(size,) + (1,) * len(values) + (n,))
+    v = reshape(v, shape=np.shape(v) + (1,))
+    before = le(a, v) if right else lt(a, v)
+    if a.dtype.kind == "f":   # NaN is after every number, and equal to NaN
+        nan_v = ne(v, v)
+        before = or_(before, nan_v if right else and_(nan_v, eq(a, a)))
+    return reduce_sum(convert(before, dtype=dtype_name(INDEX)), axes=(len(values) + 1,))
 
 
 def _take_along_axes(ins, out, *, axis):

@@ -24,11 +24,12 @@ import dataclasses
 from typing import Any
 
 from ..avals import Aval
+from ..batching import batched_body
 from ..dims import Dim, Dims
 from ..errors import IRError
 from ..interpret import apply_impl, evaluate
 from ..ir import Eqn, Tape, Var, make_params
-from ..ops import OPS, UNROLLED, Kind, defop, is_view, nest_reduction
+from ..ops import OPS, Kind, defop, is_view, nest_reduction
 
 
 # ---- the op: `fused`, a group run as one loop nest. Its `body` param is a closed sub-tape
@@ -52,8 +53,9 @@ def _vjp(cts: Any, outs: Any, *ins: Any, body: Any) -> tuple:
     raise IRError("a fused group is not differentiated: fusion runs after differentiation")
 
 
+# batched: its body's eqns batched in its place (fusion groups them again)
 fused = defop("fused", Kind.FUSED, _impl, shape=_shape, vjp=_vjp, multiple_results=True,
-              batch=UNROLLED)
+              batch=lambda bind, xs, flags, *, body: batched_body(body, xs, flags))
 
 
 MAX_LOOP_OPS = 40

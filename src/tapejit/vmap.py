@@ -1,0 +1,204 @@
+"""`vmap(f)`: f mapped over an axis of its arguments, as one compiled program per signature.
+
+Per signature (argument avals and the mapped axis of each leaf) `f` is traced once on the
+avals of one example (mapped axes removed); `batching.batched_inline` then records that tape
+on the whole batch, each mapped axis moved to the front by a transpose, one batched eqn per
+eqn (ops without a batching rule run in a compiled loop over the batch, control flow's scan),
+and the outputs are moved to `out_axes`. The result is optimized like any program: a
+per-example gradient `vmap(grad(f))` is one native call. Called on tracers (inside grad, jit,
+another vmap) the batched tape is inlined, so vmap composes with every transform in any order.
+
+`in_axes`/`out_axes` follow JAX: an int (negative counts from the end), None (not mapped: an
+argument shared by every example, an output that does not depend on a mapped argument), or a
+pytree prefix of the arguments (a tuple with an entry per positional argument) / the output.
+Keyword arguments are mapped over their axis 0. `axis_size` gives the batch size when no
+argument is mapped.
+
+In the layers: a transform (a `CachedTransform`, dispatch.py) on batching.py and programs.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .arguments import CallArgs, split_args
+from .batching import batched_inline, broadcast_batch
+from .dispatch import CachedTransform, Specialization, getter, unbox, unbox_traced
+from .errors import ArgumentError, ShapeError, at_source, user_source
+from .ir import Tape
+from .ops import layout as L
+from .passes import dce, optimize
+from .programs import fn_source, rerolled, trace_flat
+from .pytree import TreeDef, unflatten
+from .trace import new_trace
+
+Axis = int | None
+
+
+def _is_axis(spec: Any) -> bool:
+    return spec is None or (isinstance(spec, (int, np.integer)) and not isinstance(spec, bool))
+
+
+def _prefix(spec: Any, td: TreeDef, what: str) -> list[Axis]:
+    """The axis of each leaf of a tree of structure `td`, from `spec`, a pytree prefix of it
+    (an int or None stands for every leaf below it)."""
+    if _is_axis(spec):
+        return [None if spec is None else int(spec)] * td.num_leaves
+    if isinstance(spec, dict) and td.kind == "dict" and set(spec) == set(td.meta):
+        return [a for key, child in zip(td.meta, td.children)
+                for a in _prefix(spec[key], child, what)]
+    if isinstance(spec, (tuple, list)) and td.kind in ("tuple", "list", "namedtuple") \
+            and len(spec) == len(td.children):
+        return [a for s, child in zip(spec, td.children) for a in _prefix(s, child, what)]
+    shown = spec if isinstance(spec, (dict, tuple, list)) else f"{type(spec).__name__} {spec!r}"
+    raise ArgumentError(at_source(
+        f"vmap: {what} {shown} is not a pytree prefix of the value's structure {td}: give an "
+        f"int or None for the whole value, or a container of the value's own structure (a "
+        f"tuple/list of its length, a dict of its keys) holding ints and Nones",
+        user_source()))
+
+
+def _in_axes(in_axes: Any, call: CallArgs, n_given: int) -> list[Axis]:
+    """The mapped axis of each leaf of the call (None: shared), not yet normalized."""
+    if isinstance(in_axes, (tuple, list)):
+        if len(in_axes) != n_given:
+            raise ArgumentError(at_source(
+                f"vmap: in_axes has {len(in_axes)} entries but the function was called with "
+                f"{n_given} positional argument(s): give one entry per positional argument "
+                f"(an int, None or a pytree prefix of the argument), or one int/None for all",
+                user_source()))
+    elif not _is_axis(in_axes):
+        raise ArgumentError(at_source(
+            f"vmap: in_axes must be an int, None, or a tuple/list with an entry per positional "
+            f"argument, got {type(in_axes).__name__} {in_axes!r}", user_source()))
+    axes: list[Axis] = []
+    for pos, td in zip(call.dynamic, call.treedefs):
+        if pos >= n_given:          # keyword arguments: mapped over axis 0, as JAX
+            spec: Any = 0
+        else:
+            spec = in_axes[pos] if isinstance(in_axes, (tuple, list)) else in_axes
+        axes += _prefix(spec, td, f"in_axes entry for argument {pos}")
+    return axes
+
+
+def _normalized(axes: Sequence[Axis], call: CallArgs) -> tuple[Axis, ...]:
+    out = []
+    for axis, aval, name in zip(axes, call.avals, call.names):
+        if axis is not None:
+            if not -aval.ndim <= axis < aval.ndim:
+                raise ShapeError(at_source(
+                    f"vmap: in_axes {axis} is out of range for argument {name} ({aval}, rank "
+                    f"{aval.ndim}): mapping along axis {axis} needs rank at least "
+                    f"{axis + 1 if axis >= 0 else -axis}. Pass None for arguments that are "
+                    f"shared by every example", user_source()))
+            axis %= aval.ndim
+        out.append(axis)
+    return tuple(out)
+
+
+def _batch_size(axes: Sequence[Axis], call: CallArgs, axis_size: int | None) -> int:
+    sizes = {name: (aval.shape[a], a, aval) for a, aval, name in
+             zip(axes, call.avals, call.names) if a is not None}
+    found = {n for n, _, _ in sizes.values()} | ({axis_size} if axis_size is not None else set())
+    if len(found) > 1:
+        listed = "; ".join(f"{name} ({aval}) has {n} along axis {a}"
+                           for name, (n, a, aval) in sizes.items())
+        given = f"; axis_size={axis_size}" if axis_size is not None else ""
+        raise ShapeError(at_source(
+            f"vmap: the mapped axes have different sizes: {listed}{given}. Every mapped "
+            f"argument needs the same length along its mapped axis", user_source()))
+    if not found:
+        raise ArgumentError(at_source(
+            "vmap: no argument is mapped (in_axes is None for all of them, or there are no "
+            "arguments): give axis_size= for the batch size", user_source()))
+    return found.pop()
+
+
+def batched_tape(tape: Tape, in_axes: Sequence[Axis], in_avals: Sequence[Any],
+                 names: Sequence[str], size: int, out_axes: Sequence[Axis],
+                 fn: Callable[..., Any]) -> Tape:
+    """`tape` (one example's) on inputs of avals `in_avals`, mapped along `in_axes` (None:
+    shared), with outputs mapped along `out_axes` (normalized later, per output rank)."""
+    with new_trace() as trace:
+        inputs = [trace.new_tracer(a, n) for a, n in zip(in_avals, names)]
+        moved = [x if a in (None, 0) else L.transpose(
+            x, perm=(a,) + tuple(d for d in range(x.ndim) if d != a))
+            for x, a in zip(inputs, in_axes)]
+        results = []
+        for k, ((value, mapped), axis) in enumerate(zip(
+                batched_inline(tape, moved, [a is not None for a in in_axes]), out_axes)):
+            if axis is None:
+                if mapped:
+                    raise ArgumentError(at_source(
+                        f"vmap: out_axes is None for output {k} ({tape.outvars[k].aval} per "
+                        f"example), but it depends on a mapped argument, so it differs "
+                        f"between examples: give it an int out_axes", fn_source(fn)))
+                results.append(value)
+                continue
+            if not mapped:
+                value = broadcast_batch(value, size)
+            rank = np.ndim(value)
+            if not -rank <= axis < rank:
+                raise ShapeError(at_source(
+                    f"vmap: out_axes {axis} is out of range for output {k} (rank {rank} with "
+                    f"the batch axis)", fn_source(fn)))
+            axis %= rank
+            if axis:
+                value = L.transpose(value, perm=tuple(range(1, axis + 1)) + (0,)
+                                    + tuple(range(axis + 1, rank)))
+            results.append(value)
+        return dce(trace.to_tape([t._var for t in inputs], results))
+
+
+class _Vmap(CachedTransform):
+    """`vmap(f)`: per signature, one program computing f on every example."""
+
+    transform = "vmap"
+
+    def __init__(self, fn: Callable[..., Any], in_axes: Any, out_axes: Any,
+                 axis_size: int | None, backend: str | None) -> None:
+        super().__init__(fn, (), backend)
+        if axis_size is not None and (not _is_axis(axis_size) or axis_size < 0):
+            raise ArgumentError(at_source(f"vmap: axis_size must be a non-negative int, got "
+                                          f"{axis_size!r}", user_source()))
+        self.in_axes, self.out_axes, self.axis_size = in_axes, out_axes, axis_size
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(args, kwargs)
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[CallArgs, tuple, Callable]:
+        call, static = split_args(self.fn, args, kwargs, ())
+        axes = _normalized(_in_axes(self.in_axes, call, len(args)), call)
+        size = _batch_size(axes, call, self.axis_size)
+        return call, ((axes, size), *call.key(static)), lambda: self._build(call, axes, size)
+
+    def _build(self, call: CallArgs, axes: tuple[Axis, ...], size: int) -> Specialization:
+        example = [a if ax is None else a.update(a.shape[:ax] + a.shape[ax + 1:])
+                   for a, ax in zip(call.avals, axes)]
+        tape, out_td, _ = trace_flat(self.fn, dataclasses.replace(call, avals=example))
+        out_axes = _prefix(self.out_axes, out_td, "out_axes")
+        batched = batched_tape(tape, axes, call.avals, call.names, size, out_axes, self.fn)
+        return Specialization(optimize(rerolled(batched)), None, out=out_td)
+
+    def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
+        keep = [False] * len(program.tape.outvars)
+        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
+        out_td = program.out
+        assert out_td is not None
+        if out_td.kind == "leaf":
+            return getter(program.tape, 0) if not traced else lambda outs: outs_of(outs)[0]
+        return lambda outs: unflatten(out_td, outs_of(outs))
+
+
+def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
+         axis_size: int | None = None, backend: str | None = None) -> Callable[..., Any]:
+    """`fn` mapped over an axis of its arguments (JAX's `vmap`): `in_axes` says which axis of
+    each argument is mapped (an int, None for an argument shared by every example, or a
+    pytree prefix of the arguments: a tuple with one entry per positional argument), `out_axes`
+    where the batch axis goes in each output (None for outputs that do not depend on a mapped
+    argument); `axis_size` is the batch size when no argument is mapped. Every call of a new
+    signature traces `fn` once, for one example, and compiles one program for the whole batch;
+    inside other transforms it is inlined (`vmap(grad(f))`: per-example gradients)."""
+    return _Vmap(fn, in_axes, out_axes, axis_size, backend)
