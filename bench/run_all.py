@@ -2,7 +2,7 @@
 
 Runs peers.py in both configurations (default threading, then one thread: each in a child
 process of its own, see peers.py), then elementwise.py, dispatch.py, mlp.py, lennard_jones.py,
-compile.py and first_call.py (full sizes, `--repeats 5` by default), one after the other, each
+compile.py, first_call.py and vmap.py (full sizes, `--repeats 5` by default), one after the other, each
 in its own process pinned to one CPU (the harness's sched_setaffinity and one-thread settings;
 this process pins itself and its children inherit the pin; TAPEJIT_BENCH_CPUS=all runs them
 unpinned): their goals compare tapejit with single-threaded hand-written loops, so their table
@@ -42,7 +42,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["peers.py", "elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py",
-           "compile.py", "first_call.py", "unrolled.py"]
+           "compile.py", "first_call.py", "vmap.py", "unrolled.py"]
 
 
 def cpu_model() -> str:

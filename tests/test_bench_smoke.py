@@ -69,6 +69,18 @@ def test_unrolled_quick() -> None:
     assert "JAX unrolled" in out and "JAX lax.fori_loop" in out, out
 
 
+def test_vmap_quick() -> None:
+    out = run_bench("vmap.py")
+    for goal in ("tapejit vmap(grad) / jax jit(vmap(grad))",
+                 "tapejit vmap(grad) / tapejit batch gradient",
+                 "tapejit vmap(simulate) / jax jit(vmap(simulate))"):
+        assert f"ratio {goal}" in out, out
+    for check in ("tapejit vmap(grad) vs loop", "tapejit batch gradient vs summed loop",
+                  "tapejit vmap(simulate) vs loop"):
+        assert re.search(rf"check {re.escape(check)}: ok", out), out
+    assert "jax jit(vmap(grad))" in out and "jax jit(vmap(simulate))" in out, out
+
+
 def test_gemm_quick() -> None:
     out = run_bench("gemm.py")
     for dtype in ("float64", "float32"):
