@@ -65,7 +65,7 @@ def fit(loss: object, x: np.ndarray, y: np.ndarray, steps: int) -> dict:
     @tj.jit
     def step(params: dict, state: dict, x: np.ndarray, y: np.ndarray) -> tuple:
         value, grads = tj.value_and_grad(objective)(params, x, y)
-        params, state = opt.update(grads, state, params)
+        params, state = opt.step(grads, state, params)
         return params, state, value
 
     params = {"slope": np.zeros(()), "intercept": np.zeros(())}

@@ -86,7 +86,7 @@ def main() -> None:
     @tj.jit
     def step(params: dict, state: dict, x: np.ndarray, key: np.ndarray) -> tuple:
         value, grads = tj.value_and_grad(loss)(params, x, key)
-        params, state = opt.update(grads, state, params)
+        params, state = opt.step(grads, state, params)
         return params, state, value
 
     evaluate = tj.jit(lambda params, x, key: loss(params, x, key, train=False))

@@ -1,11 +1,12 @@
-"""A TensorFlow-style training loop: tj.Variable, tj.GradientTape, and an optimizer's apply.
+"""A TensorFlow-style training loop: tj.Variable, tj.GradientTape, and Keras's apply_gradients.
 
 For code written the TensorFlow way: the parameters are `tj.Variable`s, each step records the
 forward pass on a `tj.GradientTape` (eagerly: values are concrete, `print(loss)` works), asks
-the tape for the gradients and lets `tj.optimizers.SGD(...).apply(grads, variables)` update
-the variables in place. The tape replays a compiled reverse sweep from the second step on
-(`tj.tape_cache_info()` counts it). The model: softmax regression plus one tanh hidden layer
-on scikit-learn's digits.
+the tape for the gradients and lets
+`tj.optimizers.SGD(...).apply_gradients(zip(grads, variables))` update the variables in place
+(the optimizer keeps each variable's momentum). The tape replays a compiled reverse sweep
+from the second step on (`tj.tape_cache_info()` counts it). The model: softmax regression plus
+one tanh hidden layer on scikit-learn's digits.
 
     python examples/gradient_tape.py            # 10 epochs, ~96% test accuracy
     python examples/gradient_tape.py --quick    # a few steps (smoke test)
@@ -72,7 +73,7 @@ def main() -> None:
             with tj.GradientTape() as tape:
                 loss = cross_entropy(model(x_train[idx]), y_train[idx])
             grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply(grads, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
             times.append(time.perf_counter() - t0)
         acc = np.mean(np.argmax(model(x_test), axis=1) == y_test)
         print(f"epoch {epoch:2d}  last batch loss {float(loss):.4f}  test accuracy {acc:.3f}")

@@ -65,7 +65,8 @@ def relax(x: np.ndarray, steps: int, tol: float) -> tuple[np.ndarray, int]:
         _, grad = energy_and_grad(x)
         if np.max(np.abs(grad)) < tol:
             break
-        x, state = opt.update(grad, state, x)
+        updates, state = opt.update(grad, state, x)        # optax's convention
+        x = tj.optimizers.apply_updates(x, updates)
     return x, step
 
 

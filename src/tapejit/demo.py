@@ -75,7 +75,7 @@ def make_train_step(opt: optimizers.Optimizer, backend: str | None) -> Any:
 
     def train_step(params: dict, state: dict, x: np.ndarray, y_onehot: np.ndarray) -> tuple:
         value, grads = loss_and_grad(params, x, y_onehot)
-        params, state = opt.update(grads, state, params)
+        params, state = opt.step(grads, state, params)
         return params, state, value
 
     return tj.jit(train_step, backend=backend)
