@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import itertools
 
+import numba
 import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit import batching
 from op_db import ROWS
 from tapejit.pytree import flatten
 
@@ -246,6 +248,40 @@ def test_random_keys_batched_give_per_example_streams():
     np.testing.assert_array_equal(got[1], want[1])      # the same bits
     np.testing.assert_array_equal(got[2], want[2])
     assert not np.allclose(got[0][0], got[0][1])           # the examples differ
+
+
+# ---- user code: custom_vjp functions and njit kernels (a compiled loop over the batch) ---------
+@tj.custom_vjp
+def clipped_square(x):
+    return x * x
+
+
+clipped_square.defvjp(lambda x: (clipped_square(x), x),
+                      lambda x, ct: (ct * np.clip(2 * x, -1.0, 1.0),))   # a rule, not 2x
+
+
+@numba.njit
+def _cube_kernel(x):
+    return x * x * x
+
+
+cube = tj.njit_primitive(_cube_kernel, vjp=lambda ct, out, x: (3 * ct * x * x,))
+USER = tj.vmap(tj.value_and_grad(lambda x, w: np.sum(clipped_square(x * w) + cube(x))),
+               in_axes=(0, None))
+
+
+def test_custom_vjp_and_njit_primitives_per_example():
+    xs, w = RNG.standard_normal((4, 4)), RNG.uniform(0.5, 2.0, 4)
+    values, grads = twice(USER, xs, w)
+    close(values, np.sum((xs * w) ** 2 + xs ** 3, axis=1))
+    close(grads, np.clip(2 * xs * w, -1, 1) * w + 3 * xs ** 2)
+
+
+def test_without_a_mapper_user_code_is_an_error_at_its_line(monkeypatch):
+    monkeypatch.setattr(batching, "_mapper", None)
+    with pytest.raises(tj.UnsupportedOperationError,
+                       match=r"(?s)custom_vjp_call has no batching rule.*test_vmap.py"):
+        tj.vmap(lambda x: clipped_square(x))(np.ones((2, 3)))
 
 
 # ---- no unrolling -------------------------------------------------------------------------------
