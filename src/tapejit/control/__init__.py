@@ -14,11 +14,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import batching
 from ..avals import Aval, aval_of
 from ..errors import ArgumentError, DtypeError, ShapeError, at_source, user_source
 from ..pytree import TreeDef, flatten, unflatten
 from ..trace import Tracer
+from . import batching_rules
 from . import primitives as C
+
+batching.install_mapper(batching_rules.mapper(C.scan))   # ops without a batching rule: a scan
 
 __all__ = ["where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint"]
 

@@ -16,9 +16,12 @@
   the reverse sweep of a scan (float leaves only): it runs the forward steps again, keeping
   carries as the `checkpoints` policy says (None: every carry; k: k snapshots and a segment
   buffer; "binomial": Revolve's schedule on O(log n) snapshots), then steps `rev` backwards:
-  `rev: (carry, x, consts, ct_carry', ct_y, acc, rev_consts) -> (acc', ct_carry, ct_x)`.
+  `rev: (carry, x, consts, ct_carry', ct_y, acc, rev_consts) -> (acc', ct_carry, ct_x)`;
+  the cotangents' avals are `rev`'s outputs' (a batched `rev` gives batched cotangents of
+  shared primal values).
 
-Sub-tapes are closed: values a body captures are lifted into inputs (`close`). The VJPs are
+Sub-tapes are closed: values a body captures are lifted into inputs (`close`, subtapes.py).
+Their batching rules (vmap, jacobian) are in batching_rules.py. The VJPs are
 ordinary IR, so derivatives of derivatives work: a scan of static length keeping every carry
 reverses as a saving scan (the merge_scans pass merges it with the primal one) and a reverse scan of
 the body's VJP over the stack (`_expansion`); other scans (run-time length, checkpoints) and
@@ -29,7 +32,7 @@ the body's VJP.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -37,13 +40,14 @@ from ..autodiff import INPUT, filled, vjp_tape
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError, UnsupportedOperationError
 from ..interpret import apply_impl, evaluate, inline
-from ..ir import Tape, Var, dce
-from ..ops import HOST, UNROLLED, Kind, defop
+from ..ops import HOST, Kind, defop
 from ..passes.bodies import unfuse
-from ..trace import current_trace, new_trace
+from ..trace import current_trace
+from . import batching_rules as rules
 from . import code
 from .checkpointing import reversed_carries
 from .operands import branches, split
+from .subtapes import close, pad_inputs
 
 I64 = np.dtype(np.int64)
 
@@ -83,13 +87,16 @@ def _scan_shape(n: Aval, *avals: Aval, body: Any, n_carry: int, n_xs: int, lengt
     if n_xs and any(x.shape[:1] != (length,) for x in xs):
         raise ShapeError(f"scan: every xs needs the leading axis {length}, not "
                          f"{' '.join(map(str, xs))}")
-    slices = [Aval(x.shape[1:], x.dtype) for x in xs]
     _check_same("scan: the body's inputs", [v.aval for v in body.invars],
-                carry + slices + consts)
+                carry + _slices(xs) + consts)
     outs = [o.aval for o in body.outvars]
     _check_same("scan: the body returns a carry", outs[:n_carry], carry)
     stacks = outs[n_carry:] + (carry if save else [])
     return tuple(carry) + tuple(_stacked(y, length) for y in stacks)
+
+
+def _slices(stacks: Sequence[Aval]) -> list[Aval]:
+    return [Aval(a.shape[1:], a.dtype) for a in stacks]
 
 
 def _steps(n: int, reverse: bool) -> range:
@@ -154,24 +161,11 @@ def saving_body(body: Any, n_carry: int) -> Any:
 
 
 scan = defop("scan", Kind.CONTROL, _scan_impl, shape=_scan_shape, vjp=_scan_vjp,
-             multiple_results=True, batch=UNROLLED,
+             multiple_results=True, batch=rules.scan,
              cpu=code.scan, cuda=HOST)
 
 
 # ---- tracing helpers -------------------------------------------------------------------------
-def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
-          ) -> tuple[Any, list[Any]]:
-    """Trace `fn` on tracers of `avals` into a closed sub-tape: what it captures (arrays,
-    tracers of enclosing traces) becomes extra inputs after `avals`' ones. Returns the tape
-    and the captured values."""
-    with new_trace() as trace:
-        tracers = [trace.new_tracer(a) for a in avals]
-        invars = tuple(t._var for t in tracers)
-        outs = fn(tracers)
-        tape = dce(trace.to_tape(invars, outs))
-    return Tape(invars + tape.constvars, tape.eqns, tape.outvars), list(tape.consts)
-
-
 def _vjp_of(tape: Any, wrt: Sequence[int]) -> Any:
     """The joint tape of `tape` w.r.t. inputs `wrt`, seeded at every float output."""
     tape = unfuse(tape)       # (optimized bodies hold fused groups)
@@ -207,10 +201,13 @@ def _loop_grad_shape(n: Aval, *avals: Aval, fwd: Any, rev: Any, n_carry: int, n_
     carry, xs, consts, rest = split(avals, n_carry, n_xs, n_consts)
     _scan_shape(n, *carry, *xs, *consts, body=fwd, n_carry=n_carry, n_xs=n_xs, length=length,
                 reverse=reverse, checkpoints=None)
-    ys = [_stacked(o.aval, length) for o in fwd.outvars[n_carry:]]
-    cts = _floats(carry) + _floats(ys)
-    _check_same("loop_grad: the cotangents", rest[:len(cts)], cts)
-    return tuple(_floats(carry) + _floats(xs) + _floats(consts))
+    n_fy = len(_floats([o.aval for o in fwd.outvars[n_carry:]]))
+    ct, ct_ys, rev_consts = split(rest, len(_floats(carry)), n_fy)
+    acc, ct_carry, ct_x = split([o.aval for o in rev.outvars], len(_floats(consts)), len(ct))
+    _check_same("loop_grad: the cotangents", ct, ct_carry)
+    _check_same("loop_grad: rev's inputs", [v.aval for v in rev.invars],
+                carry + _slices(xs) + consts + ct + _slices(ct_ys) + acc + rev_consts)
+    return tuple(ct_carry + [_stacked(g, length) for g in ct_x] + acc)
 
 
 def _loop_grad_impl(n: Any, *ins: Any, fwd: Any, rev: Any, n_carry: int, n_xs: int,
@@ -220,8 +217,10 @@ def _loop_grad_impl(n: Any, *ins: Any, fwd: Any, rev: Any, n_carry: int, n_xs: i
     n_fc = sum(value_aval(c).is_float for c in carry)
     n_fy = sum(o.aval.is_float for o in fwd.outvars[n_carry:])
     ct, ct_ys, rev_consts = split(rest, n_fc, n_fy)
-    ct_xs = [np.zeros_like(x) for x in xs if value_aval(x).is_float]
-    acc = [np.zeros_like(c) for c in consts if value_aval(c).is_float]
+    n_acc = sum(value_aval(c).is_float for c in consts)
+    acc = [np.zeros(o.aval.shape, o.aval.dtype) for o in rev.outvars[:n_acc]]
+    ct_xs = [np.zeros(_stacked(o.aval, length).shape, o.aval.dtype)
+             for o in rev.outvars[n_acc + n_fc:]]
     order = list(_steps(n, reverse))
 
     def advance(c: list[Any], k: int) -> list[Any]:
@@ -262,7 +261,8 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
     over the stack. Inputs: n then loop_grad's inputs (n first, then shifted by one)."""
     carry_avals = list(avals[:n_carry])
     n_fc = len(_floats(carry_avals))
-    fconsts = _floats(list(avals[n_carry + n_xs:n_carry + n_xs + n_consts]))
+    n_acc = len(_floats(list(avals[n_carry + n_xs:n_carry + n_xs + n_consts])))
+    acc_avals = [o.aval for o in rev.outvars[:n_acc]]       # (a batched rev's: batched)
     n_ys = len(fwd.outvars) - n_carry
 
     def expanded(t: list[Any]) -> list[Any]:
@@ -273,7 +273,7 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
         stack = scan(n, *carry, *xs, *consts, body=fwd, n_carry=n_carry, n_xs=n_xs,
                      length=length, reverse=reverse, checkpoints=None,
                      save=True)[n_carry + n_ys:]
-        zero = [_zeros_for(None, Aval(a.shape, a.dtype)) for a in fconsts]
+        zero = [_zeros_for(None, a) for a in acc_avals]
         n_xs2 = n_carry + n_xs + len(ct_ys)
 
         def step(u: list[Any]) -> list[Any]:
@@ -283,7 +283,7 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
                                           len(zero), n_fc)
             return ct_prev + new_acc + g_x
 
-        body_avals = ([value_aval(a) for a in ct_c] + fconsts
+        body_avals = ([value_aval(a) for a in ct_c] + acc_avals
                       + [v.aval for v in fwd.invars[:n_carry + n_xs]]
                       + [Aval(value_aval(y).shape[1:], value_aval(y).dtype) for y in ct_ys]
                       + [value_aval(c) for c in consts] + [value_aval(r) for r in rev_consts])
@@ -300,7 +300,7 @@ def _expansion(fwd: Any, rev: Any, n_carry: int, n_xs: int, n_consts: int, lengt
 
 
 loop_grad = defop("loop_grad", Kind.CONTROL, _loop_grad_impl, shape=_loop_grad_shape,
-                  vjp=_loop_grad_vjp, multiple_results=True, batch=UNROLLED,
+                  vjp=_loop_grad_vjp, multiple_results=True, batch=rules.loop_grad,
                   cpu=code.loop_grad, cuda=HOST)
 
 
@@ -342,7 +342,7 @@ def _while_vjp(cts: tuple, outs: tuple, *ins: Any, cond: Any, body: Any, n_cond:
 
 
 while_ = defop("while", Kind.CONTROL, _while_impl, shape=_while_shape, vjp=_while_vjp,
-               multiple_results=True, batch=UNROLLED,
+               multiple_results=True, batch=rules.while_,
                cpu=code.while_, cuda=HOST)
 
 
@@ -390,18 +390,8 @@ def _gradient_tape(tape: Any, avals: list[Aval]) -> tuple[Any, list[Any]]:
     return close(lambda t: list(inline(joint, t))[len(tape.outvars):], avals)
 
 
-def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:
-    """`tape` taking, around its own captured inputs, unused inputs for the other branches'."""
-    taken = {v.name for v in tape.invars} | {o.name for e in tape.eqns for o in e.outs}
-    fresh = iter(f"unused{k}" for k in range(len(taken) + len(before) + len(after) + 1)
-                 if f"unused{k}" not in taken)
-    extra = [Var(next(fresh), a) for a in before], [Var(next(fresh), a) for a in after]
-    invars = (tape.invars[:n_base] + tuple(extra[0]) + tape.invars[n_base:] + tuple(extra[1]))
-    return Tape(invars, tape.eqns, tape.outvars)
-
-
 cond = defop("cond", Kind.CONTROL, _cond_impl, shape=_cond_shape, vjp=_cond_vjp,
-             multiple_results=True, batch=UNROLLED,
+             multiple_results=True, batch=rules.cond,
              cpu=code.cond, cuda=HOST)
 
 
@@ -426,5 +416,5 @@ def _checkpoint_vjp(cts: tuple, outs: tuple, *ins: Any, body: Any) -> tuple:
 
 
 checkpoint = defop("checkpoint", Kind.CONTROL, _checkpoint_impl, shape=_checkpoint_shape,
-                   vjp=_checkpoint_vjp, multiple_results=True, batch=UNROLLED,
+                   vjp=_checkpoint_vjp, multiple_results=True, batch=rules.checkpoint,
                    cpu=code.checkpoint, cuda=HOST)
