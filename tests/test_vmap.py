@@ -190,6 +190,35 @@ def test_jacobian_and_value_and_grad():
     close(grads, np.exp(x) * Y)
 
 
+def test_against_jax():
+    """The same in_axes/out_axes (negative, pytree prefixes) and per-example gradients in JAX
+    give the same results (where the test environment has JAX)."""
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    jax.config.update("jax_enable_x64", True)
+    y2 = RNG.standard_normal((4, 4))
+    for axes in H_AXES:
+        y = Y if axes[1] is None else y2
+        want = jax.vmap(lambda x, y: jnp.tanh(x) * y + jnp.sum(x * y), in_axes=axes)(X, y)
+        close(H_VMAPS[axes](X, y), np.asarray(want))
+    bs, xs = RNG.standard_normal((5, 3)), RNG.standard_normal((4, 5))
+    want = jax.vmap(lambda p, x: ({"y": jnp.tanh(p["w"] @ x) + p["b"], "n": jnp.sum(x ** 2)},
+                                  x[::-1]),
+                    in_axes=({"w": None, "b": 0}, 1), out_axes=({"y": 1, "n": 0}, -1))(
+        {"w": P["w"], "b": bs}, xs)
+    got = TREE({"w": P["w"], "b": bs}, xs)
+    close((got[0]["y"], got[0]["n"], got[1]),
+          tuple(np.asarray(a) for a in (want[0]["y"], want[0]["n"], want[1])))
+
+    def jloss(params, x, y):
+        w1, b1, w2, b2 = params
+        return jnp.sum((jnp.tanh(x @ w1 + b1) @ w2 + b2 - y) ** 2)
+
+    xs, ys = RNG.standard_normal((6, 6)), RNG.standard_normal((6, 2))
+    want = jax.vmap(jax.grad(jloss), in_axes=(None, 0, 0))(PARAMS, xs, ys)
+    close(PER_EXAMPLE(PARAMS, xs, ys), tuple(np.asarray(w) for w in want), rtol=1e-9)
+
+
 # ---- gathers, scatters, pads, sorting and random keys with batched operands --------------------
 def gathers(x, labels, idx, v, table):
     """x: (4, 4), labels: (3,) ints, idx: (4, 2) ints, v: () pad value, per example; table:
