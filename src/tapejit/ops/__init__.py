@@ -106,8 +106,7 @@ class Reduction:
 
 
 HOST = "host"          # `cuda=HOST`: the CUDA backend runs the op on the host
-MAPPED = "mapped"      # `batch=MAPPED`: batching runs the op in a compiled loop over the batch
-UNROLLED = MAPPED      # the old name, until control/primitives.py imports MAPPED
+MAPPED = "mapped"      # `batch=MAPPED`: batching runs it in a compiled loop over the batch axis
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
