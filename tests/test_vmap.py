@@ -10,7 +10,6 @@ backend).
 """
 from __future__ import annotations
 
-import itertools
 
 import numba
 import numpy as np
@@ -317,7 +316,7 @@ def test_tape_does_not_grow_with_the_batch():
     assert sizes[0] == sizes[1], sizes
 
 
-# ---- errors --------------------------------------------------------------------------------------
+# ---- errors -------------------------------------------------------------------------------------
 def test_errors():
     with pytest.raises(tj.ShapeError, match=r"different sizes: x .* has 3 .* y .* has 4"):
         tj.vmap(h)(np.ones((3, 4)), np.ones((4, 4)))
@@ -343,7 +342,7 @@ def test_errors():
         tj.vmap(h, in_axes=[0, 0, 0])(X, Y)
 
 
-# ---- the op table ---------------------------------------------------------------------------------
+# ---- the op table -------------------------------------------------------------------------------
 def _leaves(out):
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
