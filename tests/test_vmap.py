@@ -10,14 +10,13 @@ backend).
 """
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import batching
 from op_db import ROWS
+from tapejit import batching
 from tapejit.pytree import flatten
 
 RNG = np.random.default_rng(0)
