@@ -99,7 +99,12 @@ def check_hyper(owner: str, hyper: dict[str, Any], signed: Sequence[str] = ()) -
 
 class Rules(GradientTransformation):
     """Rules applied in order, sharing one state dict: "step" (if `counts`), "hyper" (every
-    rule's hyperparameters, under the state names `rules` gives) and every rule's slots."""
+    rule's hyperparameters, under the state names `rules` gives) and every rule's slots.
+
+    The update runs leaf by leaf, each leaf through all the rules (and in `step` into its
+    parameter), so a compiled step computes each parameter's update in one fused loop; only a
+    rule that reads all the updates (`reads_updates`: clipping by global norm) waits for the
+    rules before it to finish every leaf."""
 
     rules: list[tuple["Transform", dict[str, str]]]   # (rule, its hyper name -> the state's)
     counts: bool
@@ -120,34 +125,69 @@ class Rules(GradientTransformation):
 
     def update(self, updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         """`(updates, new_state)`: the updates to add to the parameters (`apply_updates`)."""
+        return self._run(updates, state, params, add=False)
+
+    def step(self, grads: Any, state: Any, params: Any) -> tuple[Any, Any]:
+        """One step: `(new_params, new_state)`, i.e. `update` then `apply_updates`."""
+        return self._run(grads, state, params, add=True)
+
+    def _run(self, updates: Any, state: Any, params: Any, add: bool) -> tuple[Any, Any]:
         name = type(self).__name__
         if not isinstance(state, dict) or "hyper" not in state:
             raise ArgumentError(f"{name}.update: the state must be what {name}.init(params) "
                                 f"returned, got {type(state).__name__}")
         leaves, td = flatten(updates)
-        p_leaves = None
+        ps = None
         if params is not None:
-            p_leaves, p_td = flatten(params)
+            ps, p_td = flatten(params)
             if p_td != td:
                 raise ArgumentError(f"{name}.update: the gradients have structure {td}, but "
                                     f"the parameters have structure {p_td}")
         step, new_state = state.get("step"), dict(state)
+        stages: list[list] = []
         for rule, names in self.rules:
-            hyper = {k: state["hyper"][names.get(k, k)] for k in rule.hyper}
-            slots = [flatten(state[s])[0] for s in rule.slots]
-            leaves, slots = rule.apply_leaves(leaves, p_leaves, td, slots, hyper, step)
-            new_state.update((s, unflatten(td, new)) for s, new in zip(rule.slots, slots))
+            if rule.reads_updates or not stages:
+                stages.append([])
+            stages[-1].append((rule, {k: state["hyper"][names.get(k, k)] for k in rule.hyper}))
+        for k, stage in enumerate(stages):
+            leaves = self._stage(stage, leaves, ps, td, state, new_state, step,
+                                 add and k == len(stages) - 1)
         if step is not None:
             new_state["step"] = step + 1.0
         return unflatten(td, leaves), new_state
 
+    @staticmethod
+    def _stage(stage: list, us: list, ps: list | None, td: TreeDef, state: dict,
+               new_state: dict, step: Any, add: bool) -> list:
+        """Rules that need nothing of each other's results but their own leaf, leaf by leaf
+        (the first may read all of `us`); with `add`, each result added to its parameter."""
+        rules = [(rule, rule._scalars(hyper, step, us), rule._applies(ps, td),
+                  [flatten(state[s])[0] for s in rule.slots]) for rule, hyper in stage]
+        out: list = []
+        new_slots: list[list[list]] = [[[] for _ in rule.slots] for rule, *_ in rules]
+        for i, u in enumerate(us):
+            p = None if ps is None else ps[i]
+            for (rule, scalars, applies, slots), new in zip(rules, new_slots):
+                leaf_slots = tuple(s[i] for s in slots)
+                if applies is None or applies[i]:
+                    u, leaf_slots = rule._leaf(u, p, leaf_slots,
+                                               {k: _like(v, u) for k, v in scalars.items()})
+                for lst, s in zip(new, leaf_slots):
+                    lst.append(s)
+            out.append(_like(p + u, p) if add else u)
+        for (rule, *_), new in zip(rules, new_slots):
+            new_state.update((s, unflatten(td, leaves)) for s, leaves in zip(rule.slots, new))
+        return out
+
 
 class Transform(Rules):
     """One rule. A subclass names its `slots`, whether it `counts` steps, and writes `_leaf`
-    (the new update and slots of one leaf) and, for what all leaves share, `_scalars`."""
+    (the new update and slots of one leaf), `_scalars` (what all leaves share) and, to skip
+    leaves, `_applies`."""
 
     slots: tuple[str, ...] = ()
     counts = False
+    reads_updates = False             # `_scalars` reads all the updates
     signed: tuple[str, ...] = ()      # hyperparameters that may be negative
 
     def __init__(self, **hyper: Any) -> None:
@@ -161,24 +201,14 @@ class Transform(Rules):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.hyper.items())})"
 
-    def apply_leaves(self, us: list, ps: list | None, td: TreeDef, slots: list[list],
-                     hyper: dict[str, Any], step: Any) -> tuple[list, list[list]]:
-        """The rule on flat leaves: new updates and slots (one list per slot)."""
-        scalars = self._scalars(hyper, step, us)
-        out: list = []
-        new_slots: list[list] = [[] for _ in self.slots]
-        for i, u in enumerate(us):
-            h = {k: _like(v, u) for k, v in scalars.items()}
-            u, leaf_slots = self._leaf(u, None if ps is None else ps[i],
-                                       tuple(s[i] for s in slots), h)
-            out.append(u)
-            for new, s in zip(new_slots, leaf_slots):
-                new.append(s)
-        return out, new_slots
-
     def _scalars(self, hyper: dict[str, Any], step: Any, us: list) -> dict[str, Any]:
-        """The 0-d values every leaf's rule reads (float64; each leaf gets them in its dtype)."""
+        """The 0-d values every leaf's rule reads (float64; each leaf gets them in its dtype).
+        `us`, all the updates, only for a rule that `reads_updates`."""
         return dict(hyper)
+
+    def _applies(self, ps: list | None, td: TreeDef) -> list[bool] | None:
+        """Which leaves the rule changes (None: all)."""
+        return None
 
     def _leaf(self, u: Any, p: Any, slots: tuple, h: dict[str, Any]) -> tuple[Any, tuple]:
         raise NotImplementedError
@@ -218,6 +248,8 @@ class chain(GradientTransformation):
 class clip_by_global_norm(Transform):
     """Scales all updates by `min(1, max_norm / global_norm(updates))`: their direction is kept
     and their global norm is at most `max_norm`."""
+
+    reads_updates = True
 
     def __init__(self, max_norm: float) -> None:
         super().__init__(max_norm=max_norm)
@@ -357,18 +389,15 @@ class add_decayed_weights(Transform):
         super().__init__(weight_decay=weight_decay)
         self.mask = mask
 
-    def apply_leaves(self, us: list, ps: list | None, td: TreeDef, slots: list[list],
-                     hyper: dict[str, Any], step: Any) -> tuple[list, list[list]]:
+    def _leaf(self, u: Any, p: Any, slots: tuple, h: dict[str, Any]) -> tuple[Any, tuple]:
+        return u + h["weight_decay"] * p, ()
+
+    def _applies(self, ps: list | None, td: TreeDef) -> list[bool] | None:
         if ps is None:
             raise ArgumentError("add_decayed_weights: weight decay needs the parameters: "
                                 "update(grads, state, params)")
-        masked = self._masked(ps, td)
-        return [u + _like(hyper["weight_decay"], u) * p if m else u
-                for u, p, m in zip(us, ps, masked)], []
-
-    def _masked(self, ps: list, td: TreeDef) -> list[bool]:
         if self.mask is None:
-            return [True] * len(ps)
+            return None
         tree = self.mask(unflatten(td, ps)) if callable(self.mask) else self.mask
         leaves, m_td = flatten(tree)
         if m_td != td:
