@@ -8,10 +8,11 @@
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
 from .numpy_api.sorting import unique
-from .api import grad, jit, make_tape, value_and_grad, vjp
+from .api import grad, jit, make_tape, value_and_grad
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
-from .transforms import hessian, jacobian, jvp, jvp_cache_info
+from .transforms import (hessian, jacfwd, jacobian, jacrev, jvp, jvp_cache_info, linearize,
+                         vjp)
 from .vmap import vmap
 from .gradient_tape import GradientTape, TapeError, tape_cache_info
 from .variables import Variable
@@ -40,6 +41,7 @@ __all__ = [
     "explain", "Explanation", "optimizers", "random", "vmap",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",
-    "jacobian", "hessian", "jvp", "jvp_cache_info", "custom_vjp", "stop_gradient",
+    "jacobian", "jacrev", "jacfwd", "hessian", "jvp", "linearize", "jvp_cache_info",
+    "custom_vjp", "stop_gradient",
     "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info", "unique",
 ]

@@ -1,4 +1,4 @@
-"""The public transforms: grad, value_and_grad, jit, vjp, make_tape.
+"""The public transforms: grad, value_and_grad, jit, make_tape.
 
 A transformed function flattens its arguments into leaves, looks up the tape for their
 signature (pytree structure, leaf shapes/dtypes, static argument values), tracing and
@@ -8,7 +8,8 @@ how `grad(grad(f))` and friends compose.
 
 In the layers: the transforms are `CachedTransform`s (dispatch.py) whose programs programs.py
 builds from the arguments arguments.py splits; what each returns is put together here (the
-finishers). transforms.py (jacobian, hessian, jvp), explain.py and gradient_tape.py sit on top.
+finishers). transforms.py (jacobians, hessian, jvp, vjp, linearize) is beside it; explain.py
+and gradient_tape.py sit on top.
 """
 from __future__ import annotations
 
@@ -17,18 +18,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import autodiff
-from .arguments import (CallArgs, argnums_signature, check_float_inputs, normalize_argnums,
-                        split_args)
-from .compile import check_backend, default_backend, executable
+from .arguments import CallArgs, argnums_signature, normalize_argnums, split_args
 from .dispatch import CachedTransform, Specialization, getter, unbox, unbox_traced
-from .errors import ArgumentError, at_source, user_source
-from .interpret import inline, interpret
 from .ir import Tape
-from .passes import optimize
-from .programs import forward_program, gradient_program, rerolled, trace_flat
-from .pytree import flatten, unflatten
-from .trace import Tracer, current_trace
+from .programs import forward_program, gradient_program, trace_flat
+from .pytree import unflatten
 
 
 class _ValueAndGrad(CachedTransform):
@@ -85,12 +79,6 @@ class _ValueAndGrad(CachedTransform):
             return grad if grad_only else (outs[0], grad)
 
         return finish
-
-
-def _like(grad: Any, leaf: Any) -> Any:
-    """A gradient as an ndarray where the argument was one (interpret returns 0-d as scalars)."""
-    return np.asarray(grad) if isinstance(leaf, np.ndarray) and not isinstance(
-        grad, Tracer) else grad
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -157,66 +145,6 @@ def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
     transform (`grad(jit(f))`) it inlines its tape; `jit(grad(f))` compiles the gradient
     program."""
     return _Jit(fn, static_argnums, backend)
-
-
-def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
-        backend: str | None = None) -> Any:
-    """`(fn(*primals), vjp_fn)`, where `vjp_fn(ct)` returns one cotangent per primal for an
-    output cotangent `ct` of the output's structure. With has_aux: `(out, vjp_fn, aux)`.
-    The forward tape and the joint (reverse) tape run on `backend` ("numba", "interpret" or
-    "cuda"; default TAPEJIT_BACKEND, else "numba")."""
-    check_backend(backend)
-    call, _ = split_args(fn, primals, {}, ())
-    check_float_inputs("vjp", call, range(len(call.leaves)))
-    tape, out_td, aux_td = trace_flat(fn, call, has_aux)
-    tape = rerolled(tape)
-    n_out = out_td.num_leaves
-    seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
-    joint = optimize(autodiff.vjp_tape(tape, range(len(call.leaves)),
-                                       seeds + [None] * (len(tape.outvars) - n_out)))
-    chosen = default_backend(backend)
-    outs = _run(tape, call.leaves, _executable(tape, chosen))
-    out = unflatten(out_td, outs[:n_out])
-    joint_program: list[Any] = []    # made on the first call of vjp_fn
-
-    def vjp_fn(ct: Any) -> tuple:
-        ct_leaves, ct_td = flatten(ct)
-        if ct_td != out_td:
-            raise ArgumentError(at_source(f"vjp_fn: the cotangent has structure {ct_td}, but "
-                                          f"the output has structure {out_td}", user_source()))
-        cts = []
-        for leaf, var, seed in zip(ct_leaves, tape.outvars, seeds):
-            if seed is None:
-                continue
-            if np.shape(leaf) != var.aval.shape:
-                raise ArgumentError(at_source(
-                    f"vjp_fn: cotangent of shape {np.shape(leaf)} for an output of shape "
-                    f"{var.aval.shape}", user_source()))
-            cts.append(leaf if isinstance(leaf, Tracer) else np.asarray(leaf, var.aval.dtype))
-        if not joint_program:
-            joint_program.append(_executable(joint, chosen))
-        grads = _run(joint, list(call.leaves) + cts, joint_program[0])[len(tape.outvars):]
-        grads = [_like(g, leaf) for g, leaf in zip(grads, call.leaves)]
-        return tuple(call.rebuild(grads)[i] for i in call.dynamic)
-
-    if has_aux:
-        return out, vjp_fn, unflatten(aux_td, outs[n_out:])
-    return out, vjp_fn
-
-
-def _run(tape: Tape, leaves: Sequence[Any], runner: Any = None) -> list[Any]:
-    """Run a tape: inline it into the open trace, or call its runner (default: interpret)."""
-    if current_trace() is not None:
-        return inline(tape, leaves)
-    outs = runner(leaves) if runner is not None else interpret(tape, leaves)
-    return [o[()] if o.ndim == 0 else o for o in outs]
-
-
-def _executable(tape: Tape, backend: str) -> Any:
-    """How `run` runs `tape` on `backend` (the interpreter: None); nothing inside a trace."""
-    if backend == "interpret" or current_trace() is not None:
-        return None
-    return executable(optimize(tape), backend)
 
 
 def make_tape(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Callable:

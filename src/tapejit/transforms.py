@@ -1,16 +1,22 @@
-"""The derived transforms: jacobian, hessian and jvp, each compiled as ONE program per signature.
+"""The derived transforms, each compiled as ONE program per signature: jacrev (jacobian),
+jacfwd, hessian and jvp; and vjp and linearize, two programs each (one computes the residuals
+once, the other runs on them as often as it is called).
 
-All three are built from `autodiff.vjp_tape` alone:
+All are built from `autodiff.vjp_tape` alone:
 - `split_joint` cuts a joint tape into its reverse sweep as a tape of its own (inputs: the
   residuals it reads, then the output cotangents). `jacobian_tape` runs the forward once and the
   reverse sweep once, batched (batching.py) over the rows of an identity matrix as cotangents:
   every row in one pass (reverse mode: best when outputs are fewer than inputs).
 - `jvp_tape` transposes the VJP: the joint tape is linear in its cotangent inputs, so a second
   reverse pass with respect to them, seeded with the tangents, gives J @ tangent (forward mode
-  without forward rules; it works through custom_vjp, whose bwd is ordinary IR).
-- `hessian(f)` is `jacobian(grad(f))`.
+  without forward rules; it works through custom_vjp, whose bwd is ordinary IR). `jacfwd_tape`
+  runs it once on a batch of one-hot tangents (best when inputs are fewer than outputs).
+- `split_known` cuts a tape into what its first inputs determine and the rest (partial
+  evaluation): `vjp` cuts the joint tape at the cotangents, `linearize` the JVP tape at the
+  tangents, so `vjp_fn` and `f_jvp` run only the part that reads them, on stored residuals.
+- `hessian(f)` is `jacfwd(jacrev(f))`.
 
-In the layers: above api.py (grad, for hessian) and the per-signature cache (dispatch.py);
+In the layers: beside api.py and above the per-signature cache (dispatch.py);
 gradient_tape.py uses `split_joint` and `jacobian_tape`.
 """
 from __future__ import annotations
@@ -23,7 +29,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import autodiff
-from .api import grad
 from .arguments import argnums_signature, check_float_inputs, normalize_argnums, split_args
 from .batching import batched_inline
 from .dispatch import CachedTransform, Specialization, unbox, unbox_traced
@@ -67,15 +72,54 @@ def _forward(joint: Tape, n_primal_in: int, outs: Sequence[Any]) -> Tape:
                     joint.constvars, joint.consts))
 
 
+def split_known(tape: Tape, n_known: int, n_first: int) -> tuple[Tape, Tape, tuple[int, ...]]:
+    """Partial evaluation: `tape` cut into what its first `n_known` inputs determine and what
+    reads its other inputs. The first tape: inputs those `n_known`; outputs `tape`'s first
+    `n_first` (which must not read the other inputs), then the residuals it computes. The second:
+    inputs the residuals (those that are inputs of `tape` first, then the computed ones), then
+    `tape`'s other inputs; outputs `tape`'s other outputs. Eqns that read no input (fills) go
+    where they are needed. Also returns the positions of the inputs that are residuals."""
+    later = {v.name for v in tape.invars[n_known:]}
+    free = {v.name for v in tape.constvars}
+    first, second = [], []
+    for eqn in tape.eqns:
+        reads = [a.name for a in eqn.ins if isinstance(a, Var)]
+        outs = [o.name for o in eqn.outs]
+        if any(n in later for n in reads):
+            later.update(outs)
+            second.append(eqn)
+        elif all(n in free for n in reads):
+            free.update(outs)
+            first.append(eqn)
+            second.append(eqn)
+        else:
+            first.append(eqn)
+    assert not any(isinstance(o, Var) and o.name in later for o in tape.outvars[:n_first])
+    residuals: dict[str, Var] = {}
+    for atom in [a for e in second for a in e.ins] + list(tape.outvars[n_first:]):
+        if isinstance(atom, Var) and atom.name not in later and atom.name not in free:
+            residuals.setdefault(atom.name, atom)
+    known = {v.name: i for i, v in enumerate(tape.invars[:n_known])}
+    from_inputs = tuple(sorted(known[n] for n in residuals if n in known))
+    computed = tuple(v for n, v in residuals.items() if n not in known)
+    saved = tuple(tape.invars[i] for i in from_inputs) + computed
+    return (dce(Tape(tape.invars[:n_known], tuple(first), tuple(tape.outvars[:n_first]) + computed,
+                     tape.constvars, tape.consts)),
+            dce(Tape(saved + tuple(tape.invars[n_known:]), tuple(second),
+                     tuple(tape.outvars[n_first:]), tape.constvars, tape.consts)),
+            from_inputs)
+
+
 def jacobian_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
     """Inputs: `tape`'s; outputs: for each of its first `n_out` outputs and each input in
-    `wrt`, the Jacobian block of shape out.shape + input.shape."""
+    `wrt`, the Jacobian block of shape out.shape + input.shape; then its other outputs."""
     n_in, outs = len(tape.invars), tape.outvars[:n_out]
     joint = autodiff.vjp_tape(tape, wrt, [autodiff.INPUT] * n_out + [None] * (
         len(tape.outvars) - n_out))
     reverse = split_joint(joint, n_in, len(tape.outvars))
     n_res = len(reverse.invars) - n_out
-    forward = _forward(joint, n_in, reverse.invars[:n_res])
+    forward = _forward(joint, n_in,
+                       reverse.invars[:n_res] + joint.outvars[n_out:len(tape.outvars)])
     sizes = [o.aval.size for o in outs]
     offsets, rows = np.cumsum([0] + sizes[:-1]), sum(sizes)
     with new_trace() as trace:
@@ -83,12 +127,18 @@ def jacobian_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
         if rows == 0:                      # no outputs: empty blocks
             blocks = [autodiff.filled(trace, v.aval.update(o.aval.shape + v.aval.shape), 0)
                       for o in outs for v in (tape.invars[i] for i in wrt)]
-            return trace.to_tape([t._var for t in inputs], blocks)
-        residuals = inline(forward, inputs)
-        # the cotangents of all rows at once: output k's block of the identity's columns
-        seeds = [Tracer(trace, trace.atom(np.eye(rows, dtype=o.aval.dtype)[:, at:at + m]))
-                 .reshape((rows,) + o.aval.shape) for o, at, m in zip(outs, offsets, sizes)]
-        grads = batched_inline(reverse, residuals + seeds, [False] * n_res + [True] * n_out)
+            return dce(trace.to_tape([t._var for t in inputs],
+                                     blocks + inline(tape, inputs)[n_out:]))
+        values = inline(forward, inputs)
+        residuals, rest = values[:n_res], values[n_res:]
+        if rows == 1:                      # one row: the reverse sweep as it is
+            ones = [autodiff.filled(trace, o.aval, 1) for o in outs]
+            grads = [(np.reshape(g, (1,) + np.shape(g)), True)
+                     for g in inline(reverse, residuals + ones)]
+        else:   # the cotangents of all rows at once: output k's block of the identity's columns
+            seeds = [Tracer(trace, trace.atom(np.eye(rows, dtype=o.aval.dtype)[:, at:at + m]))
+                     .reshape((rows,) + o.aval.shape) for o, at, m in zip(outs, offsets, sizes)]
+            grads = batched_inline(reverse, residuals + seeds, [False] * n_res + [True] * n_out)
         blocks = []
         for o, at, m in zip(outs, offsets, sizes):
             for (g, batched), i in zip(grads, wrt):
@@ -96,28 +146,64 @@ def jacobian_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
                 if not batched:            # the same for every row (zeros)
                     g = np.broadcast_to(g, (rows,) + shape)
                 blocks.append(g[at:at + m].reshape(o.aval.shape + shape))
-        return dce(trace.to_tape([t._var for t in inputs], blocks))
+        return dce(trace.to_tape([t._var for t in inputs], blocks + rest))
 
 
-def jvp_tape(tape: Tape, n_out: int) -> Tape:
-    """Inputs: `tape`'s, then a tangent per float input; outputs: its first `n_out` outputs,
-    then their tangents (J @ tangents; zeros for non-float outputs)."""
+def jacfwd_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
+    """`jacobian_tape` in forward mode: the JVP tape (`jvp_tape`) run once on a batch of
+    one-hot tangents, every column of every block in one pass."""
+    n_in, outs, wrt = len(tape.invars), tape.outvars[:n_out], list(wrt)
+    ins = [tape.invars[i].aval for i in wrt]
+    sizes = [a.size for a in ins]
+    offsets, cols = np.cumsum([0] + sizes[:-1]), sum(sizes)
+    with new_trace() as trace:
+        inputs = [trace.new_tracer(v.aval, v.name) for v in tape.invars]
+        if cols == 0:                      # no inputs: empty blocks
+            blocks = [autodiff.filled(trace, a.update(o.aval.shape + a.shape), 0)
+                      for o in outs for a in ins]
+            return dce(trace.to_tape([t._var for t in inputs],
+                                     blocks + inline(tape, inputs)[n_out:]))
+        forward = jvp_tape(tape, n_out, wrt)
+        if cols == 1:                      # one column: the JVP as it is
+            ones = [autodiff.filled(trace, a, 1) for a in ins]
+            results = [(np.reshape(t, (1,) + np.shape(t)) if k >= len(tape.outvars) else t, True)
+                       for k, t in enumerate(inline(forward, inputs + ones))]
+        else:   # the tangents of all columns at once: input k's block of the identity's columns
+            seeds = [Tracer(trace, trace.atom(np.eye(cols, dtype=a.dtype)[:, at:at + m]))
+                     .reshape((cols,) + a.shape) for a, at, m in zip(ins, offsets, sizes)]
+            results = batched_inline(forward, inputs + seeds, [False] * n_in + [True] * len(wrt))
+        blocks = []
+        for o, (t, batched) in zip(outs, results[len(tape.outvars):]):
+            if not batched:                # the same for every column (zeros)
+                t = np.broadcast_to(t, (cols,) + o.aval.shape)
+            for a, at, m in zip(ins, offsets, sizes):
+                block = t[at:at + m].reshape(a.shape + o.aval.shape)
+                blocks.append(np.transpose(block, tuple(range(a.ndim, block.ndim))
+                                           + tuple(range(a.ndim))))
+        rest = [v for v, _ in results[n_out:len(tape.outvars)]]
+        return dce(trace.to_tape([t._var for t in inputs], blocks + rest))
+
+
+def jvp_tape(tape: Tape, n_out: int, wrt: Sequence[int] | None = None) -> Tape:
+    """Inputs: `tape`'s, then a tangent per input in `wrt` (default: every float input);
+    outputs: `tape`'s, then the tangents of its first `n_out` (J @ tangents; zeros for
+    non-float outputs)."""
     n_in = len(tape.invars)
-    floats = [i for i, v in enumerate(tape.invars) if v.aval.is_float]
+    wrt = [i for i, v in enumerate(tape.invars) if v.aval.is_float] if wrt is None else list(wrt)
     seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
     seeds += [None] * (len(tape.outvars) - n_out)
-    joint = autodiff.vjp_tape(tape, floats, seeds)
+    joint = autodiff.vjp_tape(tape, wrt, seeds)
     n_ct = seeds.count(autodiff.INPUT)
     # the joint is linear in its cotangents: d<grads, t>/d ct = J @ t
     transposed = autodiff.vjp_tape(joint, range(n_in, n_in + n_ct),
-                                   [None] * len(tape.outvars) + [autodiff.INPUT] * len(floats))
+                                   [None] * len(tape.outvars) + [autodiff.INPUT] * len(wrt))
     with new_trace() as trace:
         inputs = [trace.new_tracer(v.aval, v.name) for v in tape.invars]
         tangents = [trace.new_tracer(tape.invars[i].aval, f"t_{tape.invars[i].name}")
-                    for i in floats]
+                    for i in wrt]
         cts = [autodiff.filled(trace, o.aval, 0) for o, s in zip(tape.outvars, seeds) if s]
         result = inline(transposed, inputs + cts + tangents)
-        primal, jt = result[:n_out], iter(result[len(joint.outvars):])
+        primal, jt = result[:len(tape.outvars)], iter(result[len(joint.outvars):])
         out_tangents = [next(jt) if s else autodiff.filled(trace, o.aval, 0)
                         for o, s in zip(tape.outvars[:n_out], seeds)]
         return dce(trace.to_tape([t._var for t in inputs + tangents], primal + out_tangents))
@@ -132,14 +218,14 @@ class _Leaves:
 
 
 class _Jacobian(CachedTransform):
-    """`jacobian(f)`: per signature, one program computing every Jacobian block."""
+    """`jacrev(f)` and `jacfwd(f)`: per signature, one program computing every Jacobian block
+    (then the aux leaves)."""
 
-    transform = "jacobian"
-
-    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int],
-                 static_argnums: int | Sequence[int], backend: str | None) -> None:
+    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
+                 static_argnums: int | Sequence[int], backend: str | None,
+                 transform: str) -> None:
         super().__init__(fn, static_argnums, backend)
-        self.argnums = argnums
+        self.argnums, self.has_aux, self.transform = argnums, has_aux, transform
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(args, kwargs)
@@ -150,51 +236,72 @@ class _Jacobian(CachedTransform):
 
     def _build(self, call: Any, argnums: tuple[int, ...]) -> Specialization:
         wrt = [j for i in argnums for j in call.leaf_range(i)]
-        check_float_inputs("jacobian", call, wrt)
-        tape, out_td, _ = trace_flat(self.fn, call)
+        check_float_inputs(self.transform, call, wrt)
+        tape, out_td, aux_td = trace_flat(self.fn, call, self.has_aux)
         tape = rerolled(tape)
-        for o in tape.outvars:
+        n_out = out_td.num_leaves
+        for o in tape.outvars[:n_out]:
             if not o.aval.is_float:
                 raise ArgumentError(at_source(
-                    f"jacobian: {self.__name__} returned a {o.aval} output; only float "
-                    f"outputs have Jacobians", tape.eqns[-1].src if tape.eqns else None))
-        jacobians = optimize(jacobian_tape(tape, wrt, len(tape.outvars)))
-        return Specialization(jacobians, None, out=out_td)
+                    f"{self.transform}: {self.__name__} returned a {o.aval} output; only float "
+                    f"outputs have Jacobians. Cast it (x.astype(float)), or return it as aux "
+                    f"with has_aux=True", tape.eqns[-1].src if tape.eqns else None))
+        build = jacfwd_tape if self.transform == "jacfwd" else jacobian_tape
+        return Specialization(optimize(build(tape, wrt, n_out)), aux_td, out=out_td)
 
     def _finisher(self, program: Specialization, call: Any, traced: bool) -> Callable:
         argnums = normalize_argnums(self.argnums, call.n_pos)
         in_tds = [call.treedefs[call.dynamic.index(i)] for i in argnums]
         single = isinstance(self.argnums, (int, np.integer))
-        out_td = program.out
-        keep = [True] * len(program.tape.outvars)
+        out_td, aux_td, has_aux = program.out, program.aux, self.has_aux
+        n_blocks = out_td.num_leaves * sum(td.num_leaves for td in in_tds)
+        keep = [k < n_blocks for k in range(len(program.tape.outvars))]
         outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
 
         def finish(outs: Sequence[Any]) -> Any:
-            it = iter(outs_of(outs))
+            outs = outs_of(outs)
+            it = iter(outs[:n_blocks])
             per_out = []
             for _ in range(out_td.num_leaves):
                 per_arg = [unflatten(td, [next(it) for _ in range(td.num_leaves)])
                            for td in in_tds]
                 per_out.append(per_arg[0] if single else tuple(per_arg))
-            return unflatten(out_td, per_out)
+            jac = unflatten(out_td, per_out)
+            return (jac, unflatten(aux_td, outs[n_blocks:])) if has_aux else jac
 
         return finish
 
 
+def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           static_argnums: int | Sequence[int] = (), backend: str | None = None) -> Any:
+    """The Jacobian of `fn` with respect to its arguments `argnums` in reverse mode (a batch of
+    VJPs: best for fewer outputs than inputs), one compiled program per signature. For an output
+    of shape `o` and an argument of shape `i` the block has shape `o + i`; pytrees nest as the
+    output's structure of the arguments' (a tuple of them when argnums is a tuple). With
+    has_aux, `fn` returns `(out, aux)` and the result is `(jacobian, aux)`."""
+    return _Jacobian(fn, argnums, has_aux, static_argnums, backend, "jacrev")
+
+
+def jacfwd(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
+           static_argnums: int | Sequence[int] = (), backend: str | None = None) -> Any:
+    """`jacrev` in forward mode (a batch of JVPs: best for fewer inputs than outputs); the same
+    result and structure."""
+    return _Jacobian(fn, argnums, has_aux, static_argnums, backend, "jacfwd")
+
+
 def jacobian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
-             static_argnums: int | Sequence[int] = (), backend: str | None = None) -> Any:
-    """The Jacobian of `fn` with respect to its arguments `argnums` (reverse mode), computed by
-    one compiled program per signature. For an output of shape `o` and an argument of shape `i`
-    the block has shape `o + i`; pytrees nest as the output's structure of the arguments'
-    (a tuple of them when argnums is a tuple)."""
-    return _Jacobian(fn, argnums, static_argnums, backend)
+             static_argnums: int | Sequence[int] = (), backend: str | None = None, *,
+             has_aux: bool = False) -> Any:
+    """`jacrev` (its arguments in this order)."""
+    return _Jacobian(fn, argnums, has_aux, static_argnums, backend, "jacobian")
 
 
-def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
+def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
             static_argnums: int | Sequence[int] = (), backend: str | None = None) -> Any:
-    """The Hessian of a scalar `fn`: `jacobian(grad(fn))`, one compiled program."""
-    return _Jacobian(grad(fn, argnums, static_argnums=static_argnums), argnums,
-                     static_argnums, backend)
+    """The Hessian of a scalar `fn`: `jacfwd(jacrev(fn))` (forward over reverse, as JAX), one
+    compiled program per signature."""
+    inner = _Jacobian(fn, argnums, has_aux, static_argnums, backend, "jacrev")
+    return _Jacobian(inner, argnums, has_aux, static_argnums, backend, "jacfwd")
 
 
 class _Jvp(CachedTransform):
@@ -212,22 +319,10 @@ class _Jvp(CachedTransform):
     def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable]:
         primals, tangents = args[:self.n], args[self.n:]
         call, _ = split_args(self.fn, primals, {}, ())
-        t_leaves, t_td = flatten(tangents)
-        p_td = flatten(primals)[1]
-        if t_td != p_td:
-            raise ArgumentError(at_source(f"jvp: the tangents have structure {t_td}, but the "
-                                          f"primals have structure {p_td}", user_source()))
-        floats = [j for j, a in enumerate(call.avals) if a.is_float]
-        for j, leaf in enumerate(t_leaves):
-            if np.shape(leaf) != call.avals[j].shape:
-                raise ArgumentError(at_source(
-                    f"jvp: tangent {call.names[j]} has shape {np.shape(leaf)}, but its primal "
-                    f"has shape {call.avals[j].shape}", user_source()))
-        tangent_leaves = [np.asarray(t_leaves[j], call.avals[j].dtype)
-                          if not isinstance(t_leaves[j], Tracer) else t_leaves[j]
-                          for j in floats]
+        tangent_leaves = _tangents("jvp", call, tangents)
         leaves = list(call.leaves) + tangent_leaves
-        names = list(call.names) + [f"t_{call.names[j]}" for j in floats]
+        names = list(call.names) + [f"t_{n}" for n, a in zip(call.names, call.avals)
+                                    if a.is_float]
         joined = _Leaves(leaves, names, tuple(range(len(args))))
         key = (self.n, *call.key(()))
         return joined, key, lambda: self._build(call)
@@ -250,6 +345,24 @@ class _Jvp(CachedTransform):
             outs_of(outs))
 
 
+def _tangents(what: str, call: Any, tangents: Sequence[Any]) -> list[Any]:
+    """The leaves of `tangents` (a tuple with the structure of the call's arguments) for the
+    float leaves of the call, as arrays of their primals' dtypes; integer leaves' are dropped."""
+    t_leaves, t_td = flatten(tuple(tangents))
+    p_td = flatten(tuple(call.args[i] for i in call.dynamic))[1]
+    if t_td != p_td:
+        raise ArgumentError(at_source(f"{what}: the tangents have structure {t_td}, but the "
+                                      f"primals have structure {p_td}", user_source()))
+    for j, leaf in enumerate(t_leaves):
+        if np.shape(leaf) != call.avals[j].shape:
+            raise ArgumentError(at_source(
+                f"{what}: tangent {call.names[j]} has shape {np.shape(leaf)}, but its primal "
+                f"has shape {call.avals[j].shape}", user_source()))
+    return [t_leaves[j] if isinstance(t_leaves[j], Tracer) else
+            np.asarray(t_leaves[j], call.avals[j].dtype)
+            for j, a in enumerate(call.avals) if a.is_float]
+
+
 def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
         backend: str | None = None) -> tuple[Any, Any]:
     """`(fn(*primals), J @ tangents)`: forward mode, by transposing the VJP. `tangents` has
@@ -260,30 +373,187 @@ def jvp(fn: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any],
     if len(primals) != len(tangents):
         raise ArgumentError(at_source(f"jvp: {len(primals)} primals but {len(tangents)} "
                                       f"tangents", user_source()))
-    return _jvp_transform(fn, len(primals), backend)(*primals, *tangents)
+    return _transform_of(("jvp", fn, len(primals), backend),
+                         lambda: _Jvp(fn, len(primals), backend))(*primals, *tangents)
 
 
-MAX_JVP_FUNCTIONS = 64    # jvp transforms kept (one per function, arity and backend)
-_jvps: "OrderedDict[tuple, _Jvp]" = OrderedDict()
-_jvps_lock = threading.Lock()
+class _Second(CachedTransform):
+    """The second program of `vjp` (the reverse sweep) or `linearize` (the linear map): one
+    tape, run on the residuals and then the cotangents or tangents."""
+
+    def __init__(self, fn: Callable[..., Any], tape: Tape, transform: str,
+                 backend: str | None) -> None:
+        super().__init__(fn, (), backend)
+        self.tape, self.transform = tape, transform
+
+    def run(self, leaves: list[Any]) -> list[Any]:
+        return self._call_slow(tuple(leaves), {}, None)
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable]:
+        call = _Leaves(list(args), [v.name for v in self.tape.invars], tuple(range(len(args))))
+        return call, ((), (), (), (), (), 0), lambda: Specialization(self.tape, None)
+
+    def _finisher(self, program: Specialization, call: Any, traced: bool) -> Callable:
+        return list
 
 
-def _jvp_transform(fn: Callable[..., Any], n: int, backend: str | None) -> _Jvp:
-    """The cached `_Jvp` of `fn` with `n` primals: `jvp(f, ...)` called again traces and
-    compiles only for a new signature, like `jit(f)` called again. The least recently used
-    go first; a function that cannot be a key (unhashable) gets a new transform each call."""
-    key = (fn, n, backend)
+@dataclasses.dataclass(frozen=True)
+class _Halves(Specialization):
+    """`vjp`'s or `linearize`'s program: its tape computes the outputs, the aux leaves and the
+    residuals; `second` runs on the inputs at `from_inputs` (copied), those residuals and the
+    cotangents or tangents."""
+
+    second: _Second | None = None
+    from_inputs: tuple[int, ...] = ()
+
+
+class _Split(CachedTransform):
+    """`vjp(f, ...)` or `linearize(f, ...)`: per signature, the program that computes the
+    outputs and the residuals, and the one that runs on them (`_Halves`)."""
+
+    def __init__(self, fn: Callable[..., Any], transform: str, has_aux: bool,
+                 backend: str | None) -> None:
+        super().__init__(fn, (), backend)
+        self.transform, self.has_aux = transform, has_aux
+
+    def __call__(self, *args: Any) -> Any:
+        # no fast path: the result keeps the input leaves that are residuals
+        return self._call_slow(args, {}, None)
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[Any, tuple, Callable]:
+        call, static = split_args(self.fn, args, kwargs, ())
+        if self.transform == "vjp":
+            check_float_inputs("vjp", call, range(len(call.leaves)))
+        return call, ((), *call.key(static)), lambda: self._build(call)
+
+    def _build(self, call: Any) -> _Halves:
+        tape, out_td, aux_td = trace_flat(self.fn, call, self.has_aux)
+        tape = rerolled(tape)
+        n_in, n_out, n_all = len(tape.invars), out_td.num_leaves, len(tape.outvars)
+        if self.transform == "vjp":
+            seeds = [autodiff.INPUT if o.aval.is_float else None for o in tape.outvars[:n_out]]
+            full = autodiff.vjp_tape(tape, range(n_in), seeds + [None] * (n_all - n_out))
+        else:
+            full = jvp_tape(tape, n_out)
+        first, second, from_inputs = split_known(full, n_in, n_all)
+        return _Halves(optimize(first), aux_td, out=out_td, from_inputs=from_inputs,
+                       second=_Second(self.fn, optimize(second), self.transform, self.backend))
+
+    def _finisher(self, program: Specialization, call: Any, traced: bool) -> Callable:
+        assert isinstance(program, _Halves) and program.second is not None
+        second, from_inputs = program.second, program.from_inputs
+        out_td, aux_td = program.out, program.aux
+        n_out = out_td.num_leaves
+        n_aux = aux_td.num_leaves if self.has_aux else 0
+        keep = [k >= n_out + n_aux for k in range(len(program.tape.outvars))]
+        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
+        out_avals = [o.aval for o in program.tape.outvars[:n_out]]
+        make = _vjp_fn if self.transform == "vjp" else _linear_fn
+        has_aux = self.has_aux
+
+        def finish(outs: Sequence[Any]) -> Any:
+            outs = outs_of(outs)
+            # inputs are kept as they are now: a caller may change its arrays in place later
+            saved = [np.array(call.leaves[j]) if isinstance(call.leaves[j], np.ndarray)
+                     else call.leaves[j] for j in from_inputs] + outs[n_out + n_aux:]
+            result = (unflatten(out_td, outs[:n_out]),
+                      make(second, saved, call, out_td, out_avals))
+            return (*result, unflatten(aux_td, outs[n_out:n_out + n_aux])) if has_aux \
+                else result
+
+        return finish
+
+
+def _vjp_fn(second: _Second, saved: list[Any], call: Any, out_td: Any,
+            out_avals: Sequence[Any]) -> Callable[[Any], tuple]:
+    """`vjp`'s `vjp_fn`: the reverse sweep on the saved residuals."""
+
+    def vjp_fn(ct: Any) -> tuple:
+        ct_leaves, ct_td = flatten(ct)
+        if ct_td != out_td:
+            raise ArgumentError(at_source(f"vjp_fn: the cotangent has structure {ct_td}, but "
+                                          f"the output has structure {out_td}", user_source()))
+        cts = []
+        for leaf, aval in zip(ct_leaves, out_avals):
+            if not aval.is_float:           # integer outputs have no cotangent
+                continue
+            if np.shape(leaf) != aval.shape:
+                raise ArgumentError(at_source(
+                    f"vjp_fn: cotangent of shape {np.shape(leaf)} for an output of shape "
+                    f"{aval.shape}", user_source()))
+            cts.append(leaf if isinstance(leaf, Tracer) else np.asarray(leaf, aval.dtype))
+        grads = [_like(g, leaf) for g, leaf in zip(second.run(saved + cts), call.leaves)]
+        return tuple(call.rebuild(grads)[i] for i in call.dynamic)
+
+    vjp_fn.tape, vjp_fn.cache_info = second.tape, second.cache_info  # type: ignore[attr-defined]
+    return vjp_fn
+
+
+def _linear_fn(second: _Second, saved: list[Any], call: Any, out_td: Any,
+               out_avals: Sequence[Any]) -> Callable[..., Any]:
+    """`linearize`'s `f_jvp`: the linear map on the saved residuals."""
+
+    def f_jvp(*tangents: Any) -> Any:
+        if len(tangents) != len(call.dynamic):
+            raise ArgumentError(at_source(
+                f"f_jvp: {len(tangents)} tangents for {len(call.dynamic)} primals; pass one "
+                f"tangent per primal, with its structure and shapes", user_source()))
+        outs = second.run(saved + _tangents("f_jvp", call, tangents))
+        return unflatten(out_td, [o if isinstance(o, Tracer) or np.ndim(o) else
+                                  np.asarray(o)[()] for o in outs])
+
+    f_jvp.tape, f_jvp.cache_info = second.tape, second.cache_info  # type: ignore[attr-defined]
+    return f_jvp
+
+
+def _like(grad: Any, leaf: Any) -> Any:
+    """A gradient as an ndarray where the argument was one, else 0-d as a numpy scalar."""
+    if isinstance(grad, Tracer) or isinstance(leaf, np.ndarray):
+        return grad if isinstance(grad, Tracer) else np.asarray(grad)
+    return grad[()] if np.ndim(grad) == 0 else grad
+
+
+def vjp(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
+        backend: str | None = None) -> Any:
+    """`(fn(*primals), vjp_fn)`, where `vjp_fn(ct)` returns one cotangent per primal for an
+    output cotangent `ct` of the output's structure. With has_aux: `(out, vjp_fn, aux)`.
+    The call computes the outputs and the residuals of the reverse sweep (one program per
+    function and signature); `vjp_fn` runs the reverse sweep alone on them (one more)."""
+    return _transform_of(("vjp", fn, has_aux, backend),
+                         lambda: _Split(fn, "vjp", has_aux, backend))(*primals)
+
+
+def linearize(fn: Callable[..., Any], *primals: Any, has_aux: bool = False,
+              backend: str | None = None) -> Any:
+    """`(fn(*primals), f_jvp)`, where `f_jvp(*tangents)` is `J @ tangents` at the primals.
+    With has_aux: `(out, f_jvp, aux)`. The call computes the outputs and the residuals of the
+    JVP (one program per function and signature); `f_jvp` runs only the linear part on them
+    (one more): no eqn of the forward computation."""
+    return _transform_of(("linearize", fn, has_aux, backend),
+                         lambda: _Split(fn, "linearize", has_aux, backend))(*primals)
+
+
+MAX_FUNCTIONS = 64    # jvp, vjp and linearize transforms kept (per function and options)
+_functions: "OrderedDict[tuple, CachedTransform]" = OrderedDict()
+_functions_lock = threading.Lock()
+
+
+def _transform_of(key: tuple, make: Callable[[], Any]) -> Any:
+    """The cached transform for `key` (kind, function, options): `jvp(f, ...)` called again
+    traces and compiles only for a new signature, like `jit(f)` called again. The least
+    recently used go first; a function that cannot be a key (unhashable) gets a new transform
+    each call."""
     try:
         hash(key)
     except TypeError:
-        return _Jvp(fn, n, backend)
-    with _jvps_lock:
-        transform = _jvps.get(key)
+        return make()
+    with _functions_lock:
+        transform = _functions.get(key)
         if transform is None:
-            transform = _jvps[key] = _Jvp(fn, n, backend)
-            if len(_jvps) > MAX_JVP_FUNCTIONS:
-                _jvps.popitem(last=False)
-        _jvps.move_to_end(key)
+            transform = _functions[key] = make()
+            if len(_functions) > MAX_FUNCTIONS:
+                _functions.popitem(last=False)
+        _functions.move_to_end(key)
         return transform
 
 
@@ -291,6 +561,4 @@ def jvp_cache_info(fn: Callable[..., Any], n: int = 1, backend: str | None = Non
                    ) -> dict[str, Any]:
     """`cache_info()` of the programs `jvp(fn, primals, tangents, backend)` runs for `n`
     primals (traces, compiles, hits, ...)."""
-    return _jvp_transform(fn, n, backend).cache_info()
-
-
+    return _transform_of(("jvp", fn, n, backend), lambda: _Jvp(fn, n, backend)).cache_info()
