@@ -50,7 +50,7 @@ def sgd_ref(lr, mu=0.0, nesterov=False, wd=0.0):
     return update
 
 
-def adam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, decoupled=False, clip=None):
+def adam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, decoupled=False):
     def update(p, g, s, t):
         if not decoupled:
             g = g + wd * p
