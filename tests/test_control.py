@@ -360,3 +360,14 @@ def test_numba_compiles_once_for_any_number_of_steps(compiled):
 def test_numba_static_step_counts_share_one_program():
     sources = {tj.explain(lambda p: lv_loop(p, n))(P).source for n in (10, 100_000)}
     assert len(sources) == 1                # the trip count is a slot of the size table
+
+
+def test_a_python_float_feeding_a_loop_of_an_inlined_program():
+    """A compiled program called inside another transform with a Python float: the float is
+    its input's f64, not the integer type of the loop's trip count it is bound next to."""
+    def loss(w, lr):
+        return np.sum(tj.fori_loop(0, 3, lambda i, v: v - lr * v, w))
+
+    outer = tj.grad(lambda w: tj.jit(loss)(w, 0.1))
+    for w in (np.ones(3), np.arange(3.0)):
+        np.testing.assert_allclose(outer(w), np.full(3, 0.9 ** 3), rtol=1e-14)

@@ -80,6 +80,10 @@ def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:
             return tuple(inline(eqn.kw["body"], ins))
         return _apply_bind(eqn, ins)
 
+    # a Python scalar takes its input's dtype here: bound as is, it would take that of the
+    # op's other operands (a float trip-count partner of a loop would become an integer)
+    args = [np.asarray(a, v.aval.dtype) if isinstance(a, (bool, int, float, complex)) else a
+            for a, v in zip(args, tape.invars)]
     outs = evaluate(tape, args, apply)
     mark()  # an empty reverse sweep
     return outs
