@@ -17,6 +17,7 @@ import pytest
 import tapejit as tj
 from op_db import ROWS
 from tapejit import batching
+from tapejit.ops import Kind
 from tapejit.pytree import flatten
 
 RNG = np.random.default_rng(0)
@@ -354,7 +355,11 @@ def _examples(sample, rng):
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if r.args is None], ids=lambda r: r.name)
-def test_op_table_rows(row):
+def test_op_table_rows(row, monkeypatch):
+    mapped = []        # the ops that ran in a loop over the batch: user code and control flow
+    mapper = batching._mapper
+    monkeypatch.setattr(batching, "_mapper", lambda op, *rest: (mapped.append(op), mapper(
+        op, *rest))[1])
     rng = np.random.default_rng(1)
     sample = row.samples(row.dtypes[0])[-1]
     examples = _examples(sample, rng)
@@ -372,3 +377,4 @@ def test_op_table_rows(row):
             np.testing.assert_allclose(leaf, np.stack([w[k] for w in want]), rtol=1e-6,
                                        atol=1e-9, err_msg=f"{row.name} in_axes={axes} "
                                                           f"output {k}")
+    assert all(op.kind in (Kind.CALL, Kind.CONTROL) for op in mapped), mapped
