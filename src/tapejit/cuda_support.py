@@ -16,8 +16,10 @@ below the dispatch (which asks `problem` and `device_key`) and the transforms (`
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
+from importlib import metadata
 from typing import Any, Sequence
 
 import numpy as np
@@ -46,6 +48,34 @@ class CudaUnavailableError(TapejitError, RuntimeError):
     """backend="cuda" where numba-cuda or a GPU is missing."""
 
 
+def numpy_shim(numpy: Any = np, numba_cuda_version: str | None = None) -> str | None:
+    """numba-cuda (up to 0.30.4, the last release: the project is in maintenance mode) registers
+    an overload of `np.row_stack`, which numpy 2.5 removed, so under numpy >= 2.5 every kernel
+    launch fails with "module 'numpy' has no attribute 'row_stack'". Where numba-cuda is
+    installed and `numpy` lacks `row_stack`, this sets `numpy.row_stack = numpy.vstack` (what
+    it always was) and says so; None where nothing needed doing."""
+    if hasattr(numpy, "row_stack"):
+        return None
+    if numba_cuda_version is None:
+        try:
+            numba_cuda_version = metadata.version("numba-cuda")
+        except metadata.PackageNotFoundError:
+            return None         # numba's own numba.cuda (and its simulator) never asks for it
+    numpy.row_stack = numpy.vstack
+    return (f"numpy {numpy.__version__} has no np.row_stack, which numba-cuda "
+            f"{numba_cuda_version} needs: tapejit set np.row_stack = np.vstack (or install "
+            f"'numpy<2.5')")
+
+
+def _numba_cuda() -> Any:
+    """numba.cuda, after `numpy_shim`."""
+    note = numpy_shim()
+    if note is not None:
+        logging.getLogger("tapejit").info("tapejit: %s", note)
+    from numba import cuda
+    return cuda
+
+
 def problem() -> str | None:
     """Why the CUDA backend cannot run here (None if it can)."""
     if _simulated():
@@ -53,7 +83,7 @@ def problem() -> str | None:
     if importlib.util.find_spec("numba_cuda") is None:
         return ("the numba-cuda package is not installed: pip install 'tapejit[cuda]' "
                 "(numba-cuda with its CUDA toolkit wheels)")
-    from numba import cuda
+    cuda = _numba_cuda()
     if not cuda.is_available():
         return ("numba-cuda is installed but no CUDA GPU is usable (numba.cuda.is_available() "
                 "is False: no NVIDIA driver or device)")
@@ -73,7 +103,7 @@ def cuda_status() -> str:
         return f"unavailable: {reason}"
     if _simulated():
         return "the numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
-    from numba import cuda
+    cuda = _numba_cuda()
     device = cuda.get_current_device()
     name = device.name.decode() if isinstance(device.name, bytes) else device.name
     return f"{name} (compute capability {'.'.join(map(str, device.compute_capability))})"
@@ -99,19 +129,19 @@ def device_key() -> tuple:
     """The device a program runs on, for the cache key."""
     if _simulated():
         return ("cudasim",)
-    from numba import cuda
+    cuda = _numba_cuda()
     return ("cuda", cuda.get_current_device().id)
 
 
 # ---- called by generated drivers ------------------------------------------------------------
 
 def empty(shape: tuple[int, ...], dtype: Any) -> Any:
-    from numba import cuda
+    cuda = _numba_cuda()
     return cuda.device_array(tuple(int(n) for n in shape) or (1,), dtype)
 
 
 def full(shape: tuple[int, ...], dtype: Any, value: Any) -> Any:
-    from numba import cuda
+    cuda = _numba_cuda()
     return cuda.to_device(np.full(tuple(int(n) for n in shape) or (1,), value, dtype))
 
 
@@ -140,7 +170,7 @@ def partial_grid(n: int) -> int:
 
 def host_call(eqn: Any, args: Sequence[Any]) -> tuple:
     """An eqn the CUDA backend has no kernel for, run by the interpreter on host copies."""
-    from numba import cuda
+    cuda = _numba_cuda()
     values = iter(args)
     ins = [np.asarray(next(values).copy_to_host()).reshape(a.aval.shape)
            if isinstance(a, Var) else np.asarray(a.value, a.aval.dtype) for a in eqn.ins]
@@ -167,7 +197,7 @@ class CudaCompiled:
 
     def _resident(self) -> tuple[list[Any], Any]:
         if not self._device:
-            from numba import cuda
+            cuda = _numba_cuda()
             self._device["S"] = cuda.to_device(np.append(self.sizes, 0))  # never empty
             self._device["consts"] = [_to_device(c, v.aval)
                                       for c, v in zip(self.tape.consts, self.tape.constvars)]
@@ -185,7 +215,7 @@ class CudaCompiled:
 
 def _to_device(value: Any, aval: Aval) -> Any:
     """A C-contiguous device array of `aval`'s dtype (0-d values as 1-element arrays)."""
-    from numba import cuda
+    cuda = _numba_cuda()
     if is_device_array(value):
         array = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
         if np.dtype(array.dtype) != aval.dtype or not array.is_c_contiguous():
