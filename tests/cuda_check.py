@@ -45,10 +45,56 @@ def random_args():
     return np.linspace(-1.0, 1.0, 3), np.float64(0.5), tj.random.key(11)
 
 
+def pair_forces(x):
+    """A pair nest: per i, a sum over j of a function of x[i] - x[j] (one thread per i)."""
+    d = x[:, None, :] - x[None, :, :]
+    return np.sum((1.0 / (np.sum(d * d, axis=-1) + 1.0))[:, :, None] * d, axis=1)
+
+
+def short_rows(a):
+    """Rows of 5 summed inside one thread each, next to a sum over the rows."""
+    return np.sum(np.log1p(np.sum(np.exp(a), axis=1)))
+
+
+def long_rows(a):
+    """Rows of 40: a block per row, its threads striding over the row."""
+    return np.sum(np.log(np.sum(np.exp(a), axis=1)) * np.arange(1, a.shape[0] + 1))
+
+
+def mapping_programs():
+    """(name, fn, args) of the nests the thread form (codegen/cuda_thread.py) and the block
+    forms each take; square, size-1 and size-0 axes."""
+    rng = np.random.default_rng(3)
+    yield "pairs", pair_forces, (rng.normal(size=(7, 3)),)
+    yield "pairs of 1", pair_forces, (rng.normal(size=(1, 3)),)
+    yield "short rows", short_rows, (rng.normal(size=(5, 5)),)
+    yield "short rows of 0", short_rows, (np.zeros((4, 0)),)
+    yield "long rows", long_rows, (rng.normal(size=(3, 40)),)
+
+
+def check_mappings() -> None:
+    """The mapping programs' values (jit, twice) against numpy, and their gradients against
+    the interpreter."""
+    for name, fn, args in mapping_programs():
+        on_cuda = tj.jit(fn, backend="cuda")
+        with np.errstate(divide="ignore"):
+            want = fn(*args)
+        for _ in range(2):
+            got = on_cuda(*args)
+            got = got.copy_to_host() if hasattr(got, "copy_to_host") else np.asarray(got)
+            np.testing.assert_allclose(np.reshape(got, np.shape(want)), want, rtol=1e-12,
+                                       atol=1e-14, err_msg=name)
+        if np.ndim(want) == 0 and np.isfinite(want):
+            check_values(name, fn, args, (0,), False)
+
+
 def programs():
     """(name, fn, args, argnums, has_aux) of every checked program."""
     for prog in ZOO:
         yield prog.name, prog.fn, prog.make_args(np.float64), prog.argnums, prog.has_aux
+    for name, fn, args in mapping_programs():
+        if name in ("pairs", "long rows"):      # (their forms' PTX; values: check_mappings)
+            yield name, (lambda f: lambda x: np.sum(f(x) ** 2))(fn), args, (0,), False
     yield "random", random_loss, random_args(), (0, 1), False
     for rows in CHUNKS:
         fn, args = combined(rows)
@@ -77,9 +123,12 @@ def run_values(on_device: bool) -> int:
         print("ok training loop on the device", flush=True)
         check_random_stream()
         print("ok random stream", flush=True)
+        check_mappings()
+        print("ok thread and block forms", flush=True)
     except Exception as err:
         failed += 1
-        print(f"FAIL training loop or random stream: {type(err).__name__}: {err}", flush=True)
+        print(f"FAIL training loop, random stream or forms: {type(err).__name__}: {err}",
+              flush=True)
         traceback.print_exc(limit=-3)
     for name, fn, args, argnums, has_aux in programs():
         try:

@@ -4,11 +4,13 @@ capability 9.0 (where the CUDA toolkit's NVVM is installed), and the zoo on a re
 where `numba.cuda.is_available()`. Each runs tests/cuda_check.py in a child process: the
 simulator replaces numba.cuda process-wide.
 """
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tapejit as tj
@@ -72,3 +74,65 @@ def test_simulator_counts_as_available(monkeypatch):
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
     assert cuda_support.problem() is None
     assert "simulator" in cuda_support.cuda_status()
+
+
+# ---- cheap checks without the simulator: the mapping in the generated source, the numpy shim
+
+def _kernels(fn, *args):
+    """The generated CUDA module of `fn`'s forward program, split into kernels by name."""
+    from tapejit.codegen.cuda import generate
+    source = generate(tj.explain(fn, backend="interpret", grad=False)(*args).tape)[0]
+    parts = source.split("@cuda.jit\ndef ")[1:]
+    return source, {part.split("(")[0]: part for part in parts}
+
+
+def test_pair_nest_runs_one_thread_per_i_with_a_loop_over_j():
+    from cuda_check import pair_forces
+    for n in (7, 3):         # n == 3: the pair axes as long as the coordinates
+        source, kernels = _kernels(pair_forces, np.ones((n, 3)))
+        (name, kernel), = kernels.items()
+        assert "thread form: one thread per element of axes [0]" in kernel, kernel
+        assert "syncthreads" not in kernel and "shared" not in kernel, kernel
+        assert f"{name}[tjrt.blocks(S[0]), TPB]" in source     # threads over i, not i * j
+        assert "for t_i1 in range(S[0]):" in kernel             # the loop over j
+
+
+def test_short_rows_run_in_one_thread_and_long_rows_on_a_block():
+    from cuda_check import long_rows, short_rows
+    for rows in (5, 32):     # 32: as many rows as the longest short row
+        _, kernels = _kernels(short_rows, np.ones((rows, 5)))
+        first = next(iter(kernels.values()))
+        assert "thread form" in first and "for t_f0 in range(5):" in first, first
+        assert "acc_sh_" in first       # the sum over the rows: a block tree of partial sums
+    for cols in (33, 40):
+        _, kernels = _kernels(long_rows, np.ones((3, cols)))
+        first = next(iter(kernels.values()))
+        assert "thread form" not in first and "cuda.syncthreads()" in first, first
+
+
+def test_parallel_axes_of_a_nest():
+    from tapejit.codegen.plan import SHORT, parallel_axes, serial_dims, short
+    from tapejit.codegen.schedule import Loop
+    from tapejit.dims import Dim
+    i, j, k = Dim(0, 7), Dim(1, 7), Dim(2, 3)
+    pairs = Loop((i, j), stages=[(i, j, k), (i, j)], stage_of={"r2": 0, "f": 0, "e": 1},
+                 reductions={"r2": (2,), "f": (1,), "e": (0, 1)})
+    assert parallel_axes(pairs) == [0]      # f reduces j; the energy reduces everything
+    assert serial_dims(pairs, [0]) == [(j, k), (j,)]
+    pairs.reductions["g"], pairs.stage_of["g"] = (0,), 0     # and a sum over i: none left
+    assert parallel_axes(pairs) == []
+    assert short((Dim(3, SHORT),)) and not short((Dim(3, SHORT), k)) and short(())
+
+
+def test_numpy_shim_restores_row_stack_only_where_numba_cuda_needs_it():
+    import types
+    fake = types.SimpleNamespace(__version__="2.5.2", vstack=np.vstack)
+    note = cuda_support.numpy_shim(fake, numba_cuda_version="0.30.4")
+    assert fake.row_stack is np.vstack
+    assert "numpy 2.5.2" in note and "numba-cuda 0.30.4" in note and "numpy<2.5" in note
+    assert cuda_support.numpy_shim(fake, numba_cuda_version="0.30.4") is None   # done once
+    old = types.SimpleNamespace(__version__="2.4.0", vstack=np.vstack, row_stack=np.vstack)
+    assert cuda_support.numpy_shim(old, numba_cuda_version="0.30.4") is None
+    bare = types.SimpleNamespace(__version__="2.5.2", vstack=np.vstack)
+    if importlib.util.find_spec("numba_cuda") is None:      # numba's own numba.cuda: no shim
+        assert cuda_support.numpy_shim(bare) is None and not hasattr(bare, "row_stack")

@@ -40,6 +40,7 @@ from ..ir import Eqn, Lit, Tape
 from .cuda_base import ENTRY, Generator, var_name
 from .cuda_calls import emit_call
 from .cuda_nest import Kernel
+from .cuda_thread import ThreadKernel, thread_axes
 from .schedule import Loop
 from .writer import Writer, dtype_code, literal
 
@@ -66,7 +67,12 @@ def generate(tape: Tape) -> tuple[str, np.ndarray, tuple[Eqn, ...]]:
     for number, step in enumerate(g.steps):
         if isinstance(step, Loop):
             if g.plan.live[number]:
-                Kernel(g, number, step, g.plan.live[number]).emit()
+                kernel = Kernel(g, number, step, g.plan.live[number])
+                parallel = thread_axes(g, step, kernel.mode, kernel.outer)
+                if parallel is None or kernel.split:
+                    kernel.emit()
+                else:
+                    ThreadKernel(g, number, step, g.plan.live[number], parallel).emit()
         else:
             emit_call(g, number, step.eqn)
     outs = []

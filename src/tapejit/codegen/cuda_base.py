@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..dims import Dims
 from ..ir import Atom, Eqn, Lit, Tape, Var
+from .cpu import fixed_symbols
 from .plan import Plan, plan
 from .scalar import cuda_scalar_expr as scalar_expr
 from .schedule import steps
@@ -38,7 +39,8 @@ class Generator:
     scalar = staticmethod(scalar)
 
     def __init__(self, tape: Tape) -> None:
-        self.sizes = Sizes(Dims(tape))
+        dims = Dims(tape)
+        self.sizes = Sizes(dims, fixed_symbols(tape, dims))   # as the CPU's: short rows known
         self.steps = steps(tape, self.sizes.names)
         self.plan = device_plan(tape, self.steps)
         self.kernels: list[str] = []

@@ -13,16 +13,24 @@
   ops recompute it from arrays stored anyway, inputs or views of them (`1 - t*t` from `t`).
 - An array the program allocates is reused, once nothing reads it any more, for a later value
   of the same shape and dtype (`last_read`; codegen/cpu.py allocates).
+
+How a nest maps onto parallel hardware is a property of the nest too (`parallel_axes`,
+`serial_dims`, `short`): the axes whose iterations are independent, and what one iteration of
+them runs through on its own. The CUDA backend gives one thread to each such iteration where
+that work is short or the block forms would waste the block (codegen/cuda_thread.py).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 
+from ..dims import Dim
 from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops import OPS, Kind, nest_reduction
 from .schedule import Call, Loop, Step
 from .views import is_view
+
+SHORT = 32   # a loop over at most this many elements is short
 
 @dataclasses.dataclass
 class Plan:
@@ -205,3 +213,26 @@ def _live(loop: Loop, arrays: set[str], scalar: set[str]) -> list[Eqn]:
             kept.append(eqn)
             needed.update(a.name for a in eqn.ins if isinstance(a, Var))
     return kept[::-1]
+
+
+def parallel_axes(loop: Loop) -> list[int]:
+    """The domain axes of `loop` whose iterations are independent: no reduction of the nest
+    reduces them, unless it reduces every axis of its stage (a loss, summed at the end)."""
+    reduced: set[int] = set()
+    for name, axes in loop.reductions.items():
+        if set(axes) != set(range(len(loop.stages[loop.stage_of[name]]))):
+            reduced.update(a for a in axes if a < len(loop.domain))
+    return [a for a in range(len(loop.domain)) if a not in reduced]
+
+
+def serial_dims(loop: Loop, parallel: list[int]) -> list[tuple[Dim, ...]]:
+    """Per stage, the axes one iteration of the `parallel` axes runs through: the domain's
+    other axes and the stage's inner ones."""
+    return [tuple(n for a, n in enumerate(stage) if a not in parallel) for stage in loop.stages]
+
+
+def short(dims: tuple[Dim, ...]) -> bool:
+    """Whether a loop over `dims` is short: at most SHORT elements at their traced lengths (a
+    new length traces again; lengths of inputs' short trailing axes are numbers in the source,
+    codegen/cpu.py's fixed_symbols, so such loops unroll)."""
+    return math.prod(n.size for n in dims) <= SHORT

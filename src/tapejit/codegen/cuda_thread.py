@@ -1,0 +1,217 @@
+"""The thread form of a loop nest (codegen/cuda.py): one thread per element of the nest's
+parallel axes (plan.parallel_axes), running the rest of the nest in its own loops as the CPU
+runs one iteration: a short reduction (a row of 10 classes, xyz) needs no block and no
+shared-memory tree, and a pair nest (a sum over j of a function of (i, j)) runs one thread per
+i with a loop over j, where the block forms would launch a block per pair.
+
+What a reduction of the nest becomes (`kind`):
+- "stage": complete over its stage's inner axes: a register per pass over the stage, read by
+  later stages as the block forms read it;
+- "own": over every axis the thread loops over: a register, stored once at the end;
+- "rmw": over some of them: accumulated in the thread's own elements of its output;
+- "block": over every axis of its stage, the parallel ones included (a loss next to the
+  rows): a register per thread, a block tree into the block's partial result, and a second
+  kernel combining the blocks' (cuda_calls.emit_combine).
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir import Eqn
+from ..passes.fuse import Loop
+from .cuda_base import Generator, Reads, unravel, var_name
+from .cuda_calls import emit_combine
+from .cuda_nest import tree
+from .plan import parallel_axes, serial_dims, short
+from .scalar import combine_of, reduction_init
+from .writer import comment, dtype_code, full_index
+
+
+def thread_axes(g: Generator, loop: Loop, block_mode: str, block_outer: list[int]) -> \
+        list[int] | None:
+    """The parallel axes to give one thread each, or None to keep the block forms
+    (`block_mode`, `block_outer`: what cuda_nest.Kernel would do):
+    - the work of one thread is short (plan.short at every stage), or
+    - the block forms would run one thread (serial), or a block per element of the whole
+      domain with only short inner stages for its threads (a pair nest), and there are at
+      least as many threads as domain steps per thread."""
+    parallel = parallel_axes(loop)
+    if not parallel or block_mode == "map":
+        return None
+    per_stage = serial_dims(loop, parallel)
+    if all(short(dims) for dims in per_stage):
+        return parallel
+    if block_mode == "serial":
+        return parallel
+    rank = len(loop.domain)
+    inner_short = all(short(stage[rank:]) for stage in loop.stages)
+    threads = math.prod(loop.domain[a].size for a in parallel)
+    steps = math.prod(n.size for a, n in enumerate(loop.domain) if a not in parallel)
+    if len(block_outer) == rank and inner_short and threads >= steps:
+        return parallel
+    return None
+
+
+class ThreadKernel(Reads):
+    """The thread-form kernel of one loop nest over its `parallel` axes."""
+
+    def __init__(self, g: Generator, number: int, loop: Loop, eqns: list[Eqn],
+                 parallel: list[int]) -> None:
+        super().__init__(g)
+        self.number, self.loop, self.eqns, self.parallel = number, loop, eqns, parallel
+        self.serial = [a for a in range(len(loop.domain)) if a not in parallel]
+        self.idx = [f"t_i{d}" for d in range(max(len(s) for s in loop.stages))]
+
+    def stage(self, eqn: Eqn) -> tuple:
+        return self.loop.stages[self.loop.stage_of[eqn.outs[0].name]]
+
+    def kind(self, eqn: Eqn) -> str | None:
+        name = eqn.outs[0].name
+        if name not in self.loop.reductions:
+            return None
+        stage, axes = self.stage(eqn), set(self.loop.reductions[name])
+        if axes == set(range(len(stage))) and self.parallel:
+            return "block"
+        if stage != self.loop.domain and self.loop.complete(name):
+            return "stage"
+        return "own" if axes == set(range(len(stage))) - set(self.parallel) else "rmw"
+
+    def extent(self, axes: list[int]) -> str:
+        return self.g.sizes.product(self.loop.domain[a] for a in axes)
+
+    def emit(self) -> None:
+        name, g = f"t_k{self.number}", self.g
+        blocks = [e for e in self.eqns if self.kind(e) == "block"]
+        body = self.body(blocks)
+        n = self.extent(self.parallel)
+        if blocks:
+            g.driver.line(f"t_nb{self.number} = tjrt.partial_grid(tjrt.blocks({n}))")
+            launch = f"t_nb{self.number}, TPB"
+        else:
+            launch = f"tjrt.blocks({n}), TPB"
+        for eqn in self.eqns:
+            out = eqn.outs[0]
+            if out.name in g.plan.arrays or self.kind(eqn) in ("own", "rmw", "block"):
+                g.allocate(out)
+            if self.kind(eqn) == "block":
+                g.driver.line(f"t_p_{var_name(out)} = tjrt.empty((t_nb{self.number}, "
+                              f"{g.sizes.shape(g.sizes.of(out))[1:]}, "
+                              f"{dtype_code(out.aval.dtype)})")
+        g.add_kernel(name, self.params, body)
+        g.driver.line(f"{name}[{launch}]({', '.join(self.params + ['t_Sd'])})")
+        for eqn in blocks:
+            emit_combine(g, f"{name}_{var_name(eqn.outs[0])}", eqn)
+
+    def body(self, blocks: list[Eqn]) -> list[str]:
+        lines = [f"# thread form: one thread per element of axes {self.parallel}",
+                 "t_tid = cuda.threadIdx.x"]
+        for eqn in blocks:
+            out, dtype = var_name(eqn.outs[0]), dtype_code(eqn.outs[0].aval.dtype)
+            lines += [f"acc_sh_{out} = cuda.shared.array(TPB, {dtype})",
+                      f"acc_{out} = {reduction_init(eqn)}"]
+        lines.append(f"for t_b in range(cuda.grid(1), {self.extent(self.parallel)}, "
+                     f"cuda.gridsize(1)):")
+        inner: list[str] = []
+        unravel(inner, "t_b", [self.idx[a] for a in self.parallel],
+                [self.g.sizes(self.loop.domain[a]) for a in self.parallel])
+        owned = [e for e in self.eqns if self.kind(e) == "own"]
+        inner += [f"acc_{var_name(e.outs[0])} = {reduction_init(e)}" for e in owned]
+        for eqn in self.eqns:
+            if self.kind(eqn) == "rmw":
+                inner += self.fill(eqn)
+        loops: list[str] = []
+        depth = ""
+        for a in self.serial:
+            extent = self.g.sizes(self.loop.domain[a])
+            loops.append(f"{depth}for {self.idx[a]} in range({extent}):")
+            depth += "    "
+        groups: list[list[Eqn]] = []
+        for eqn in self.eqns:
+            if not groups or self.stage(groups[-1][-1]) != self.stage(eqn):
+                groups.append([])
+            groups[-1].append(eqn)
+        nest: list[str] = []
+        for k, group in enumerate(groups):
+            nest += self.group(k, group)
+        inner += loops + [depth + line for line in nest]
+        for eqn in owned:
+            out = eqn.outs[0]
+            inner.append(f"{self.array(out, self.kept(eqn, self.idx))} = acc_{var_name(out)}")
+        lines += ["    " + line for line in inner]
+        if blocks:
+            lines += tree(0, blocks)
+            for eqn in blocks:
+                out = var_name(eqn.outs[0])
+                partial = f"t_p_{out}"
+                self.params.append(partial)
+                kept = ", ".join(["cuda.blockIdx.x"] + self.kept(eqn, self.idx))
+                lines += ["if t_tid == 0:", f"    {partial}[{kept}] = acc_{out}"]
+        return lines
+
+    def kept(self, eqn: Eqn, idx: list[str]) -> list[str]:
+        here = full_index(eqn.ins[0].aval.shape, idx)
+        return [here[d] for d in range(eqn.ins[0].aval.ndim) if d not in eqn.kw["axes"]]
+
+    def fill(self, eqn: Eqn) -> list[str]:
+        """The thread sets its own elements of what `eqn` accumulates in to the start value."""
+        stage, axes = self.stage(eqn), set(self.loop.reductions[eqn.outs[0].name])
+        idx = [self.idx[a] if a in self.parallel else f"t_z{a}" for a in range(len(stage))]
+        lines, depth = [], ""
+        for a in range(len(stage)):
+            if a not in self.parallel and a not in axes:
+                lines.append(f"{depth}for t_z{a} in range({self.g.sizes(stage[a])}):")
+                depth += "    "
+        target = self.array(eqn.outs[0], self.kept(eqn, idx))
+        return lines + [f"{depth}{target} = {reduction_init(eqn)}"]
+
+    def group(self, k: int, group: list[Eqn]) -> list[str]:
+        """One stage's eqns, in a loop over its inner axes if it has any."""
+        stage = self.stage(group[0])
+        idx = self.idx[:len(stage)]
+        inner = list(range(len(self.loop.domain), len(stage)))
+        if not inner:
+            lines: list[str] = []
+            for eqn in group:
+                self.eqn(eqn, idx, lines)
+            return lines
+        accs = [e for e in group if self.kind(e) == "stage"]
+        lines = [f"acc_{var_name(e.outs[0])} = {reduction_init(e)}" for e in accs]
+        lines.append(f"for t_f{k} in range({self.g.sizes.product(stage[a] for a in inner)}):")
+        body: list[str] = []
+        unravel(body, f"t_f{k}", [idx[a] for a in inner], [self.g.sizes(stage[a]) for a in inner])
+        for eqn in group:
+            self.eqn(eqn, idx, body)
+        lines += ["    " + line for line in body]
+        for eqn in accs:
+            out = eqn.outs[0]
+            lines.append(f"t_{var_name(out)} = acc_{var_name(out)}")
+            if out.name in self.g.plan.arrays:
+                lines.append(f"{self.array(out, self.kept(eqn, idx))} = t_{var_name(out)}")
+        for eqn in group:    # the stage's values are gone; its complete reductions remain
+            if eqn in accs:
+                self.local.add(eqn.outs[0].name)
+            else:
+                self.local.discard(eqn.outs[0].name)
+        return lines
+
+    def eqn(self, eqn: Eqn, idx: list[str], lines: list[str]) -> None:
+        """One eqn at loop position `idx`."""
+        out = eqn.outs[0]
+        name = var_name(out)
+        lines.append(comment(eqn, self.g.sizes))
+        kind = self.kind(eqn)
+        if kind is not None:
+            x = eqn.ins[0]
+            operand = self.read(x, full_index(x.aval.shape, idx))
+            combine = combine_of(eqn)
+            target = self.array(out, self.kept(eqn, idx)) if kind == "rmw" else f"acc_{name}"
+            lines.append(f"{target} = {combine.format(target, operand)}")
+            if kind == "own" and self.loop.complete(out.name):    # over no axis: done
+                lines.append(f"t_{name} = acc_{name}")
+                self.local.add(out.name)
+            return
+        here = full_index(out.aval.shape, idx)
+        lines.append(f"t_{name} = {self.recompute(eqn, here)}")
+        self.local.add(out.name)
+        if out.name in self.g.plan.arrays:
+            lines.append(f"{self.array(out, here)} = t_{name}")
