@@ -8,6 +8,10 @@ and `backend="interpret"`; the reference, a Python loop of 100 calls of the `vjp
 makes it, which traces and differentiates, is outside the timing, so the loop is favoured); the analytic Jacobian in numpy (diag(1 - y^2) W) for scale; JAX
 `jit(jacrev(layer))` where installed. All agree at startup.
 
+A second table: `tj.jacfwd` against `tj.jacrev` (and JAX's `jit(jacfwd)`/`jit(jacrev)`) on
+tanh(W x) with a wide input and a narrow output (n -> 4: reverse mode should win) and a narrow
+input and a wide output (4 -> n: forward mode should win), in the same run.
+
     .venv/bin/python bench/jacobian.py [--n 100] [--repeats 7] [--quick [--with-numba]]
 """
 from __future__ import annotations
@@ -77,6 +81,44 @@ def main() -> None:
                  goal=1.0, record=record)
     H.ratio_line(f"{main_label} / jax jit(jacrev)", table.seconds(main_label),
                  table.seconds("jax jit(jacrev)"))
+    modes(n, args, variants[0][1])
+
+
+def modes(n: int, args, kw: dict) -> None:
+    """jacfwd vs jacrev on a wide -> narrow and a narrow -> wide tanh(W x)."""
+    rng = np.random.default_rng(1)
+    table = H.Table(f"jacfwd vs jacrev, tanh(W x), float64 [{kw['backend']}]",
+                    ref=f"jacrev {n} -> 4", ratio_name="x jacrev")
+    for n_in, n_out in ((n, 4), (4, n)):
+        w = rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+        x = rng.standard_normal(n_in)
+        f = lambda v, w=w: np.tanh(w @ v)                       # noqa: E731
+        want = (1.0 - f(x) ** 2)[:, None] * w
+        for mode, transform in (("jacfwd", tj.jacfwd), ("jacrev", tj.jacrev)):
+            jac = transform(f, **kw)
+            label = f"{mode} {n_in} -> {n_out}"
+            fc = H.first_call(label, jac, x)
+            H.check_close(f"{label} vs analytic", fc.result, want, rtol=1e-10, atol=1e-12)
+            table.add(label, H.measure(lambda: jac(x), args.repeats), note=fc.note)
+
+        def build_jax(mode, w=w, x=x, want=want):
+            import jax
+            jax.config.update("jax_enable_x64", True)
+            import jax.numpy as jnp
+            jac = jax.jit(getattr(jax, mode)(lambda v: jnp.tanh(w @ v)))
+            H.check_close(f"jax {mode} vs analytic", np.asarray(jac(x)), want, rtol=1e-10,
+                          atol=1e-12)
+            return lambda: jac(x).block_until_ready()
+
+        for mode in ("jacfwd", "jacrev"):
+            H.try_row(table, f"jax jit({mode}) {n_in} -> {n_out}", "jax",
+                      lambda mode=mode: build_jax(mode), args.repeats, min_run_s=0.05)
+    table.print()
+    for mode in ("jacfwd", "jacrev"):
+        H.ratio_line(f"tj.{mode} {n} -> 4 / jax jit({mode})", table.seconds(f"{mode} {n} -> 4"),
+                     table.seconds(f"jax jit({mode}) {n} -> 4"))
+        H.ratio_line(f"tj.{mode} 4 -> {n} / jax jit({mode})", table.seconds(f"{mode} 4 -> {n}"),
+                     table.seconds(f"jax jit({mode}) 4 -> {n}"))
 
 
 if __name__ == "__main__":

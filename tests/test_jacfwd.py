@@ -110,7 +110,8 @@ def test_jacfwd_equals_jacrev_and_finite_differences_on_pytrees():
         before = jac_model[m].cache_info()
         check_against_fd(jac_model[m](p2, x[::-1].copy()), model, (p2, x[::-1].copy()), (0, 1))
         after = jac_model[m].cache_info()
-        assert after["traces"] == before["traces"] == 1 and after["compiles"] + after["disk_loads"] == 1
+        assert after["traces"] == before["traces"] == 1
+        assert after["compiles"] + after["disk_loads"] == 1
 
 
 def test_jacfwd_square_size_one_and_has_aux():
@@ -248,7 +249,8 @@ def test_errors_name_the_transform_and_the_fix():
     x = np.ones(3)
     with pytest.raises(tj.DtypeError, match=r"jacfwd: argument x has dtype int64.*floats"):
         tj.jacfwd(lambda x: x * 2)(np.arange(3))
-    with pytest.raises(tj.DtypeError, match=r"argument x: tapejit does not support dtype complex128"):
+    with pytest.raises(tj.DtypeError, match=r"argument x: tapejit does not support dtype "
+                                             r"complex128"):
         tj.jacrev(lambda x: x * 2)(x + 1j)
     with pytest.raises(tj.ArgumentError, match=r"jacfwd: .* returned a i64\[3\] output; only "
                                                r"float outputs.*has_aux=True") as info:
