@@ -222,7 +222,7 @@ def run_ptx(only: str | None = None) -> int:
     from numba.np import numpy_support
 
     from tapejit.avals import Aval
-    from tapejit.cache import load_module
+    from tapejit.cache import cache_root, load_module
     from tapejit.codegen.cuda import ENTRY, generate, var_name
     try:
         cuda.compile_ptx(lambda a: None, (types.float64[:],), cc=(9, 0))
@@ -247,12 +247,15 @@ def run_ptx(only: str | None = None) -> int:
                                             max(avals[p].ndim, 1), "C") for p in params)
                     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
                     assert ".target sm_90" in ptx
+                    # cache=True: a GPU keeps its code beside the module's (tapejit's folder)
+                    assert kernel._cache.cache_path == str(cache_root() / "__pycache__"), \
+                        (kname, type(kernel._cache).__name__, kernel._cache.cache_path)
                     kernels += 1
             print("ok", name, flush=True)
         except Exception as err:
             failed += 1
             print(f"FAIL {name}: {type(err).__name__}: {str(err)[:2000]}", flush=True)
-    print(f"{kernels} kernels compiled to PTX")
+    print(f"{kernels} kernels compiled to PTX, each cached on disk in {cache_root()}")
     return failed
 
 

@@ -82,7 +82,7 @@ def _kernels(fn, *args):
     """The generated CUDA module of `fn`'s forward program, split into kernels by name."""
     from tapejit.codegen.cuda import generate
     source = generate(tj.explain(fn, backend="interpret", grad=False)(*args).tape)[0]
-    parts = source.split("@cuda.jit\ndef ")[1:]
+    parts = source.split("@cuda.jit(cache=True)\ndef ")[1:]
     return source, {part.split("(")[0]: part for part in parts}
 
 

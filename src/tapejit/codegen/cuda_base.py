@@ -14,6 +14,10 @@ from .views import is_view, view_expr
 from .writer import Sizes, Writer, dtype_code, literal, name_of, operand_parts, scalar
 
 ENTRY = "run"
+# numba keeps each kernel's compiled code beside the module, in <cache_root>/__pycache__
+# (cache.py publishes a module's file once, so numba's stamp of it stays valid): a new process
+# loads kernels it compiled before instead of compiling them again
+KERNEL = "@cuda.jit(cache=True)"
 _RESERVED = {"cuda", "tjm", "tjrt", "TPB", "TILE", ENTRY}
 
 
@@ -52,7 +56,7 @@ class Generator:
                          f"{dtype_code(var.aval.dtype)})")
 
     def add_kernel(self, name: str, params: list[str], body: list[str]) -> None:
-        self.kernels += ["", "", "@cuda.jit", f"def {name}({', '.join(params + ['S'])}):"]
+        self.kernels += ["", "", KERNEL, f"def {name}({', '.join(params + ['S'])}):"]
         self.kernels += ["    " + line for line in body]
 
     def unravel(self, lines: list[str], flat: str, names: list[str],
