@@ -5,7 +5,9 @@ where `numba.cuda.is_available()`. Each runs tests/cuda_check.py in a child proc
 simulator replaces numba.cuda process-wide.
 """
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +138,73 @@ def test_numpy_shim_restores_row_stack_only_where_numba_cuda_needs_it():
     bare = types.SimpleNamespace(__version__="2.5.2", vstack=np.vstack)
     if importlib.util.find_spec("numba_cuda") is None:      # numba's own numba.cuda: no shim
         assert cuda_support.numpy_shim(bare) is None and not hasattr(bare, "row_stack")
+
+
+# ---- bench/cuda.py --peers and bench/cuda_device_check.sh, without a GPU
+
+BENCH = Path(__file__).parent.parent / "bench"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("tj_bench_cuda", BENCH / "cuda.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_peers_arguments_and_table():
+    bench = _bench()
+    args = bench.parse(["--peers"])
+    assert (args.repeats, args.n, args.batch, args.side) == (7, 10**8, 65536, 13)
+    assert bench.parse([]).repeats == 9
+    quick = bench.parse(["--peers", "--quick"])
+    assert (quick.n, quick.batch, quick.side) == (10**6, 1024, 6)
+    for bad in (["--repeats", "0"], ["--peers", "--child", "lj-f64", "jax"]):
+        with pytest.raises(SystemExit):
+            bench.parse(bad)
+    labels = {name: label for name, (label, _, _) in bench.workloads(args).items()}
+    assert list(labels) == ["elementwise-f32", "elementwise-f64", "mlp-f32", "mlp-f64", "lj-f64"]
+    assert labels["lj-f64"] == "Lennard-Jones N=2,197, float64"
+    rows = [{"workload": "mlp-f64", "peer": "tapejit", "first_s": 4.5, "median_s": 0.0242},
+            {"workload": "mlp-f64", "peer": "tapejit warm", "first_s": 0.31, "median_s": 0.024},
+            {"workload": "mlp-f64", "peer": "jax", "first_s": 2.0, "median_s": 0.0202},
+            {"workload": "mlp-f64", "peer": "torch", "skip": "not installed (torch)"},
+            {"workload": "lj-f64", "peer": "tapejit", "failed": "over 90 s"}]
+    lines = bench.table(rows, labels)
+    assert "| MLP 64-256-256-10, batch 65,536, float64 | 24.20 ms | 20.20 ms | " \
+           "not installed (torch) | – |" in lines
+    assert "| Lennard-Jones N=2,197, float64 | failed | – | – | – |" in lines
+    assert any(line.startswith("| MLP") and "| 4.50 s | 0.31 s | 2.00 s |" in line
+               for line in lines)
+    assert any("tapejit / JAX = 1.20x (<= 1.2x): met" in line for line in lines)
+    assert any("first call, warm cache = 0.31 s (<= 0.5 s): met" in line for line in lines)
+    assert lines[-1] == "failed lj-f64 tapejit: over 90 s"
+
+
+def test_bench_peers_child_checks_its_gradient_on_the_simulator(tmp_path):
+    bench = _bench()
+    args = bench.parse(["--child", "elementwise-f64", "tapejit", "--n", "16"])
+    good, bad = tmp_path / "good.npz", tmp_path / "bad.npz"
+    want = bench.reference("elementwise-f64", args)[0]
+    np.savez(good, g0=want)
+    np.savez(bad, g0=want + 1e-6)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", TAPEJIT_CACHE_DIR=str(tmp_path / "c"))
+    results = []
+    for ref in (good, bad):
+        proc = subprocess.run([sys.executable, str(BENCH / "cuda.py"), "--child",
+                               "elementwise-f64", "tapejit", "--ref", str(ref), "--n", "16",
+                               "--repeats", "2"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(bench.MARK))
+        results.append(json.loads(line[len(bench.MARK):]))
+    assert results[0]["error"] < 1e-14 and results[0]["median_s"] > 0, results
+    assert "gradient off by" in results[1]["failed"], results
+
+
+def test_device_check_script_parses_and_runs_both_parts():
+    script = BENCH / "cuda_device_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert "bench/cuda.py --peers" in text and "tests/cuda_check.py device" in text
+    budget = sum(int(n) for n in re.findall(r"^timeout (\d+) ", text, re.M))
+    assert 0 < budget < 8 * 60, budget
