@@ -10,6 +10,8 @@ differs. On the device every value a later step reads lives in device memory (a 
 1-element array): nothing of the plan's scalar domain stays on the host. A loop nest becomes:
 
 - **map**: no reductions, one stage: a grid-stride loop, one thread per element;
+- **thread**: one thread per element of the nest's parallel axes, running the rest of the nest
+  in its own loops, where that is short or a pair nest (codegen/cuda_thread.py says when);
 - **block**: all reductions complete over the same axes (e.g. row sums, column sums, a
   row-wise softmax's stages): one block per element of the kept axes (grid-stride over
   blocks), its threads stride over the reduced axes, and each reduction ends in a
@@ -29,7 +31,8 @@ deterministic. Barrier ops other than matrix products, reshapes and `dim_size` r
 host through the interpreter (cuda_support.host_call).
 
 Modules: this one (the generated module and its driver), cuda_base.py (shared state and
-reads), cuda_nest.py (loop nests), cuda_calls.py (combining kernels, barriers),
+reads), cuda_nest.py (loop nests in block forms), cuda_thread.py (the thread form),
+cuda_calls.py (combining kernels, barriers),
 cuda_math.py (device functions generated code calls).
 """
 from __future__ import annotations
