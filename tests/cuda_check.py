@@ -51,6 +51,12 @@ def pair_forces(x):
     return np.sum((1.0 / (np.sum(d * d, axis=-1) + 1.0))[:, :, None] * d, axis=1)
 
 
+def pair_energy(x):
+    """A pairwise energy: its gradient's pair nest sums over j per i and over i per j."""
+    d = x[:, None, :] - x[None, :, :]
+    return np.sum(1.0 / (np.sum(d * d, axis=-1) + 1.0))
+
+
 def short_rows(a):
     """Rows of 5 summed inside one thread each, next to a sum over the rows."""
     return np.sum(np.log1p(np.sum(np.exp(a), axis=1)))
@@ -67,6 +73,7 @@ def mapping_programs():
     rng = np.random.default_rng(3)
     yield "pairs", pair_forces, (rng.normal(size=(7, 3)),)
     yield "pairs of 1", pair_forces, (rng.normal(size=(1, 3)),)
+    yield "pair energy", pair_energy, (rng.normal(size=(6, 3)),)
     yield "short rows", short_rows, (rng.normal(size=(5, 5)),)
     yield "short rows of 0", short_rows, (np.zeros((4, 0)),)
     yield "long rows", long_rows, (rng.normal(size=(3, 40)),)

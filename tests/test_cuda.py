@@ -99,6 +99,20 @@ def test_pair_nest_runs_one_thread_per_i_with_a_loop_over_j():
         assert "for t_i1 in range(S[0]):" in kernel             # the loop over j
 
 
+def test_pair_energy_gradient_runs_one_thread_per_i_then_one_per_j():
+    from tapejit.codegen.cuda import generate
+    from cuda_check import pair_energy
+    for n in (6, 40):
+        tape = tj.explain(pair_energy, backend="interpret")(np.ones((n, 3))).tape
+        source = generate(tape)[0]
+        kernels = {part.split("(")[0]: part for part in source.split("def ")[1:]}
+        (a,) = [kernels[k] for k in kernels if re.fullmatch(r"t_k\d+a", k)]
+        (b,) = [kernels[k] for k in kernels if re.fullmatch(r"t_k\d+b", k)]
+        assert "one thread per element of axes [0]" in a and "for t_i1 in range(S[0]):" in a
+        assert "one thread per element of axes [1]" in b and "for t_i0 in range(S[0]):" in b
+        assert "syncthreads" not in b      # (a ends in a block tree: the energy)
+
+
 def test_short_rows_run_in_one_thread_and_long_rows_on_a_block():
     from cuda_check import long_rows, short_rows
     for rows in (5, 32):     # 32: as many rows as the longest short row

@@ -43,7 +43,7 @@ from ..ir import Eqn, Lit, Tape
 from .cuda_base import ENTRY, Generator, var_name
 from .cuda_calls import emit_call
 from .cuda_nest import Kernel
-from .cuda_thread import ThreadKernel, thread_axes
+from .cuda_thread import ThreadKernel, pair_split, thread_axes
 from .schedule import Loop
 from .writer import Writer, dtype_code, literal
 
@@ -63,6 +63,27 @@ TILE = tjrt.TILE  # the side of a matrix product's tiles
 '''
 
 
+def emit_nest(g: Generator, number: int, loop: Loop, eqns: list[Eqn]) -> None:
+    """The kernels of one loop nest: the thread form where cuda_thread.py chooses it (one
+    kernel, or two for a pair nest summing over both of its axes), else a block form."""
+    kernel = Kernel(g, number, loop, eqns)
+    if kernel.split:
+        kernel.emit()
+        return
+    parallel = thread_axes(g, loop, kernel.mode, kernel.outer)
+    if parallel is not None:
+        ThreadKernel(g, number, loop, eqns, parallel).emit()
+        return
+    split = pair_split(g, loop, eqns, kernel.outer)
+    if split is None:
+        kernel.emit()
+        return
+    stored: frozenset = frozenset()
+    for k, (parallel, part) in enumerate(split):
+        ThreadKernel(g, number, loop, part, parallel, f"t_k{number}" + "ab"[k], stored).emit()
+        stored |= {e.outs[0].name for e in part}
+
+
 def generate(tape: Tape) -> tuple[str, np.ndarray, tuple[Eqn, ...]]:
     """The module source for `tape`, its size table and the eqns its driver runs on the host
     (`run(t_E, *inputs, S, t_Sd)`: t_E those eqns, S the size table, t_Sd its device copy)."""
@@ -70,12 +91,7 @@ def generate(tape: Tape) -> tuple[str, np.ndarray, tuple[Eqn, ...]]:
     for number, step in enumerate(g.steps):
         if isinstance(step, Loop):
             if g.plan.live[number]:
-                kernel = Kernel(g, number, step, g.plan.live[number])
-                parallel = thread_axes(g, step, kernel.mode, kernel.outer)
-                if parallel is None or kernel.split:
-                    kernel.emit()
-                else:
-                    ThreadKernel(g, number, step, g.plan.live[number], parallel).emit()
+                emit_nest(g, number, step, g.plan.live[number])
         else:
             emit_call(g, number, step.eqn)
     outs = []

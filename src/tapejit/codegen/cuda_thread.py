@@ -2,7 +2,9 @@
 parallel axes (plan.parallel_axes), running the rest of the nest in its own loops as the CPU
 runs one iteration: a short reduction (a row of 10 classes, xyz) needs no block and no
 shared-memory tree, and a pair nest (a sum over j of a function of (i, j)) runs one thread per
-i with a loop over j, where the block forms would launch a block per pair.
+i with a loop over j, where the block forms would launch a block per pair. A pair nest
+summing over j per i and over i per j (a pairwise energy's gradient) becomes two such kernels,
+one thread per i and then one per j (`pair_split`).
 
 What a reduction of the nest becomes (`kind`):
 - "stage": complete over its stage's inner axes: a register per pass over the stage, read by
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir import Eqn
+from ..ir import Eqn, Var
 from ..passes.fuse import Loop
 from .cuda_base import Generator, Reads, unravel, var_name
 from .cuda_calls import emit_combine
@@ -52,13 +54,54 @@ def thread_axes(g: Generator, loop: Loop, block_mode: str, block_outer: list[int
     return None
 
 
+def pair_split(g: Generator, loop: Loop, eqns: list[Eqn], block_outer: list[int]) -> \
+        list[tuple[list[int], list[Eqn]]] | None:
+    """A pair nest that sums over j per i and over i per j (a pairwise energy's gradient: no
+    parallel axis) as two thread-form kernels, or None: the first one thread per i (with the
+    sums over j and over everything), the second one thread per j (the sums over i),
+    recomputing the pair values it needs. Each is (parallel axes, its eqns)."""
+    rank = len(loop.domain)
+    if rank != 2 or len(block_outer) != 2 or parallel_axes(loop) or \
+            loop.domain[0].size != loop.domain[1].size or \
+            not all(short(stage[rank:]) for stage in loop.stages):
+        return None
+
+    def everything(name: str) -> bool:
+        return set(loop.reductions[name]) == set(range(len(loop.stages[loop.stage_of[name]])))
+
+    sums = [e.outs[0].name for e in eqns if e.outs[0].name in loop.reductions]
+    over_i = {n for n in sums if 0 in loop.reductions[n] and not everything(n)}
+    if any(1 in loop.reductions[n] for n in over_i):
+        return None
+    first = _needed(eqns, [e for e in eqns if e.outs[0].name not in over_i and (
+        e.outs[0].name in loop.reductions or e.outs[0].name in g.plan.arrays)])
+    second = _needed(eqns, [e for e in eqns if e.outs[0].name in over_i])
+    return [([0], first), ([1], second)]
+
+
+def _needed(eqns: list[Eqn], roots: list[Eqn]) -> list[Eqn]:
+    """The eqns of `eqns` that `roots` need (themselves included), in order."""
+    producer = {e.outs[0].name: e for e in eqns}
+    needed: set[str] = set()
+    todo = [e.outs[0].name for e in roots]
+    while todo:
+        name = todo.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        todo += [a.name for a in producer[name].ins if isinstance(a, Var) and a.name in producer]
+    return [e for e in eqns if e.outs[0].name in needed]
+
+
 class ThreadKernel(Reads):
-    """The thread-form kernel of one loop nest over its `parallel` axes."""
+    """The thread-form kernel of one loop nest over its `parallel` axes; `stored`: values an
+    earlier kernel of the same nest stored already (pair_split), recomputed, not stored."""
 
     def __init__(self, g: Generator, number: int, loop: Loop, eqns: list[Eqn],
-                 parallel: list[int]) -> None:
+                 parallel: list[int], name: str = "", stored: frozenset = frozenset()) -> None:
         super().__init__(g)
         self.number, self.loop, self.eqns, self.parallel = number, loop, eqns, parallel
+        self.kname, self.stored = name or f"t_k{number}", stored
         self.serial = [a for a in range(len(loop.domain)) if a not in parallel]
         self.idx = [f"t_i{d}" for d in range(max(len(s) for s in loop.stages))]
 
@@ -79,8 +122,11 @@ class ThreadKernel(Reads):
     def extent(self, axes: list[int]) -> str:
         return self.g.sizes.product(self.loop.domain[a] for a in axes)
 
+    def stores(self, var: Var) -> bool:
+        return var.name in self.g.plan.arrays and var.name not in self.stored
+
     def emit(self) -> None:
-        name, g = f"t_k{self.number}", self.g
+        name, g = self.kname, self.g
         blocks = [e for e in self.eqns if self.kind(e) == "block"]
         body = self.body(blocks)
         n = self.extent(self.parallel)
@@ -91,7 +137,7 @@ class ThreadKernel(Reads):
             launch = f"tjrt.blocks({n}), TPB"
         for eqn in self.eqns:
             out = eqn.outs[0]
-            if out.name in g.plan.arrays or self.kind(eqn) in ("own", "rmw", "block"):
+            if self.stores(out) or self.kind(eqn) in ("own", "rmw", "block"):
                 g.allocate(out)
             if self.kind(eqn) == "block":
                 g.driver.line(f"t_p_{var_name(out)} = tjrt.empty((t_nb{self.number}, "
@@ -185,7 +231,7 @@ class ThreadKernel(Reads):
         for eqn in accs:
             out = eqn.outs[0]
             lines.append(f"t_{var_name(out)} = acc_{var_name(out)}")
-            if out.name in self.g.plan.arrays:
+            if self.stores(out):
                 lines.append(f"{self.array(out, self.kept(eqn, idx))} = t_{var_name(out)}")
         for eqn in group:    # the stage's values are gone; its complete reductions remain
             if eqn in accs:
@@ -213,5 +259,5 @@ class ThreadKernel(Reads):
         here = full_index(out.aval.shape, idx)
         lines.append(f"t_{name} = {self.recompute(eqn, here)}")
         self.local.add(out.name)
-        if out.name in self.g.plan.arrays:
+        if self.stores(out):
             lines.append(f"{self.array(out, here)} = t_{name}")
