@@ -97,6 +97,13 @@ def test_pair_nest_runs_one_thread_per_i_with_a_loop_over_j():
         assert "syncthreads" not in kernel and "shared" not in kernel, kernel
         assert f"{name}[tjrt.blocks(S[0]), TPB]" in source     # threads over i, not i * j
         assert "for t_i1 in range(S[0]):" in kernel             # the loop over j
+    # more than 32 atoms: j in chunks, a thread per (chunk, i), the sums over j in rows
+    source, kernels = _kernels(pair_forces, np.ones((33, 3)))
+    name, kernel = next(iter(kernels.items()))
+    assert f"{name}[tjrt.blocks(S[0] * t_nc), TPB]" in source and "t_nc = tjrt.chunks(" in source
+    assert "t_e = t_e if t_e < S[0] else S[0]" in kernel
+    assert "for t_i1 in range(t_c * t_cs, t_e):" in kernel
+    assert f"{name}_v10" in kernels      # the kernel adding the chunks' rows
 
 
 def test_pair_energy_gradient_runs_one_thread_per_i_then_one_per_j():
@@ -108,8 +115,9 @@ def test_pair_energy_gradient_runs_one_thread_per_i_then_one_per_j():
         kernels = {part.split("(")[0]: part for part in source.split("def ")[1:]}
         (a,) = [kernels[k] for k in kernels if re.fullmatch(r"t_k\d+a", k)]
         (b,) = [kernels[k] for k in kernels if re.fullmatch(r"t_k\d+b", k)]
-        assert "one thread per element of axes [0]" in a and "for t_i1 in range(S[0]):" in a
-        assert "one thread per element of axes [1]" in b and "for t_i0 in range(S[0]):" in b
+        span = "t_c * t_cs, t_e" if n > 32 else "S[0]"   # chunks
+        assert "one thread per element of axes [0]" in a and f"for t_i1 in range({span}):" in a
+        assert "one thread per element of axes [1]" in b and f"for t_i0 in range({span}):" in b
         assert "syncthreads" not in b      # (a ends in a block tree: the energy)
 
 

@@ -42,6 +42,10 @@ def _simulated() -> bool:
 # threads per block, a power of two; the simulator runs each thread as a Python thread
 TPB = 8 if _simulated() else 256
 TILE = 4 if _simulated() else 16   # the side of a matrix product's tiles (TILE**2 threads)
+# threads a thread-form kernel with a long serial axis aims at (codegen/cuda_thread.py): enough
+# to fill a GPU (132 SMs x 2048 threads on an H100/H200: 2^18), not measured yet; few on the
+# simulator, where chunks of more than one element and a shorter last chunk are then tested
+TARGET_THREADS = 128 if _simulated() else 1 << 17
 
 
 class CudaUnavailableError(TapejitError, RuntimeError):
@@ -161,6 +165,12 @@ def grid(n: int) -> int:
 
 def tiles(n: int) -> int:
     return max(1, math.ceil(int(n) / TILE))
+
+
+def chunks(threads: int, along: int) -> int:
+    """Into how many chunks a thread-form kernel splits its one long serial axis (`along`
+    elements) so that its `threads` threads become about TARGET_THREADS."""
+    return max(1, min(int(along), math.ceil(TARGET_THREADS / max(1, int(threads)))))
 
 
 def partial_grid(n: int) -> int:

@@ -102,7 +102,10 @@ class ThreadKernel(Reads):
         super().__init__(g)
         self.number, self.loop, self.eqns, self.parallel = number, loop, eqns, parallel
         self.kname, self.stored = name or f"t_k{number}", stored
+        # one long serial axis (a pair nest's j): split into chunks, each a thread's, so that
+        # N threads become about TARGET_THREADS; sums over it go through per-chunk rows
         self.serial = [a for a in range(len(loop.domain)) if a not in parallel]
+        self.chunked = len(self.serial) == 1 and not short((loop.domain[self.serial[0]],))
         self.idx = [f"t_i{d}" for d in range(max(len(s) for s in loop.stages))]
 
     def stage(self, eqn: Eqn) -> tuple:
@@ -122,14 +125,35 @@ class ThreadKernel(Reads):
     def extent(self, axes: list[int]) -> str:
         return self.g.sizes.product(self.loop.domain[a] for a in axes)
 
+    def chunk_rows(self, eqn: Eqn) -> bool:
+        """Whether reduction `eqn` sums over the chunked axis: into its rows, one per chunk."""
+        return self.chunked and self.kind(eqn) in ("own", "rmw") and \
+            self.serial[0] in self.loop.reductions[eqn.outs[0].name]
+
+    def target(self, eqn: Eqn, parts: list[str]) -> str:
+        """Where reduction `eqn` (own, rmw) accumulates at output position `parts`."""
+        if not self.chunk_rows(eqn):
+            return self.array(eqn.outs[0], parts)
+        rows = f"t_p_{var_name(eqn.outs[0])}"
+        if rows not in self.params:
+            self.params.append(rows)
+        return f"{rows}[{', '.join(['t_c'] + parts)}]"
+
     def stores(self, var: Var) -> bool:
         return var.name in self.g.plan.arrays and var.name not in self.stored
 
     def emit(self) -> None:
         name, g = self.kname, self.g
         blocks = [e for e in self.eqns if self.kind(e) == "block"]
+        if self.chunked:
+            self.params += ["t_nc", "t_cs"]
         body = self.body(blocks)
         n = self.extent(self.parallel)
+        if self.chunked:
+            along = self.extent(self.serial)
+            g.driver.line(f"t_nc = tjrt.chunks({n}, {along})")
+            g.driver.line(f"t_cs = -(-{along} // t_nc)")
+            n = f"{n} * t_nc"
         if blocks:
             g.driver.line(f"t_nb{self.number} = tjrt.partial_grid(tjrt.blocks({n}))")
             launch = f"t_nb{self.number}, TPB"
@@ -139,14 +163,17 @@ class ThreadKernel(Reads):
             out = eqn.outs[0]
             if self.stores(out) or self.kind(eqn) in ("own", "rmw", "block"):
                 g.allocate(out)
-            if self.kind(eqn) == "block":
-                g.driver.line(f"t_p_{var_name(out)} = tjrt.empty((t_nb{self.number}, "
+            rows = f"t_nb{self.number}" if self.kind(eqn) == "block" else \
+                "t_nc" if self.chunk_rows(eqn) else None
+            if rows is not None:
+                g.driver.line(f"t_p_{var_name(out)} = tjrt.empty(({rows}, "
                               f"{g.sizes.shape(g.sizes.of(out))[1:]}, "
                               f"{dtype_code(out.aval.dtype)})")
         g.add_kernel(name, self.params, body)
         g.driver.line(f"{name}[{launch}]({', '.join(self.params + ['t_Sd'])})")
-        for eqn in blocks:
-            emit_combine(g, f"{name}_{var_name(eqn.outs[0])}", eqn)
+        for eqn in self.eqns:
+            if self.kind(eqn) == "block" or self.chunk_rows(eqn):
+                emit_combine(g, f"{name}_{var_name(eqn.outs[0])}", eqn)
 
     def body(self, blocks: list[Eqn]) -> list[str]:
         lines = [f"# thread form: one thread per element of axes {self.parallel}",
@@ -155,9 +182,13 @@ class ThreadKernel(Reads):
             out, dtype = var_name(eqn.outs[0]), dtype_code(eqn.outs[0].aval.dtype)
             lines += [f"acc_sh_{out} = cuda.shared.array(TPB, {dtype})",
                       f"acc_{out} = {reduction_init(eqn)}"]
-        lines.append(f"for t_b in range(cuda.grid(1), {self.extent(self.parallel)}, "
-                     f"cuda.gridsize(1)):")
+        n = self.extent(self.parallel)
         inner: list[str] = []
+        if self.chunked:     # the thread's chunk, and its element of the parallel axes
+            lines.append(f"for t_g in range(cuda.grid(1), {n} * t_nc, cuda.gridsize(1)):")
+            inner += [f"t_b = t_g % ({n})", f"t_c = t_g // ({n})"]
+        else:
+            lines.append(f"for t_b in range(cuda.grid(1), {n}, cuda.gridsize(1)):")
         unravel(inner, "t_b", [self.idx[a] for a in self.parallel],
                 [self.g.sizes(self.loop.domain[a]) for a in self.parallel])
         owned = [e for e in self.eqns if self.kind(e) == "own"]
@@ -169,7 +200,10 @@ class ThreadKernel(Reads):
         depth = ""
         for a in self.serial:
             extent = self.g.sizes(self.loop.domain[a])
-            loops.append(f"{depth}for {self.idx[a]} in range({extent}):")
+            if self.chunked:    # (no min(): numba.cuda compiles it as a device function)
+                loops += ["t_e = t_c * t_cs + t_cs", f"t_e = t_e if t_e < {extent} else {extent}"]
+            span = "t_c * t_cs, t_e" if self.chunked else extent
+            loops.append(f"{depth}for {self.idx[a]} in range({span}):")
             depth += "    "
         groups: list[list[Eqn]] = []
         for eqn in self.eqns:
@@ -182,7 +216,7 @@ class ThreadKernel(Reads):
         inner += loops + [depth + line for line in nest]
         for eqn in owned:
             out = eqn.outs[0]
-            inner.append(f"{self.array(out, self.kept(eqn, self.idx))} = acc_{var_name(out)}")
+            inner.append(f"{self.target(eqn, self.kept(eqn, self.idx))} = acc_{var_name(out)}")
         lines += ["    " + line for line in inner]
         if blocks:
             lines += tree(0, blocks)
@@ -207,7 +241,7 @@ class ThreadKernel(Reads):
             if a not in self.parallel and a not in axes:
                 lines.append(f"{depth}for t_z{a} in range({self.g.sizes(stage[a])}):")
                 depth += "    "
-        target = self.array(eqn.outs[0], self.kept(eqn, idx))
+        target = self.target(eqn, self.kept(eqn, idx))
         return lines + [f"{depth}{target} = {reduction_init(eqn)}"]
 
     def group(self, k: int, group: list[Eqn]) -> list[str]:
@@ -250,7 +284,7 @@ class ThreadKernel(Reads):
             x = eqn.ins[0]
             operand = self.read(x, full_index(x.aval.shape, idx))
             combine = combine_of(eqn)
-            target = self.array(out, self.kept(eqn, idx)) if kind == "rmw" else f"acc_{name}"
+            target = self.target(eqn, self.kept(eqn, idx)) if kind == "rmw" else f"acc_{name}"
             lines.append(f"{target} = {combine.format(target, operand)}")
             if kind == "own" and self.loop.complete(out.name):    # over no axis: done
                 lines.append(f"t_{name} = acc_{name}")
