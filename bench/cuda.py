@@ -44,7 +44,7 @@ from tapejit import cuda_support  # noqa: E402
 
 def timed(fn, repeats: int) -> float:
     """Median seconds of `fn()` (after one warm-up), synchronising the device each time."""
-    from numba import cuda
+    cuda = cuda_support.numba_cuda()
     fn()
     cuda.synchronize()
     times = []
@@ -64,7 +64,7 @@ def row(name: str, seconds: float, nbytes: float, copy_gbs: float | None = None)
 
 
 def copy_bandwidth(n: int, dtype, repeats: int) -> float:
-    from numba import cuda
+    cuda = cuda_support.numba_cuda()
     a = cuda.to_device(np.ones(n, dtype))
     b = cuda.device_array_like(a)
     return row(f"device copy {np.dtype(dtype).name}[{n}]", timed(lambda: b.copy_to_device(a),
@@ -72,7 +72,7 @@ def copy_bandwidth(n: int, dtype, repeats: int) -> float:
 
 
 def elementwise(n: int, dtype, repeats: int, copy_gbs: float) -> None:
-    from numba import cuda
+    cuda = cuda_support.numba_cuda()
     from elementwise import f, numpy_grad
     x_host = np.random.default_rng(0).uniform(-2, 2, n).astype(dtype)
     x = cuda.to_device(x_host)
@@ -90,7 +90,7 @@ def elementwise(n: int, dtype, repeats: int, copy_gbs: float) -> None:
 
 
 def mlp(batch: int, repeats: int, copy_gbs: float) -> None:
-    from numba import cuda
+    cuda = cuda_support.numba_cuda()
     from mlp import init_params, loss, make_data
     params = init_params()
     x, y, _ = make_data(batch, digits=False)
@@ -175,7 +175,7 @@ def build(peer: str, name: str, host: list[np.ndarray]):
     """(grad() on device-resident inputs, wait(its result), to_host(its result) -> a list of
     numpy arrays)."""
     if peer == "tapejit":
-        from numba import cuda
+        cuda = cuda_support.numba_cuda()
         args = [cuda.to_device(a) for a in host]
         g = tj.grad(peer_fn(name, np), argnums=wrt(name), backend="cuda")
         return (lambda: g(*args)), lambda out: cuda.synchronize(), lambda out: [

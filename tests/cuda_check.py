@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tapejit as tj  # noqa: E402
+from tapejit.cuda_support import numba_cuda  # noqa: E402  (numba.cuda after the numpy shim)
 from op_db import ROWS, combined  # noqa: E402
 from zoo import ZOO  # noqa: E402
 
@@ -130,7 +131,7 @@ def check_values(name, fn, args, argnums, has_aux, device_args=None, rtol=1e-9) 
 
 
 def run_values(on_device: bool) -> int:
-    from numba import cuda
+    cuda = numba_cuda()
     failed = 0
     try:
         check_training_loop(cuda)
@@ -186,7 +187,8 @@ def check_random_stream() -> None:
 
 def run_random() -> int:
     """The random checks alone: values on the simulator or a GPU, else PTX compilation."""
-    from numba import config, cuda
+    from numba import config
+    cuda = numba_cuda()
     if not config.ENABLE_CUDASIM and not cuda.is_available():
         return run_ptx(only="random")
     try:
@@ -232,7 +234,8 @@ def _device_leaves(args, cuda):
 
 
 def run_ptx(only: str | None = None) -> int:
-    from numba import cuda, types
+    from numba import types
+    cuda = numba_cuda()
     from numba.np import numpy_support
 
     from tapejit.avals import Aval
@@ -290,7 +293,7 @@ def main(mode: str) -> int:
         return run_ptx()
     if mode == "random":
         return run_random()
-    from numba import cuda
+    cuda = numba_cuda()
     if not cuda.is_available():
         print("skip: no CUDA GPU")
         return 0

@@ -71,8 +71,8 @@ def numpy_shim(numpy: Any = np, numba_cuda_version: str | None = None) -> str | 
             f"'numpy<2.5')")
 
 
-def _numba_cuda() -> Any:
-    """numba.cuda, after `numpy_shim`."""
+def numba_cuda() -> Any:
+    """numba.cuda, after `numpy_shim` (import it this way where no program was made yet)."""
     note = numpy_shim()
     if note is not None:
         logging.getLogger("tapejit").info("tapejit: %s", note)
@@ -87,7 +87,7 @@ def problem() -> str | None:
     if importlib.util.find_spec("numba_cuda") is None:
         return ("the numba-cuda package is not installed: pip install 'tapejit[cuda]' "
                 "(numba-cuda with its CUDA toolkit wheels)")
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     if not cuda.is_available():
         return ("numba-cuda is installed but no CUDA GPU is usable (numba.cuda.is_available() "
                 "is False: no NVIDIA driver or device)")
@@ -107,7 +107,7 @@ def cuda_status() -> str:
         return f"unavailable: {reason}"
     if _simulated():
         return "the numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     device = cuda.get_current_device()
     name = device.name.decode() if isinstance(device.name, bytes) else device.name
     return f"{name} (compute capability {'.'.join(map(str, device.compute_capability))})"
@@ -133,19 +133,19 @@ def device_key() -> tuple:
     """The device a program runs on, for the cache key."""
     if _simulated():
         return ("cudasim",)
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     return ("cuda", cuda.get_current_device().id)
 
 
 # ---- called by generated drivers ------------------------------------------------------------
 
 def empty(shape: tuple[int, ...], dtype: Any) -> Any:
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     return cuda.device_array(tuple(int(n) for n in shape) or (1,), dtype)
 
 
 def full(shape: tuple[int, ...], dtype: Any, value: Any) -> Any:
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     return cuda.to_device(np.full(tuple(int(n) for n in shape) or (1,), value, dtype))
 
 
@@ -180,7 +180,7 @@ def partial_grid(n: int) -> int:
 
 def host_call(eqn: Any, args: Sequence[Any]) -> tuple:
     """An eqn the CUDA backend has no kernel for, run by the interpreter on host copies."""
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     values = iter(args)
     ins = [np.asarray(next(values).copy_to_host()).reshape(a.aval.shape)
            if isinstance(a, Var) else np.asarray(a.value, a.aval.dtype) for a in eqn.ins]
@@ -207,7 +207,7 @@ class CudaCompiled:
 
     def _resident(self) -> tuple[list[Any], Any]:
         if not self._device:
-            cuda = _numba_cuda()
+            cuda = numba_cuda()
             self._device["S"] = cuda.to_device(np.append(self.sizes, 0))  # never empty
             self._device["consts"] = [_to_device(c, v.aval)
                                       for c, v in zip(self.tape.consts, self.tape.constvars)]
@@ -225,7 +225,7 @@ class CudaCompiled:
 
 def _to_device(value: Any, aval: Aval) -> Any:
     """A C-contiguous device array of `aval`'s dtype (0-d values as 1-element arrays)."""
-    cuda = _numba_cuda()
+    cuda = numba_cuda()
     if is_device_array(value):
         array = value if hasattr(value, "copy_to_host") else cuda.as_cuda_array(value)
         if np.dtype(array.dtype) != aval.dtype or not array.is_c_contiguous():
