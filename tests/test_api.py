@@ -409,3 +409,18 @@ def test_all_lists_every_public_name():
     public = {n for n in dir(tj) if not n.startswith("_")
               and type(getattr(tj, n)).__name__ != "module"}
     assert public | {"optimizers", "random"} == set(tj.__all__)     # the public submodules
+
+
+def test_arrays_made_while_tracing_are_arguments_of_inner_transforms():
+    """np.ones/np.arange inside a traced function make tapejit's Constant (an ndarray
+    subclass that records gathers by traced indices): an inner jit or vmap takes it as the
+    plain array it is, first and later calls."""
+    inner_jit = tj.jit(lambda a, b: a * b)
+    inner_vmap = tj.vmap(lambda a, b: a * b)
+
+    def loss(x):
+        return np.sum(inner_jit(x, np.arange(3.0))) + np.sum(
+            inner_vmap(x[None] * np.ones((4, 1)), np.ones(4)[:, None] * np.arange(3.0)))
+
+    for x in (np.ones(3), np.linspace(-1.0, 1.0, 3)):
+        np.testing.assert_allclose(tj.grad(loss)(x), 5 * np.arange(3.0), rtol=1e-14)

@@ -24,7 +24,7 @@ from .avals import Aval, aval_of
 from .cuda_support import device_aval, is_device_array
 from .errors import ArgumentError, DtypeError, at_source, user_source
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
-from .trace import Tracer
+from .trace import Constant, Tracer
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
@@ -51,9 +51,10 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
 
 def refuse_subclass(leaf: Any, where: str) -> None:
     """Raise for an ndarray subclass whose meaning a plain array would lose (a masked array's
-    mask, np.matrix's `*`, a unit): tapejit computes with plain ndarrays. np.memmap is one."""
+    mask, np.matrix's `*`, a unit): tapejit computes with plain ndarrays. np.memmap is one,
+    and so is tapejit's own Constant (an array a numpy constructor made while tracing)."""
     if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray and \
-            not isinstance(leaf, np.memmap):
+            not isinstance(leaf, (np.memmap, Constant)):
         raise ArgumentError(at_source(
             f"{where} is a {type(leaf).__module__}.{type(leaf).__name__} of shape "
             f"{leaf.shape}, an ndarray subclass: tapejit computes with plain arrays, so what "
