@@ -129,3 +129,12 @@ def test_groups_show_inner_stages():
     staged = [g for g in ex.groups if isinstance(g, Loop) and g.stages
               and any(stage != g.domain for stage in g.stages)]
     assert staged and "stage over 5x4" in ex.text
+
+
+def test_other_transforms_are_refused_with_the_fix():
+    """vmap, jacobian, jvp... build programs of their own: explain says so rather than
+    explaining the function inside as if it were the transform's program."""
+    for transform in (tj.vmap(np.sin), tj.jacobian(np.sin), tj.jacfwd(np.sin)):
+        with pytest.raises(tj.ArgumentError, match=r"builds a program of its own.*"
+                                                   r"tj\.explain\(sin\)"):
+            tj.explain(transform)(np.ones((2, 3)))

@@ -38,7 +38,8 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
 
     `fn` may also be a transform (`tj.grad(f)`, `tj.value_and_grad(f)`): its own argnums,
     has_aux and static_argnums are used, and its `cache_info()` (counts, and why its last call
-    missed the cache) is shown. backend="interpret" shows the tapes only: that backend has no
+    missed the cache) is shown; `tj.jit(f)` shows its forward program. Other transforms
+    (vmap, jacobian, ...) are refused: explain the function they transform. backend="interpret" shows the tapes only: that backend has no
     fusion or generated code.
     """
     if backend not in BACKENDS:
@@ -68,11 +69,20 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
     return explained
 
 
+EXPLAINED = ("grad", "value_and_grad", "jit")   # the transforms whose programs explain builds
+
+
 def _settings(fn: Callable[..., Any], argnums: int | Sequence[int] | None, has_aux: bool,
               static_argnums: int | Sequence[int]) -> tuple:
     """(function, argnums or None for the forward program, has_aux, static argnums as a tuple,
     the transform or None): a transform's own settings replace the arguments."""
     transform = getattr(fn, "__wrapped_transform__", fn)
+    if isinstance(transform, CachedTransform) and transform.transform not in EXPLAINED:
+        raise ArgumentError(at_source(
+            f"explain shows the programs of plain functions and of {', '.join(EXPLAINED)}; "
+            f"{transform.label()} builds a program of its own. Explain the function it "
+            f"transforms instead (tj.explain({fn_name(transform.fn)}), grad=False for its "
+            f"forward program)", user_source()))
     if isinstance(transform, CachedTransform):
         fn, static_argnums = transform.fn, transform.static_argnums
         argnums = getattr(transform, "argnums", None)
