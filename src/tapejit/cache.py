@@ -64,6 +64,7 @@ class CacheEntry(NamedTuple):
 
 
 @functools.cache
+@functools.lru_cache(maxsize=None)
 def _tag() -> str:
     """The versions in the directory name: an upgrade never reads stale code."""
     parts = [f"v{_FORMAT}", f"{sys.implementation.cache_tag}"]
@@ -72,11 +73,16 @@ def _tag() -> str:
             parts.append(dist + metadata.version(dist))
         except metadata.PackageNotFoundError:
             parts.append(dist + "0")
-    # numba's cache does not see changes to the functions generated code calls in vmath.py
-    # (kernels it inlines), blas.py (matrix products) and special.py (digamma, erfinv, ...)
-    for helper in ("vmath", "blas", "special"):
-        source = Path(__file__).with_name("codegen") / f"{helper}.py"
-        parts.append(helper + hashlib.sha256(source.read_bytes()).hexdigest()[:8])
+    # numba's cache does not see changes to the numba functions generated code calls (and
+    # inlines): vmath's kernels, blas, lapack, sorting, special... A program whose machine code
+    # was cached against an older one could crash. Every codegen module with numba functions
+    # is hashed (one hash: the directory name stays short)
+    helpers = hashlib.sha256()
+    for source in sorted(Path(__file__).with_name("codegen").glob("*.py")):
+        text = source.read_bytes()
+        if b"njit" in text:
+            helpers.update(source.name.encode() + text)
+    parts.append("codegen" + helpers.hexdigest()[:10])
     return "-".join(parts)
 
 
