@@ -118,20 +118,24 @@ ONE = {"mean": tj.value_and_grad(mlp_mean), "sum": tj.value_and_grad(mlp_sum)}
 # ---- transforms travel ----------------------------------------------------------------------
 def test_transforms_pickle_as_function_and_options():
     x, y = data(4)
-    for t in (tj.value_and_grad(mlp_mean, backend="interpret"),
-              tj.grad(mlp_mean, backend="interpret"), tj.jit(mlp_mean, backend="interpret")):
-        expected = t(params(0), x, y)
+    per_row = tj.vmap(tj.grad(linear, backend="interpret"), in_axes=(None, 0), backend="interpret")
+    for t, args in [(tj.value_and_grad(mlp_mean, backend="interpret"), (params(0), x, y)),
+                    (tj.grad(mlp_mean, backend="interpret"), (params(0), x, y)),
+                    (tj.jit(mlp_mean, backend="interpret"), (params(0), x, y)),
+                    (per_row, (np.ones(4), x[:, None, :]))]:
+        expected = t(*args)
         blob = cloudpickle.dumps(t)
         same = getattr(t, "__wrapped_transform__", t)      # tj.grad's function wraps one
         back = pickle.loads(blob)
         assert getattr(back, "__wrapped_transform__", back) is same   # in its own process
-        close(pickle.loads(blob)(params(0), x, y), expected)
+        close(back(*args), expected)
+    close(per_row(np.ones(4), x[:, None, :]), 2 * x * (x @ np.ones(4))[:, None])
     child = subprocess.run(
         [sys.executable, "-c", "import pickle, sys, numpy as np; t = pickle.loads("
          "sys.stdin.buffer.read()); print(t.cache_info()['traces'], t(np.ones(2)), "
          "t(np.ones(2)), t.cache_info()['traces'])"],
         input=cloudpickle.dumps(tj.jit(lambda v: np.sum(v * 3.0))), capture_output=True,
-        timeout=TIMEOUT, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+        timeout=TIMEOUT, env=dict(os.environ, TAPEJIT_BACKEND="interpret"))
     assert child.returncode == 0, child.stderr.decode()
     assert child.stdout.decode().split() == ["0", "6.0", "6.0", "1"]   # empty cache, one trace
 
@@ -217,7 +221,7 @@ def test_training_with_an_optimizer(client):
     x, y = data(12)
     X, Y = client.persist([da.from_array(x, chunks=(5, 4)), da.from_array(y, chunks=(5, 4))])
     opt = tj.optimizers.Adam(0.05)
-    update = tj.jit(opt.update)
+    update = tj.jit(opt.step)
     p_dist, p_one = params(4), params(4)
     s_dist, s_one = opt.init(p_dist), opt.init(p_one)
     losses = []
@@ -301,6 +305,11 @@ def test_a_worker_killed_mid_step_is_replaced_and_the_step_completes(client):
 
 # ---- ensembles ------------------------------------------------------------------------------
 LV_GRAD = tj.grad(lotka_volterra)
+LV_VMAPPED = tj.vmap(LV_GRAD, in_axes=(0, None))
+
+
+def dot_of(m):
+    return {"s": np.sum(m["a"] * m["b"])}
 
 
 def test_map_ensemble_of_gradients(client):
@@ -314,9 +323,11 @@ def test_map_ensemble_of_gradients(client):
     check_grads(lotka_volterra, [thetas[3], y0], argnums=(0,))
     values = tjd.map(tj.jit(lotka_volterra), thetas, batch=3, shared=(y0,), timeout=TIMEOUT)
     close(values, np.array([lotka_volterra(t, y0) for t in thetas]))   # plain Python
-    # batched: fn takes the whole batch; pytrees of members
-    batched = tjd.map(tj.jit(lambda m: {"s": np.sum(m["a"] * m["b"], axis=1)}),
-                      {"a": thetas, "b": thetas[::-1]}, batch=4, batched=True, timeout=TIMEOUT)
+    # batched: fn (tj.vmap-ed) takes the whole batch; pytrees of members
+    vmapped = tjd.map(LV_VMAPPED, thetas, batch=4, shared=(y0,), batched=True, timeout=TIMEOUT)
+    close(vmapped, grads)
+    batched = tjd.map(tj.vmap(dot_of), {"a": thetas, "b": thetas[::-1]}, batch=3,
+                      batched=True, timeout=TIMEOUT)
     close(batched, {"s": np.sum(thetas * thetas[::-1], axis=1)})
 
 
@@ -331,10 +342,18 @@ def test_map_errors(client):
                 timeout=TIMEOUT)
 
 
-def test_example_trains_on_the_cluster(tmp_path):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    env.pop("TAPEJIT_FIRST_CALL", None)
+def test_example_trains_on_the_cluster():
+    """examples/dask_training.py --quick end to end (its own cluster, on the interpreter: the
+    compiled path on workers is what the tests above check)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TAPEJIT_BACKEND="interpret")
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "dask_training.py"),
                           "--quick"], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "epoch 2/2" in out.stdout and "loss" in out.stdout
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("dataset: 20,000 rows x 16 features, 3 MB on disk in 8 chunks; "
+                               "2 workers")
+    losses = [float(line.split("loss ")[1].split()[0]) for line in lines[1:3]]
+    assert lines[1].startswith("epoch 1/2  loss ") and lines[2].startswith("epoch 2/2  loss ")
+    assert "2 steps of 10,000 rows" in lines[2]
+    assert losses[1] < losses[0]
+    assert lines[3].startswith("workers traced the step 2 times")

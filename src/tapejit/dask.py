@@ -50,6 +50,14 @@ class _Payload:
         self.fn, self.treedef, self.shared, self.mapped, self.option = (
             fn, treedef, shared, tuple(mapped), option)
 
+    def __reduce__(self) -> tuple:
+        """Pickled with cloudpickle whatever pickler Dask uses (it tries plain pickle first,
+        which sends functions by reference): so a script's functions, and a module's under
+        `cloudpickle.register_pickle_by_value`, travel by value."""
+        import cloudpickle
+        return _loads, (cloudpickle.dumps((self.fn, self.treedef, self.shared, self.mapped,
+                                           self.option)),)
+
     def call_args(self, parts: Sequence[Any]) -> tuple[tuple, dict]:
         """The arguments with `parts` (chunks, batches) in the mapped leaves' places."""
         leaves = list(self.shared)
@@ -57,6 +65,11 @@ class _Payload:
             leaves.insert(k, part)
         args, kwargs = unflatten(self.treedef, leaves)
         return args, kwargs
+
+
+def _loads(blob: bytes) -> _Payload:
+    import cloudpickle
+    return _Payload(*cloudpickle.loads(blob))
 
 
 def _client(client: Any, who: str) -> Any:
