@@ -145,8 +145,8 @@ def main() -> None:
     overhead = t["step"].median - t["local"].median
     per_task = (t["many"].median - t["step"].median) / (32 + 11 - 2 - 1)   # chunks + additions
     table = H.Table("per-step overhead (8 rows)", ref="bare Dask round trip")
-    table.add("tjd step, 2 chunks (3 tasks + the parameters' key)", t["step"], goal="<= 10 ms")
-    table.add("tjd step, 32 chunks (43 tasks + key)", t["many"])
+    table.add("tjd step, 2 chunks (3 tasks)", t["step"], goal="<= 10 ms")
+    table.add("tjd step, 32 chunks (43 tasks)", t["many"])
     table.add("bare Dask round trip (one task)", t["bare"])
     table.add("tapejit, one process, 8 rows", t["local"])
     table.print()
@@ -163,9 +163,9 @@ def main() -> None:
     for _ in range(n):
         step(p, X, Y)
     between = (transferred(client2) - before) / n
-    print(f"bytes per step: parameters and transform sent once {payload:,} B; result "
+    print(f"bytes per step: parameters and transform {payload:,} B (pickled); result "
           f"{result:,} B back to the client; between workers {between:,.0f} B "
-          f"(the parameters to the second worker, partial sums to the addition)")
+          f"(partial sums to the addition; a chunk, if work stealing moved one)")
 
     # 3. ensemble of Lotka-Volterra gradients: 1 worker against 2
     c1, client1 = cluster(1)

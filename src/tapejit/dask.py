@@ -7,9 +7,9 @@
 
 Dask does the work: its scheduler places each chunk's task where the chunk lives, ships
 functions with cloudpickle, moves data between workers and reruns the tasks of a worker that
-died. A step is one graph: one key holding the transform and the arguments that are not dask
-arrays (the parameters: sent once per step, fetched by each worker that needs them), one task
-per row chunk (the chunk's value and gradient, times its rows for a mean) and a tree of
+died. A step is one graph: the transform and the arguments that are not dask arrays (the
+parameters: sent once per step; inside each chunk's task when small, else one key that each
+worker fetches), one task per row chunk (the chunk's value and gradient, times its rows for a mean) and a tree of
 additions, so the client receives one pytree. The transforms pickle as their function and
 options (dispatch.py); on a worker they trace once per signature and load the compiled program
 from the worker's disk cache (TAPEJIT_CACHE_DIR). Needs the extra `tapejit[dask]`; importing
@@ -39,6 +39,9 @@ __all__ = ["value_and_grad", "map"]
 
 REDUCE = ("mean", "sum")
 FAN_IN = 4     # partial results one addition task sums
+# parameters up to this size travel inside each chunk's task (one hop less per step); larger
+# ones as one graph key that each worker fetches once
+EMBED_BYTES = 64 * 1024
 
 
 class _Payload:
@@ -197,8 +200,9 @@ class DataParallel:
         chunks = self._row_chunks(data)
         blocks = [self._row_blocks(x) for x in data]
         shared = [leaf for k, leaf in enumerate(leaves) if k not in mapped]
-        payload = dask.delayed(_Payload(self.transform, treedef, shared, mapped, self.reduce),
-                               pure=False)
+        payload = _Payload(self.transform, treedef, shared, mapped, self.reduce)
+        if sum(np.asarray(leaf).nbytes for leaf in shared) > EMBED_BYTES:
+            payload = dask.delayed(payload, pure=False)    # one key, fetched by each worker
         chunk = dask.delayed(_chunk, pure=False)
         starts = np.concatenate([[0], np.cumsum(chunks)]).astype(int)
         parts = [chunk(payload, f"chunk {i} of {len(chunks)} (rows {starts[i]}:"
@@ -258,11 +262,13 @@ class DataParallel:
         """Each worker's `cache_info()` of this step's transform: traces, compiles, disk
         loads, hits."""
         client = _client(self.client, "tjd.value_and_grad")
-        return client.run(_cache_info, self.transform)
+        import cloudpickle
+        return client.run(_cache_info, cloudpickle.dumps(self.transform))
 
 
-def _cache_info(transform: Any) -> dict[str, Any]:
-    return transform.cache_info()
+def _cache_info(blob: bytes) -> dict[str, Any]:
+    import cloudpickle
+    return cloudpickle.loads(blob).cache_info()
 
 
 def value_and_grad(fn: Callable[..., Any], reduce: str = "mean", argnums: int | Sequence[int] = 0,
