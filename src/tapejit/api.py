@@ -19,7 +19,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .arguments import CallArgs, argnums_signature, normalize_argnums, split_args
-from .dispatch import CachedTransform, Specialization, getter, unbox, unbox_traced
+from .dispatch import (CachedTransform, Specialization, as_output_tree, getter, unbox,
+                       unbox_traced)
 from .ir import Tape
 from .programs import forward_program, gradient_program, trace_flat
 from .pytree import unflatten
@@ -126,13 +127,7 @@ class _Jit(CachedTransform):
         return Specialization(tape, None, out=out_td)
 
     def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
-        keep = [False] * len(program.tape.outvars)
-        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
-        out_td = program.out
-        assert out_td is not None
-        if out_td.kind == "leaf":
-            return getter(program.tape, 0) if not traced else lambda outs: outs_of(outs)[0]
-        return lambda outs: unflatten(out_td, outs_of(outs))
+        return as_output_tree(program, traced)
 
 
 def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),

@@ -48,7 +48,7 @@ from .first_call import PENDING, compile_and_run, start
 from .interpret import inline
 from .ir import Tape
 from .programs import collecting_rerolls
-from .pytree import TreeDef
+from .pytree import TreeDef, unflatten
 from .trace import Tracer, _stack, current_trace
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
@@ -136,6 +136,18 @@ def unbox_traced(keep: Sequence[bool]) -> Callable[[Sequence[Any]], list[Any]]:
 
 # A transform's finisher: the call's outputs (tape outputs) -> the transform's result.
 Finish = Callable[[Sequence[Any]], Any]
+
+
+def as_output_tree(program: "Specialization", traced: bool) -> Finish:
+    """The finisher of a program whose outputs are the function's, as its pytree `program.out`
+    (jit, vmap)."""
+    keep = [False] * len(program.tape.outvars)
+    outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
+    out_td = program.out
+    assert out_td is not None
+    if out_td.kind == "leaf":
+        return getter(program.tape, 0) if not traced else lambda outs: outs_of(outs)[0]
+    return lambda outs: unflatten(out_td, outs_of(outs))
 
 
 class CachedTransform:

@@ -25,13 +25,13 @@ import numpy as np
 
 from .arguments import CallArgs, split_args
 from .batching import batched_inline, broadcast_batch
-from .dispatch import CachedTransform, Specialization, getter, unbox, unbox_traced
+from .dispatch import CachedTransform, Specialization, as_output_tree
 from .errors import ArgumentError, ShapeError, at_source, user_source
 from .ir import Tape
 from .ops import layout as L
 from .passes import dce, optimize
 from .programs import fn_source, rerolled, trace_flat
-from .pytree import TreeDef, unflatten
+from .pytree import TreeDef
 from .trace import new_trace
 
 Axis = int | None
@@ -183,13 +183,7 @@ class _Vmap(CachedTransform):
         return Specialization(optimize(rerolled(batched)), None, out=out_td)
 
     def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
-        keep = [False] * len(program.tape.outvars)
-        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
-        out_td = program.out
-        assert out_td is not None
-        if out_td.kind == "leaf":
-            return getter(program.tape, 0) if not traced else lambda outs: outs_of(outs)[0]
-        return lambda outs: unflatten(out_td, outs_of(outs))
+        return as_output_tree(program, traced)
 
 
 def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
