@@ -15,6 +15,10 @@ file with `claim(file, folder)` before running it:
   gets a `NullCache`: its code is compiled in memory only.
 - A failed write (a full disk) leaves the program in memory and calls the `on_save_error`
   that `install` was given (cache.py warns once).
+- `install` starts numba's threading layer before any module loads. numba records that cached
+  machine code needs it only for a function compiled with parallel=True itself, not for one
+  that links one in (blas.blocks through blas.matmul) after loading it from the cache: such a
+  program, loaded in a fresh process, called a null address (a segfault).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+import numba
 from numba.core.caching import (CacheImpl, FunctionCache, IndexDataCacheFile, NullCache,
                                 _CacheLocator)
 from numba.core.dispatcher import Dispatcher
@@ -176,5 +181,6 @@ def install(on_save_error: Callable[[Path, OSError], None]) -> None:
     machine code that could not be written."""
     global _on_save_error
     _on_save_error = on_save_error
+    numba.get_num_threads()     # starts the threading layer (module docstring)
     if Locator not in CacheImpl._locator_classes:
         CacheImpl._locator_classes.insert(0, Locator)
