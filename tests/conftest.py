@@ -1,6 +1,8 @@
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 # The suite runs what users run: compiled programs, from their first call on (by default a new
@@ -10,3 +12,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("TAPEJIT_BACKEND", "numba")
 os.environ.setdefault("TAPEJIT_FIRST_CALL", "compile")
 os.environ.setdefault("TAPEJIT_VERIFY", "1")
+
+
+@pytest.fixture
+def jax_x64():
+    """JAX with 64-bit types for this test only (a global `jax_enable_x64` would change what
+    later tests in the same process get from JAX)."""
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(True):
+        yield jax

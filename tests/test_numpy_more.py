@@ -295,12 +295,11 @@ def test_gradient_tape_one_hot_and_copies():
 
 # ---- against JAX ---------------------------------------------------------------------------------
 @pytest.mark.usefixtures("interpreter")
-def test_gradients_match_jax():
+def test_gradients_match_jax(jax_x64):
     """interp (in x, xp and fp), convolve/correlate modes, polyval, kron, trapezoid, linspace,
     cross, vander and the one-hot idiom: JAX's gradients."""
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    jax.config.update("jax_enable_x64", True)
     rng = np.random.default_rng(5)
     x, xp, fp = rng.uniform(-1, 5, 7), np.cumsum(rng.uniform(0.5, 1.5, 5)), rng.normal(size=5)
     a, v, w = rng.normal(size=6), rng.normal(size=3), rng.normal(size=(6, 3))

@@ -313,11 +313,10 @@ def test_median_of_an_empty_axis_is_nan():
 
 @pytest.mark.usefixtures("interpreter")
 # ---- against JAX ---------------------------------------------------------------------------------
-def test_gradients_match_jax():
+def test_gradients_match_jax(jax_x64):
     """sort, median (even and odd), quantiles, max ties and unique with size: JAX's gradients."""
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    jax.config.update("jax_enable_x64", True)
     rng = np.random.default_rng(8)
     x = np.round(rng.standard_normal((4, 6)), 1)        # with ties
     w = rng.standard_normal((4, 6))

@@ -189,12 +189,11 @@ def test_jacobian_and_value_and_grad():
     close(grads, np.exp(x) * Y)
 
 
-def test_against_jax():
+def test_against_jax(jax_x64):
     """The same in_axes/out_axes (negative, pytree prefixes) and per-example gradients in JAX
     give the same results (where the test environment has JAX)."""
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")
-    jax.config.update("jax_enable_x64", True)
     y2 = RNG.standard_normal((4, 4))
     for axes in H_AXES:
         y = Y if axes[1] is None else y2
