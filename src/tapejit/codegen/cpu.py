@@ -61,6 +61,7 @@ class _Function:
         self.hoisted: dict[str, str] | None = None  # in a nest: 0-d arrays read, as locals
         self.step = 0                     # the step being emitted
         self.owned: dict[str, Aval] = {}  # arrays this function allocated, not yet free
+        self.born: dict[str, int] = {}    # ... and the step that allocated each
         self.free: dict[Aval, list[str]] = {}  # dead ones, by aval, for reuse
         # the workspace `W` (entry point only): arrays the caller allocates once and passes
         # to every call, for the values no output can alias
@@ -71,6 +72,7 @@ class _Function:
     def own(self, var: Var) -> None:
         """`var`'s array was allocated here: reusable once it is dead."""
         self.owned[var.name] = var.aval
+        self.born[var.name] = self.step
 
     def allocate(self, var: Var) -> None:
         """Write the statement giving `var` its array (before the nest of the current step):
@@ -78,7 +80,10 @@ class _Function:
         the workspace, else a new array. Outputs, and what an output may alias, get neither
         a workspace array nor a dead one: the caller keeps them after the call."""
         last = self.plan.last_read
-        for name in [n for n in self.owned if last.get(n, -1) < self.step]:
+        # dead: last read before this step (one never read: allocated before it, so that the
+        # outputs of one eqn, a scan's, never share a buffer)
+        for name in [n for n in self.owned
+                     if max(last.get(n, -1), self.born[n]) < self.step]:
             self.free.setdefault(self.owned.pop(name), []).append(name)
         self.own(var)
         kept = last.get(var.name, -1) == math.inf

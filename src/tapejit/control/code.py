@@ -54,8 +54,8 @@ def scan(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
     for name, init in zip(c, carry):
         w.line(f"{name} = {init}")
     ys = outs[n_carry:]           # then, with `save`, the stacked carries
-    for y, var in zip(ys, eqn.outs[n_carry:]):
-        w.line(f"{y} = np.empty({sizes.shape(var.aval.shape)}, {dtype_code(var.aval.dtype)})")
+    for var in eqn.outs[n_carry:]:
+        w.allocate(var)       # the workspace's array where it can be: no allocation per call
     n_ys = len(kw["body"].outvars) - n_carry
     k, kk = f"{base}_k", f"{base}_kk"
     w.line(f"for {k} in range({n}):")

@@ -147,12 +147,11 @@ def _dot_cpu(k, eqn, ins, out):
     if not lb and dtype.kind == "f":   # one BLAS call
         lhs2 = _matrix(k, ins[0], eqn.ins[0], lf, tuple(lc), f"{out}_lhs", (m, n_k))
         rhs2 = _matrix(k, ins[1], eqn.ins[1], tuple(rc), rf, f"{out}_rhs", (n_k, n))
-        flat = len(lf) == len(rf) == 1
-        result = out if flat else f"{out}_m"
-        k.line(f"{result} = np.empty(({m}, {n}), {k.dtype(dtype)})")
+        k.allocate(eqn.outs[0])
+        result = out if len(lf) == len(rf) == 1 else f"{out}_m"
+        if result != out:
+            k.line(f"{result} = {out}.reshape(({m}, {n}))")
         k.matmul(lhs2, rhs2, result, _macs(eqn))
-        if not flat:
-            k.line(f"{out} = {result}.reshape({shape})")
         return
     a = k.permuted(ins[0], eqn.ins[0], tuple(lb) + lf + tuple(lc), f"{out}_lhs")
     c = k.permuted(ins[1], eqn.ins[1], tuple(rb) + tuple(rc) + rf, f"{out}_rhs")
