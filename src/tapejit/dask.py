@@ -9,15 +9,18 @@ Dask does the work: its scheduler places each chunk's task where the chunk lives
 functions with cloudpickle, moves data between workers and reruns the tasks of a worker that
 died. A step is one graph: the transform and the arguments that are not dask arrays (the
 parameters: sent once per step; inside each chunk's task when small, else one key that each
-worker fetches), one task per row chunk (the chunk's value and gradient, times its rows for a mean) and a tree of
-additions, so the client receives one pytree. The transforms pickle as their function and
-options (dispatch.py); on a worker they trace once per signature and load the compiled program
-from the worker's disk cache (TAPEJIT_CACHE_DIR). Needs the extra `tapejit[dask]`; importing
-this module imports dask, `import tapejit` does not.
+worker fetches), one task per row chunk (the chunk's value and gradient, times its rows for a
+mean) and a tree of additions down to at most FAN_IN partial sums, which the client adds: it
+receives at most FAN_IN pytrees, whatever the number of chunks, and waits one hop less than
+for a last addition task. A transform is pickled once (as its function and options,
+dispatch.py), not per task; a worker unpickles it once, traces it once per signature and
+loads the compiled program from its disk cache (TAPEJIT_CACHE_DIR). Needs the extra
+`tapejit[dask]`; importing this module imports dask, `import tapejit` does not.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -45,21 +48,26 @@ EMBED_BYTES = 64 * 1024
 
 
 class _Payload:
-    """What every task of one step or map shares: one graph key, sent once. (Not a tuple:
-    a tuple that starts with a callable is a task in a Dask graph.)"""
+    """What every task of one step or map shares: the function, the arguments that are not
+    mapped, where the mapped ones go. (Not a tuple: a tuple that starts with a callable is a
+    task in a Dask graph.)"""
 
     def __init__(self, fn: Callable[..., Any], treedef: Any, shared: list[Any],
-                 mapped: Sequence[int], option: Any) -> None:
+                 mapped: Sequence[int], option: Any, fn_blob: bytes | None = None) -> None:
         self.fn, self.treedef, self.shared, self.mapped, self.option = (
             fn, treedef, shared, tuple(mapped), option)
+        self.fn_blob = fn_blob
 
     def __reduce__(self) -> tuple:
         """Pickled with cloudpickle whatever pickler Dask uses (it tries plain pickle first,
         which sends functions by reference): so a script's functions, and a module's under
-        `cloudpickle.register_pickle_by_value`, travel by value."""
+        `cloudpickle.register_pickle_by_value`, travel by value. The function is pickled once
+        (`fn_blob`, made by the caller for all of a step's tasks) and unpickled once per
+        worker process (`_function`); the arguments travel with each payload."""
         import cloudpickle
-        return _loads, (cloudpickle.dumps((self.fn, self.treedef, self.shared, self.mapped,
-                                           self.option)),)
+        blob = self.fn_blob if self.fn_blob is not None else cloudpickle.dumps(self.fn)
+        return _loads, (blob, cloudpickle.dumps((self.treedef, self.shared, self.mapped,
+                                                 self.option)))
 
     def call_args(self, parts: Sequence[Any]) -> tuple[tuple, dict]:
         """The arguments with `parts` (chunks, batches) in the mapped leaves' places."""
@@ -70,9 +78,17 @@ class _Payload:
         return args, kwargs
 
 
-def _loads(blob: bytes) -> _Payload:
+@functools.lru_cache(maxsize=32)
+def _function(blob: bytes) -> Callable[..., Any]:
+    """The function pickled as `blob`, unpickled once per process: a worker getting the same
+    transform step after step reuses it (and its traces and programs)."""
     import cloudpickle
-    return _Payload(*cloudpickle.loads(blob))
+    return cloudpickle.loads(blob)
+
+
+def _loads(fn_blob: bytes, blob: bytes) -> _Payload:
+    import cloudpickle
+    return _Payload(_function(fn_blob), *cloudpickle.loads(blob), fn_blob=fn_blob)
 
 
 def _client(client: Any, who: str) -> Any:
@@ -90,17 +106,25 @@ def _client(client: Any, who: str) -> Any:
 _calls: dict[tuple, int] = {}     # (transform, signature) -> its calls in this worker process
 
 
+def _signature(fn: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """The key `_compile_lock` counts calls of `fn` with arguments like these under (None:
+    `fn` is not a tapejit transform)."""
+    if not hasattr(fn, "cache_info"):
+        return None
+    leaves = flatten((args, kwargs))[0]
+    return (id(getattr(fn, "__wrapped_transform__", fn)),
+            tuple((type(x), np.shape(x), getattr(x, "dtype", None)) for x in leaves))
+
+
 @contextlib.contextmanager
-def _compile_lock(fn: Any, args: tuple, kwargs: dict) -> Iterator[None]:
+def _compile_lock(key: tuple | None) -> Iterator[None]:
     """Hold the machine's compile lock (a file lock in the disk cache) around the call of a
-    signature that compiles (the first, or the second when first calls are interpreted): the
-    workers of one machine compile a program once, the others load it from the disk cache."""
-    if not hasattr(fn, "cache_info"):           # not a tapejit transform
+    signature (`_signature`) that compiles (the first, or the second when first calls are
+    interpreted): the workers of one machine compile a program once, the others load it from
+    the disk cache."""
+    if key is None:
         yield
         return
-    leaves = flatten((args, kwargs))[0]
-    key = (id(getattr(fn, "__wrapped_transform__", fn)),
-           tuple((type(x), np.shape(x), getattr(x, "dtype", None)) for x in leaves))
     n = _calls[key] = _calls.get(key, -1) + 1
     if n != (0 if config().first_call == "compile" else 1):
         yield
@@ -135,7 +159,7 @@ def _chunk(payload: _Payload, where: str, *blocks: Any) -> tuple[int, Any] | Non
         return None
     args, kwargs = payload.call_args(blocks)
     try:
-        with _compile_lock(payload.fn, args, kwargs):
+        with _compile_lock(_signature(payload.fn, args, kwargs)):
             out = payload.fn(*args, **kwargs)
     except Exception as e:
         _reraise(e, where)
@@ -154,12 +178,13 @@ def _add(*parts: tuple[int, Any] | None) -> tuple[int, Any] | None:
     return rows, total
 
 
-def _tree_sum(parts: list[Any]) -> Any:
-    """The sum of `parts` (Delayed) as a tree of addition tasks, FAN_IN at a time."""
+def _partial_sums(parts: list[Any]) -> list[Any]:
+    """`parts` (Delayed) summed by a tree of addition tasks, FAN_IN at a time, down to at
+    most FAN_IN partial sums: the client adds those (one hop less than a last task)."""
     add = dask.delayed(_add, pure=False)
-    while len(parts) > 1:
+    while len(parts) > FAN_IN:
         parts = [add(*parts[i:i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
-    return parts[0]
+    return parts
 
 
 class DataParallel:
@@ -176,18 +201,22 @@ class DataParallel:
         self.fn, self.reduce, self.argnums = fn, reduce, argnums
         self.client, self.timeout = client, timeout
         self._blocks: dict[str, list[Any]] = {}    # dask array name -> its row blocks
+        self._fn_blob: bytes | None = None          # the transform, pickled once
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         client = _client(self.client, "tjd.value_and_grad")
-        result = client.compute(self.graph(*args, **kwargs)).result(timeout=self.timeout)
+        futures = client.compute(self.partials(*args, **kwargs), optimize_graph=False)
+        distributed.wait(futures, timeout=self.timeout)
+        result = _add(*client.gather(futures))
         if result is None:          # a mean over no rows: what one process computes
             args, kwargs = dask.compute(args, kwargs)
             return self.transform(*args, **kwargs)
         rows, out = result
         return tree_map(lambda v: v / rows, out) if self.reduce == "mean" else out
 
-    def graph(self, *args: Any, **kwargs: Any) -> Any:
-        """The step as one Delayed: `(rows, value and gradient summed over chunks)`."""
+    def partials(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """The step as at most FAN_IN Delayed partial sums, each `(rows, value and gradient
+        summed over its chunks)` (None: empty chunks of a mean)."""
         leaves, treedef = flatten((args, kwargs))
         mapped = [k for k, leaf in enumerate(leaves) if isinstance(leaf, da.Array)]
         if not mapped:
@@ -200,7 +229,10 @@ class DataParallel:
         chunks = self._row_chunks(data)
         blocks = [self._row_blocks(x) for x in data]
         shared = [leaf for k, leaf in enumerate(leaves) if k not in mapped]
-        payload = _Payload(self.transform, treedef, shared, mapped, self.reduce)
+        if self._fn_blob is None:
+            import cloudpickle
+            self._fn_blob = cloudpickle.dumps(self.transform)
+        payload = _Payload(self.transform, treedef, shared, mapped, self.reduce, self._fn_blob)
         if sum(np.asarray(leaf).nbytes for leaf in shared) > EMBED_BYTES:
             payload = dask.delayed(payload, pure=False)    # one key, fetched by each worker
         chunk = dask.delayed(_chunk, pure=False)
@@ -208,7 +240,7 @@ class DataParallel:
         parts = [chunk(payload, f"chunk {i} of {len(chunks)} (rows {starts[i]}:"
                                 f"{starts[i + 1]})", *(b[i] for b in blocks))
                  for i in range(len(chunks))]
-        return _tree_sum(parts)
+        return _partial_sums(parts)
 
     def _check_argnums(self, args: tuple) -> None:
         argnums = (self.argnums,) if isinstance(self.argnums, int) else self.argnums
@@ -293,13 +325,14 @@ def _batch(payload: _Payload, where: str, *parts: Any) -> Any:
     args, kwargs = payload.call_args(parts)
     try:
         if payload.option:
-            with _compile_lock(payload.fn, args, kwargs):
+            with _compile_lock(_signature(payload.fn, args, kwargs)):
                 return payload.fn(*args, **kwargs)
+        members = [payload.call_args([p[i] for p in parts]) for i in range(len(parts[0]))]
+        key = _signature(payload.fn, *members[0])      # the members' arrays: rows alike
         outs = []
-        for i in range(len(parts[0])):
-            member = payload.call_args([p[i] for p in parts])
-            with _compile_lock(payload.fn, *member):
-                outs.append(payload.fn(*member[0], **member[1]))
+        for member_args, member_kwargs in members:
+            with _compile_lock(key):
+                outs.append(payload.fn(*member_args, **member_kwargs))
         leaves = [flatten(o)[0] for o in outs]
         return unflatten(flatten(outs[0])[1], [np.stack(ls) for ls in zip(*leaves)])
     except Exception as e:
@@ -333,8 +366,9 @@ def map(fn: Callable[..., Any], *args: Any, batch: int = 256, shared: Sequence[A
                                       user_source()))
     client = _client(client, "tjd.map")
     leaves, treedef = flatten(((*args, *shared), {}))
+    import cloudpickle
     payload = dask.delayed(_Payload(fn, treedef, leaves[len(arrays):], range(len(arrays)),
-                                    batched), pure=False)
+                                    batched, cloudpickle.dumps(fn)), pure=False)
     task = dask.delayed(_batch, pure=False)
     starts = range(0, members, batch)
     parts = [task(payload, f"batch {i} of {len(starts)} (members {s}:{min(s + batch, members)})",
