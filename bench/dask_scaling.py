@@ -143,10 +143,10 @@ def main() -> None:
                "step": lambda: step(p, *tiny), "many": lambda: step(p, *many),
                "local": lambda: one(p, xs, ys)}, repeats)
     overhead = t["step"].median - t["local"].median
-    per_task = (t["many"].median - t["step"].median) / (32 + 11 - 2 - 1)   # chunks + additions
+    per_task = (t["many"].median - t["step"].median) / (tasks(32)[0] - tasks(2)[0])
     table = H.Table("per-step overhead (8 rows)", ref="bare Dask round trip")
-    table.add("tjd step, 2 chunks (3 tasks)", t["step"], goal="<= 10 ms")
-    table.add("tjd step, 32 chunks (43 tasks)", t["many"])
+    table.add(f"tjd step, 2 chunks ({tasks(2)[0]} tasks)", t["step"], goal="<= 10 ms")
+    table.add(f"tjd step, 32 chunks ({tasks(32)[0]} tasks)", t["many"])
     table.add("bare Dask round trip (one task)", t["bare"])
     table.add("tapejit, one process, 8 rows", t["local"])
     table.print()
@@ -207,21 +207,16 @@ def project(compute: float, overhead: float, per_task: float, payload: int, resu
             bandwidth: float = 1.25e9) -> None:
     """Print docs/distributed.md's cost model for `machines` machines of 2 workers, each with
     `rows` rows (weak scaling), from this machine's measurements."""
-    import tapejit.dask as tjd
     workers = 2 * machines
-    chunks = 2 * workers
-    tasks, level = chunks, chunks
-    depth = 0
-    while level > 1:
-        level = -(-level // tjd.FAN_IN)
-        tasks, depth = tasks + level, depth + 1
+    n, depth = tasks(2 * workers)
     terms = {
         "compute (measured here, per machine)": compute,
         "round trip (measured here)": overhead,
-        f"scheduler: {tasks} tasks x {per_task * 1e3:.2f} ms": tasks * per_task,
+        f"scheduler: {n} tasks x {per_task * 1e3:.2f} ms": n * per_task,
         f"parameters to {workers - 1} more workers, from one holder": (
             (workers - 1) * payload / bandwidth),
-        f"{depth} levels of additions": depth * (latency + fan_bytes(result) / bandwidth),
+        f"{depth} levels of additions, the last on the client": (
+            depth * (latency + fan_bytes(result) / bandwidth)),
     }
     total = sum(terms.values())
     print(f"projection: {machines} machines x 2 workers, {rows:,} rows each ({machines * rows:,}"
@@ -232,6 +227,17 @@ def project(compute: float, overhead: float, per_task: float, payload: int, resu
     print(f"  {'step':<58} {total * 1e3:9.1f} ms   ({machines * rows / total:,.0f} rows/s, "
           f"{compute / total:.0%} of it computing; one machine: {rows / (compute + overhead):,.0f}"
           f" rows/s)")
+
+
+def tasks(chunks: int) -> tuple[int, int]:
+    """The tasks of a step of `chunks` chunks (the chunks and the additions, FAN_IN at a time,
+    down to FAN_IN partial sums) and the levels of additions (the last one on the client)."""
+    import tapejit.dask as tjd
+    n, level, depth = chunks, chunks, 0
+    while level > tjd.FAN_IN:
+        level = -(-level // tjd.FAN_IN)
+        n, depth = n + level, depth + 1
+    return n, depth + (chunks > 1)
 
 
 def fan_bytes(result: int) -> int:
