@@ -13,9 +13,9 @@ OMP_NUM_THREADS=1 in them, so tapejit's thread budget there is 1).
 3. An ensemble of 4,096 Lotka-Volterra gradients (`tjd.map(tj.grad(f), thetas, batch=256)`,
    10,000 explicit Euler steps in a `tj.fori_loop`) on a 1-worker and a 2-worker cluster, taking
    turns. Goal: 2 workers >= 1.70x faster.
-4. Bytes per step (pickled sizes: what goes from the client, what comes back, what workers send
-   each other, from Dask's transfer counters) and a projection for 64 machines from those and
-   the measured overhead (the model of docs/distributed.md).
+4. Bytes per step (pickled sizes: what goes from the client, what comes back; what the workers
+   send, to each other and to the client, from Dask's transfer counters) and a projection for
+   64 machines from those and the measured overhead (the model of docs/distributed.md).
 
     .venv/bin/python bench/dask_scaling.py [--repeats 7] [--quick]
 """
@@ -65,7 +65,8 @@ def turns(fns: dict, repeats: int) -> dict:
 
 
 def transferred(client) -> int:
-    """Bytes the workers have sent each other so far (Dask's counters)."""
+    """Bytes the workers have sent so far (Dask's counters of get_data: to each other and
+    to the client's gathers)."""
     def sent(dask_worker):
         return dask_worker.transfer_outgoing_bytes_total
     return sum(client.run(sent).values())
@@ -164,8 +165,8 @@ def main() -> None:
         step(p, X, Y)
     between = (transferred(client2) - before) / n
     print(f"bytes per step: parameters and transform {payload:,} B (pickled); result "
-          f"{result:,} B back to the client; between workers {between:,.0f} B "
-          f"(partial sums to the addition; a chunk, if work stealing moved one)")
+          f"{result:,} B each partial sum; sent by the workers {between:,.0f} B (the partial "
+          f"sums to the client, and to additions; a chunk, if work stealing moved one)")
 
     # 3. ensemble of Lotka-Volterra gradients: 1 worker against 2
     c1, client1 = cluster(1)
