@@ -10,9 +10,9 @@ OMP_NUM_THREADS=1 in them, so tapejit's thread budget there is 1).
    workers in 4 chunks). Taking turns in every repeat. Goal: 2 workers <= 0.60x one process.
 2. Per-step overhead: the same step on 8 rows in 2 chunks (and in 32 chunks, for the cost per
    task), next to a bare Dask round trip (`client.submit(int, 1).result()`). Goal: <= 10 ms.
-3. An ensemble of 4,096 Lotka-Volterra gradients (`tjd.map(tj.grad(f), thetas, batch=256)`,
-   10,000 explicit Euler steps in a `tj.fori_loop`) on a 1-worker and a 2-worker cluster, taking
-   turns. Goal: 2 workers >= 1.70x faster.
+3. An ensemble of 4,096 Lotka-Volterra gradients (`tjd.map(tj.grad(f), thetas)`, its default
+   batch; 10,000 explicit Euler steps in a `tj.fori_loop`) on a 1-worker and a 2-worker
+   cluster, taking turns. Goal: 2 workers >= 1.70x faster.
 4. Bytes per step (pickled sizes: what goes from the client, what comes back; what the workers
    send, to each other and to the client, from Dask's transfer counters) and a projection for
    64 machines from those and the measured overhead (the model of docs/distributed.md).
@@ -175,10 +175,10 @@ def main() -> None:
     y0 = np.array([1.0, 0.5])
     ref = np.array([g(th, y0) for th in thetas[:8]])
     for c in (client1, client2):
-        out = tjd.map(g, thetas, batch=256, shared=(y0,), client=c, timeout=600)
+        out = tjd.map(g, thetas, shared=(y0,), client=c, timeout=600)
         H.check_close("tjd.map vs one process", out[:8], ref, rtol=1e-12)
-    t = turns({"w1": lambda: tjd.map(g, thetas, batch=256, shared=(y0,), client=client1),
-               "w2": lambda: tjd.map(g, thetas, batch=256, shared=(y0,), client=client2)},
+    t = turns({"w1": lambda: tjd.map(g, thetas, shared=(y0,), client=client1),
+               "w2": lambda: tjd.map(g, thetas, shared=(y0,), client=client2)},
               args.repeats)
     t0 = time.perf_counter()
     for th in thetas[:256]:

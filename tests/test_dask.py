@@ -323,6 +323,7 @@ def test_map_ensemble_of_gradients(client):
     assert grads.shape == (10, 4)
     for theta, g in zip(thetas, grads):
         close(g, LV_GRAD(theta, y0))
+    close(tjd.map(LV_GRAD, thetas, shared=(y0,), timeout=TIMEOUT), grads)  # default: 5 tasks
     check_grads(lotka_volterra, [thetas[3], y0], argnums=(0,))
     values = tjd.map(tj.jit(lotka_volterra), thetas, batch=3, shared=(y0,), timeout=TIMEOUT)
     close(values, np.array([lotka_volterra(t, y0) for t in thetas]))   # plain Python
@@ -341,7 +342,7 @@ def test_map_errors(client):
     with pytest.raises(tj.ArgumentError, match="no members"):
         tjd.map(LV_GRAD, np.ones((0, 4)))
     with pytest.raises(tj.ShapeError, match=r"batch 0 of 1 \(members 0:2\)"):
-        tjd.map(tj.grad(odd_rows), np.ones((2, 4)), shared=(np.ones((3, 4)),),
+        tjd.map(tj.grad(odd_rows), np.ones((2, 4)), shared=(np.ones((3, 4)),), batch=2,
                 timeout=TIMEOUT)
 
 
