@@ -3,7 +3,7 @@
     import tapejit.dask as tjd
     step = tjd.value_and_grad(loss, reduce="mean")      # loss(params, x, y): a mean over rows
     value, grads = step(params, X, Y)                   # X, Y: dask arrays chunked along axis 0
-    outs = tjd.map(tj.grad(f), thetas, batch=256)       # f on each row of thetas, stacked
+    outs = tjd.map(tj.grad(f), thetas)                  # f on each row of thetas, stacked
 
 Dask does the work: its scheduler places each chunk's task where the chunk lives, ships
 functions with cloudpickle, moves data between workers and reruns the tasks of a worker that
