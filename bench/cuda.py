@@ -305,7 +305,8 @@ def peers(args: argparse.Namespace) -> int:
     if reason is not None or cuda_support.cuda_status().startswith("the numba CUDA simulator"):
         print(f"bench/cuda.py --peers needs a GPU: {reason or 'the simulator is on'}")
         return 0
-    print(f"device: {cuda_support.cuda_status()}; medians of {args.repeats}", flush=True)
+    print(f"device: {cuda_support.cuda_status()}; products: {cuda_support.products()}; medians "
+          f"of {args.repeats}", flush=True)
     chosen = workloads(args)
     rows: list[dict] = []
     end = time.monotonic() + (args.budget or math.inf)
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None or cuda_support.cuda_status().startswith("the numba CUDA simulator"):
         print(f"bench/cuda.py needs a GPU: {reason or 'the simulator is on'}")
         return 0
-    print(f"device: {cuda_support.cuda_status()}")
+    print(f"device: {cuda_support.cuda_status()}; products: {cuda_support.products()}")
     from cuda_check import run_values
     if run_values(on_device=True):
         print("zoo: FAILED on the device")

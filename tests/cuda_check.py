@@ -7,6 +7,8 @@ replaces numba.cuda process-wide, so it cannot share the test process).
     python cuda_check.py device # the zoo on a real GPU
     python cuda_check.py random # tj.random only: its stream on the simulator (or a GPU) equals
                                 # the CPU's; without the simulator, its kernels compiled to PTX
+    python cuda_check.py products  # matrix products through cuBLAS (TAPEJIT_CUDA_PRODUCTS=
+                                # cublas; on the simulator, cuda_support's model of cuBLAS)
 
 Prints one line per check ("ok <name>", "FAIL <name>: ...", or "skip: <reason>") and exits 1
 if any check failed.
@@ -14,7 +16,9 @@ if any check failed.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -163,6 +167,63 @@ def run_values(on_device: bool) -> int:
     return failed
 
 
+def product_programs():
+    """(name, fn, args) of products of every form cuBLAS takes: plain, either operand
+    transposed (by the contraction or by a transpose), stacks, and sizes 0 and 1."""
+    rng = np.random.default_rng(5)
+
+    def r(*shape, dtype=np.float64):
+        return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+
+    def mlp(w, x):
+        return np.sum(np.tanh(x @ w) ** 2)
+
+    # sizes above passes/contract.py's SMALL (16): smaller products become loop nests
+    yield "square 17x17 @ 17x17", mlp, (r(17, 17), r(17, 17))
+    yield "float32", mlp, (r(17, 19, dtype=np.float32), r(20, 17, dtype=np.float32))
+    yield "transposes", lambda a, b: np.sum(np.sin(a.T @ b.T)), (r(17, 20), r(19, 17))
+    yield "one row", mlp, (r(17, 18), r(1, 17))
+    yield "contracted size 0", lambda w, x: np.sum((x @ w + 1.0) ** 2), (r(0, 17), r(18, 0))
+    yield "stacks, one transposed", lambda a, b: np.sum(np.cos(a @ np.swapaxes(b, 1, 2))), \
+        (r(2, 17, 18), r(2, 17, 18))
+    yield "empty stack", lambda a, b: np.sum(a @ b) + np.sum(a), (r(0, 17, 18), r(0, 18, 17))
+    yield "two-layer MLP", two_layers, ({"w1": r(17, 19), "b1": r(19), "w2": r(19, 18)},
+                                        r(20, 17))
+
+
+def two_layers(p, x):
+    """Five products: two forward, a weight gradient and an input gradient per layer but the
+    first's input gradient."""
+    return np.mean((np.tanh(x @ p["w1"] + p["b1"]) @ p["w2"]) ** 2)
+
+
+def run_products() -> int:
+    """Each product program through cuBLAS (`cuda_support.gemm`, counted) against the
+    interpreter; the MLP also with device arrays in and out."""
+    from tapejit import cuda_support
+    calls = []
+    gemm = cuda_support.gemm
+    cuda_support.gemm = lambda *args: (calls.append(args), gemm(*args))[1]
+    failed = 0
+    for name, fn, args in product_programs():
+        start = time.perf_counter()
+        try:
+            del calls[:]
+            single = tj.pytree.flatten(args)[0][0].dtype == np.float32
+            check_values(name, fn, args, (0, 1), False, rtol=2e-4 if single else 1e-9)
+            if fn is two_layers:
+                check_values(name, fn, args, (0, 1), False,
+                             tj.pytree.unflatten(*_device_leaves(args, numba_cuda())))
+            assert calls, f"{name}: no product went to cuBLAS"
+            print(f"ok {name} ({len(calls)} cuBLAS calls, {time.perf_counter() - start:.1f} s)",
+                  flush=True)
+        except Exception as err:
+            failed += 1
+            print(f"FAIL {name}: {type(err).__name__}: {err}", flush=True)
+            traceback.print_exc(limit=-3)
+    return failed
+
+
 def check_random_stream() -> None:
     """tj.random's bits, keys and integers on the CUDA backend equal numpy's (eager) bit for
     bit, for several keys with one compiled program; its floats to rounding (math libraries
@@ -293,11 +354,14 @@ def main(mode: str) -> int:
         return run_ptx()
     if mode == "random":
         return run_random()
+    if mode == "products":
+        os.environ["TAPEJIT_CUDA_PRODUCTS"] = "cublas"
+        tj.config.reload()
     cuda = numba_cuda()
     if not cuda.is_available():
         print("skip: no CUDA GPU")
         return 0
-    return run_values(on_device=True)
+    return run_products() if mode == "products" else run_values(on_device=True)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,58 @@ def test_random_kernels_compile_to_ptx_for_sm90(tmp_path):
     assert "kernels compiled to PTX" in out or "ok random\n" in out    # (on a GPU: values)
 
 
+def test_products_through_cublas_on_the_simulator(tmp_path):
+    """Every product form cuBLAS takes, its calls run through cuda_support's model of cuBLAS
+    (column-major, transposes as flags, strided batches): values and gradients as the
+    interpreter's, and each program's products counted as cuBLAS calls."""
+    out = _check("products", tmp_path, simulate=True, timeout=300)
+    assert out.count("\nok ") + out.startswith("ok ") == 8 and "ok two-layer MLP" in out, out
+
+
+@pytest.mark.parametrize("batch", [None, 2, 0])
+@pytest.mark.parametrize("m, k, n", [(3, 4, 5), (4, 4, 4), (1, 3, 1), (0, 3, 2), (3, 0, 2)])
+def test_gemm_arguments_compute_the_row_major_product(m, k, n, batch):
+    """cuda_support.gemm's arguments, run through the model of what cuBLAS does with them
+    (column-major buffers), give op(a) @ op(b) of the row-major arrays, for each transpose."""
+    rng = np.random.default_rng(0)
+    lead = () if batch is None else (batch,)
+    for ta in (False, True):
+        for tb in (False, True):
+            a = rng.normal(size=lead + ((k, m) if ta else (m, k)))
+            b = rng.normal(size=lead + ((n, k) if tb else (k, n)))
+            want = np.matmul(np.swapaxes(a, -1, -2) if ta else a,
+                             np.swapaxes(b, -1, -2) if tb else b)
+            got = np.full(lead + (m, n), np.nan)
+            args = cuda_support.gemm_args(a.shape, b.shape, ta, tb)
+            cuda_support.column_major_gemm(args, b.ravel(), a.ravel(), got.reshape(-1))
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"ta={ta} tb={tb}")
+
+
+def test_products_setting(monkeypatch):
+    """TAPEJIT_CUDA_PRODUCTS: auto takes cuBLAS only on a GPU with nvmath-python; asking for
+    cuBLAS without it says what to install."""
+    import importlib.util
+    monkeypatch.setattr(cuda_support, "_simulated", lambda: False)
+    for installed in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, _i=installed: object() if _i else None)
+        monkeypatch.setenv("TAPEJIT_CUDA_PRODUCTS", "auto")
+        tj.config.reload()
+        assert cuda_support.products() == ("cublas" if installed else "kernel")
+    monkeypatch.setenv("TAPEJIT_CUDA_PRODUCTS", "cublas")
+    tj.config.reload()
+    with pytest.raises(cuda_support.CudaUnavailableError, match="nvmath-python"):
+        cuda_support.products()
+    monkeypatch.setattr(cuda_support, "_simulated", lambda: True)
+    assert cuda_support.products() == "cublas"      # the model of cuBLAS
+    monkeypatch.setenv("TAPEJIT_CUDA_PRODUCTS", "auto")
+    tj.config.reload()
+    assert cuda_support.products() == "kernel"
+    monkeypatch.delenv("TAPEJIT_CUDA_PRODUCTS")
+    tj.config.reload()
+
+
 def test_zoo_on_a_real_gpu(tmp_path):
     if cuda_support.problem() is not None:
         pytest.skip(f"no CUDA backend here: {cuda_support.problem()}")
@@ -223,10 +275,11 @@ def test_bench_peers_child_checks_its_gradient_on_the_simulator(tmp_path):
     assert "gradient off by" in results[1]["failed"], results
 
 
-def test_device_check_script_parses_and_runs_both_parts():
+def test_device_check_script_parses_and_runs_every_part():
     script = BENCH / "cuda_device_check.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
     assert "bench/cuda.py --peers" in text and "tests/cuda_check.py device" in text
+    assert "tests/cuda_check.py products" in text
     budget = sum(int(n) for n in re.findall(r"^timeout (\d+) ", text, re.M))
     assert 0 < budget < 8 * 60, budget

@@ -25,6 +25,11 @@
 - `TAPEJIT_LOG=info`: the `tapejit` logger reports each compile and its time on stderr
   ("debug" too; "off" silences it). By default only a compile still running after a
   second is announced, at warning level (first_call.py).
+- `TAPEJIT_CUDA_PRODUCTS=auto|cublas|kernel`: how the CUDA backend computes float matrix
+  products: cuBLAS (through nvmath-python) or its own tiled kernels; "auto" (the default)
+  takes cuBLAS where nvmath-python is installed on a GPU (cuda_support.py `products`).
+- `TAPEJIT_CUDA_TF32=1`: cuBLAS may compute float32 products on TF32 tensor cores (10-bit
+  mantissas: faster, less exact); by default they are computed in full float32.
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -52,6 +57,8 @@ class Config:
     verify: bool = False
     reroll: bool = True
     log: str = "warning"
+    cuda_products: str = "auto"
+    cuda_tf32: bool = False
 
 
 def _flag(name: str) -> bool:
@@ -106,6 +113,8 @@ def _read() -> Config:
         verify=_flag("TAPEJIT_VERIFY"),
         reroll=os.environ.get("TAPEJIT_REROLL", "1").strip().lower() not in _FALSE,
         log=_choice("TAPEJIT_LOG", ("warning", "info", "debug", "off")),
+        cuda_products=_choice("TAPEJIT_CUDA_PRODUCTS", ("auto", "cublas", "kernel")),
+        cuda_tf32=_flag("TAPEJIT_CUDA_TF32"),
     )
 
 

@@ -8,7 +8,7 @@ simulator (`NUMBA_ENABLE_CUDASIM=1`, pure Python: for tests, about 1e4 elements 
 A program takes numpy arrays (copied to the device, results copied back) or device arrays
 (numba.cuda device arrays or anything with `__cuda_array_interface__`; then the results stay
 on the device as numba device arrays). Generated drivers call `empty`, `full`, `reshape`,
-`blocks`, `grid` and `host_call` of this module (as `tjrt`).
+`blocks`, `grid`, `gemm` and `host_call` of this module (as `tjrt`).
 
 In the layers: beside the numba backend's compile.py, whose `executable` makes a `CudaCompiled`;
 below the dispatch (which asks `problem` and `device_key`) and the transforms (`device_aval`).
@@ -26,6 +26,7 @@ import numpy as np
 
 from .avals import Aval, dtype_name
 from .cache import load_module
+from .config import config
 from .errors import ArgumentError, TapejitError
 from .explanation import dump
 from .interpret import apply_impl
@@ -178,6 +179,106 @@ def partial_grid(n: int) -> int:
     return max(1, min(PARTIAL_BLOCKS, int(n)))
 
 
+# ---- matrix products through cuBLAS ---------------------------------------------------------
+
+def products() -> str:
+    """How programs generated now compute float matrix products: "cublas" (one cuBLAS GEMM
+    each, `gemm`) or "kernel" (codegen's tiled kernels). TAPEJIT_CUDA_PRODUCTS=auto (the
+    default) means cuBLAS on a GPU where nvmath-python is installed (the `tapejit[cuda]`
+    extra), kernels elsewhere (the simulator included, where "cublas" runs `gemm`'s arguments
+    through a numpy model of cuBLAS)."""
+    chosen = config().cuda_products
+    has_nvmath = importlib.util.find_spec("nvmath") is not None
+    if chosen == "auto":
+        return "cublas" if has_nvmath and not _simulated() else "kernel"
+    if chosen == "cublas" and not has_nvmath and not _simulated():
+        raise CudaUnavailableError(
+            "TAPEJIT_CUDA_PRODUCTS=cublas needs nvmath-python (NVIDIA's cuBLAS bindings): "
+            "pip install 'tapejit[cuda]', or TAPEJIT_CUDA_PRODUCTS=kernel")
+    return chosen
+
+
+def gemm_args(a_shape: Sequence[int], b_shape: Sequence[int], ta: bool, tb: bool) -> tuple:
+    """cuBLAS's (column-major) arguments for c = op(a) @ op(b) on C-contiguous arrays, 2-D or
+    3-D with the batch first (op: the last two axes transposed where `ta`/`tb`): (transa,
+    transb, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch), where cuBLAS's A
+    is our `b` and its B our `a`. A row-major matrix is the column-major transpose, so cuBLAS
+    computes c's transpose = op(b)^T op(a)^T with no copy."""
+    *batch, a_rows, a_cols = a_shape
+    *_, b_rows, b_cols = b_shape
+    m, k = (a_cols, a_rows) if ta else (a_rows, a_cols)
+    n = b_rows if tb else b_cols
+    return (int(tb), int(ta), n, m, k, max(1, b_cols), b_rows * b_cols, max(1, a_cols),
+            a_rows * a_cols, max(1, n), m * n, math.prod(batch))
+
+
+def gemm(a: Any, b: Any, c: Any, ta: bool, tb: bool) -> None:
+    """c = op(a) @ op(b) (see `gemm_args`) for float32 or float64 device arrays: one cuBLAS
+    call (strided-batched for 3-D arrays) on the default stream, where the kernels run, so it
+    is ordered with them; on the simulator, `column_major_gemm` on host copies."""
+    args = gemm_args(a.shape, b.shape, ta, tb)
+    transa, transb, m, n, k, *_, batch = args
+    if m * n * batch == 0:
+        return
+    if k == 0:                          # cuBLAS would leave c unwritten with beta = 0
+        c.copy_to_device(np.zeros(c.shape, c.dtype))
+        return
+    if _simulated():
+        out = c.copy_to_host().ravel()
+        column_major_gemm(args, b.copy_to_host().ravel(), a.copy_to_host().ravel(), out)
+        c.copy_to_device(out.reshape(c.shape))
+        return
+    cublas, handle = _cublas()
+    one, zero = _SCALARS[np.dtype(c.dtype)]
+    pointers = [x.__cuda_array_interface__["data"][0] for x in (b, a, c)]
+    (lda, stride_a, ldb, stride_b, ldc, stride_c) = args[5:11]
+    name = "s" if np.dtype(c.dtype) == np.float32 else "d"
+    if batch == 1:
+        getattr(cublas, f"{name}gemm")(handle, transa, transb, m, n, k, one.ctypes.data,
+                                       pointers[0], lda, pointers[1], ldb, zero.ctypes.data,
+                                       pointers[2], ldc)
+    else:
+        getattr(cublas, f"{name}gemm_strided_batched")(
+            handle, transa, transb, m, n, k, one.ctypes.data, pointers[0], lda, stride_a,
+            pointers[1], ldb, stride_b, zero.ctypes.data, pointers[2], ldc, stride_c, batch)
+
+
+def column_major_gemm(args: tuple, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """What cuBLAS's (strided-batched) GEMM with `args` (`gemm_args`) does to the flat buffers
+    `a`, `b`, `c` (cuBLAS's A, B, C; alpha 1, beta 0): the simulator's stand-in, and the tests'
+    model of the calls `gemm` makes."""
+    transa, transb, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch = args
+
+    def matrices(flat, rows, cols, ld, stride):
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(flat, (batch, rows, cols),
+                                               (stride * item, item, ld * item))
+
+    op_a = matrices(a, *((k, m) if transa else (m, k)), lda, stride_a)
+    op_b = matrices(b, *((n, k) if transb else (k, n)), ldb, stride_b)
+    result = np.matmul(op_a.transpose(0, 2, 1) if transa else op_a,
+                       op_b.transpose(0, 2, 1) if transb else op_b)
+    matrices(c, m, n, ldc, stride_c)[...] = result
+
+
+_SCALARS = {np.dtype(t): (np.ones(1, t), np.zeros(1, t)) for t in (np.float32, np.float64)}
+_handle: list[Any] = []
+
+
+def _cublas() -> tuple[Any, int]:
+    """nvmath's cuBLAS bindings and this process's handle (made once, on the default stream;
+    TF32 tensor cores for float32 only with TAPEJIT_CUDA_TF32=1)."""
+    from nvmath.bindings import cublas
+    if not _handle:
+        numba_cuda().current_context()      # numba's (primary) context, which cuBLAS shares
+        handle = cublas.create()
+        cublas.set_stream(handle, 0)
+        cublas.set_math_mode(handle, cublas.Math.TF32_TENSOR_OP_MATH if config().cuda_tf32
+                             else cublas.Math.DEFAULT_MATH)
+        _handle.append(handle)
+    return cublas, _handle[0]
+
+
 def host_call(eqn: Any, args: Sequence[Any]) -> tuple:
     """An eqn the CUDA backend has no kernel for, run by the interpreter on host copies."""
     cuda = numba_cuda()
@@ -200,7 +301,7 @@ class CudaCompiled:
         from .codegen.cuda import ENTRY, generate
         require()
         self.tape = tape
-        self.source, self.sizes, self.host_eqns = generate(tape)
+        self.source, self.sizes, self.host_eqns = generate(tape, products() == "cublas")
         self.program = load_module(self.source, ENTRY, key="cuda")
         self._device: dict[str, Any] = {}     # sizes and constants, copied once
         dump(self.program.path.stem, tape, self.source, self.sizes)   # TAPEJIT_DUMP

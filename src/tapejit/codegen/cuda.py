@@ -1,7 +1,7 @@
 """numba.cuda code generation: one module per program, holding one `@cuda.jit` kernel per fused
-loop nest and per matrix product (shared-memory tiles for plain ones), and a host driver `run`
-that allocates device arrays and launches the kernels in order; nothing is copied back to the
-host between them.
+loop nest and per matrix product (or a cuBLAS call), and a host driver `run` that allocates
+device arrays and launches the kernels in order; nothing is copied back to the host between
+them.
 
 The fusion steps, the storage plan and the index maps are the CPU backend's (schedule.py,
 plan.py, views.py), and each element is computed by the same templates (scalar.py, the libm
@@ -84,10 +84,11 @@ def emit_nest(g: Generator, number: int, loop: Loop, eqns: list[Eqn]) -> None:
         stored |= {e.outs[0].name for e in part}
 
 
-def generate(tape: Tape) -> tuple[str, np.ndarray, tuple[Eqn, ...]]:
+def generate(tape: Tape, cublas: bool = False) -> tuple[str, np.ndarray, tuple[Eqn, ...]]:
     """The module source for `tape`, its size table and the eqns its driver runs on the host
-    (`run(t_E, *inputs, S, t_Sd)`: t_E those eqns, S the size table, t_Sd its device copy)."""
-    g = Generator(tape)
+    (`run(t_E, *inputs, S, t_Sd)`: t_E those eqns, S the size table, t_Sd its device copy).
+    cublas: float matrix products call cuBLAS (cuda_support.gemm) instead of kernels."""
+    g = Generator(tape, cublas)
     for number, step in enumerate(g.steps):
         if isinstance(step, Loop):
             if g.plan.live[number]:

@@ -42,7 +42,8 @@ class Generator:
     dtype = staticmethod(dtype_code)
     scalar = staticmethod(scalar)
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Tape, cublas: bool = False) -> None:
+        self.cublas = cublas       # float matrix products call cuBLAS (cuda_support.gemm)
         dims = Dims(tape)
         self.sizes = Sizes(dims, fixed_symbols(tape, dims))   # as the CPU's: short rows known
         self.steps = steps(tape, self.sizes.names)
@@ -62,6 +63,20 @@ class Generator:
     def unravel(self, lines: list[str], flat: str, names: list[str],
                 extents: list[str]) -> None:
         unravel(lines, flat, names, extents)
+
+    def stored(self, atom: Atom) -> str | None:
+        """The name of the device array holding `atom` as it is (None: a literal, or a value
+        kernels recompute where they read it)."""
+        if not isinstance(atom, Var):
+            return None
+        computed = self.plan.inline.get(atom.name) or self.plan.recomputed.get(atom.name)
+        return var_name(atom) if computed is None or atom.name in self.plan.arrays else None
+
+    def producer(self, atom: Atom) -> Eqn | None:
+        """The eqn kernels recompute `atom` by where they read it (a view, a cheap value)."""
+        if not isinstance(atom, Var) or self.stored(atom) is not None:
+            return None
+        return self.plan.inline.get(atom.name) or self.plan.recomputed.get(atom.name)
 
     def reads(self) -> "Reads":
         """Reads for a new kernel (its parameters are the arrays it reads)."""
