@@ -323,7 +323,7 @@ def test_map_ensemble_of_gradients(client):
     assert grads.shape == (10, 4)
     for theta, g in zip(thetas, grads):
         close(g, LV_GRAD(theta, y0))
-    close(tjd.map(LV_GRAD, thetas, shared=(y0,), timeout=TIMEOUT), grads)  # default: 5 tasks
+    close(tjd.map(LV_GRAD, thetas, shared=(y0,), timeout=TIMEOUT), grads)  # default: 3, 3, 3, 1
     check_grads(lotka_volterra, [thetas[3], y0], argnums=(0,))
     values = tjd.map(tj.jit(lotka_volterra), thetas, batch=3, shared=(y0,), timeout=TIMEOUT)
     close(values, np.array([lotka_volterra(t, y0) for t in thetas]))   # plain Python

@@ -45,9 +45,9 @@ FAN_IN = 4     # partial results one addition task sums
 # parameters up to this size travel inside each chunk's task (one hop less per step); larger
 # ones as one graph key that each worker fetches once
 EMBED_BYTES = 64 * 1024
-# tjd.map's default batch: this many tasks per worker (4,096 Lotka-Volterra gradients on 2
-# workers: 1.77x one worker in 8 tasks, 1.62x in 16, measured)
-TASKS_PER_WORKER = 4
+# tjd.map's default batch: this many tasks per worker (4,096 Lotka-Volterra gradients, 2 workers
+# against 1, medians of 9 in turns: 1.78x in 1 task per worker, 1.81x in 2, 1.73x in 4)
+TASKS_PER_WORKER = 2
 
 
 class _Payload:
