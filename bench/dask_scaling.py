@@ -7,7 +7,9 @@ OMP_NUM_THREADS=1 in them, so tapejit's thread budget there is 1).
 1. MLP gradient on 10^6 rows (32-64-1 tanh MLP, mean squared error, float64): tapejit in this
    process with default threading (every core), and with one thread, against
    `tjd.value_and_grad` on a LocalCluster of 2 worker processes (the rows persisted on the
-   workers in 4 chunks, 2 on each worker). Taking turns in every repeat. Goal: 2 workers <= 0.60x one process.
+   workers in 4 chunks, 2 on each worker; each chunk's task calls the program on blocks of
+   tjd.BLOCK_ROWS rows), and, for comparison, one process on the same blocks of rows (what
+   blocking alone gains). Taking turns in every repeat. Goal: 2 workers <= 0.60x one process.
 2. Per-step overhead: the same step on 8 rows in 2 chunks (and in 32 chunks, for the cost per
    task), next to a bare Dask round trip (`client.submit(int, 1).result()`). Goal: <= 10 ms.
 3. An ensemble of 4,096 Lotka-Volterra gradients (`tjd.map(tj.grad(f), thetas)`, its default
@@ -72,7 +74,10 @@ def make_rows(seed: int, n: int) -> tuple:
 
 def rows_on_workers(client, rows: int, chunks: int) -> tuple:
     """X (rows x FEATURES) and Y (rows) as dask arrays whose row chunks are made on the
-    workers in turn, so each worker holds as many."""
+    workers in turn, so each worker holds as many, persisted (as a dataset a training loop
+    reads step after step; unpersisted, each step would rerun the tasks assembling them),
+    and their numpy copies, fetched chunk by chunk (computing X whole would copy every chunk
+    to one worker, which could then run any chunk's task)."""
     import operator
 
     import dask
@@ -86,7 +91,8 @@ def rows_on_workers(client, rows: int, chunks: int) -> tuple:
     X = da.concatenate([da.from_delayed(dask.delayed(p), (n, FEATURES), np.float64)
                         for p in parts[0]])
     Y = da.concatenate([da.from_delayed(dask.delayed(p), (n,), np.float64) for p in parts[1]])
-    return X, Y
+    X, Y = client.persist([X, Y])
+    return X, Y, np.concatenate(client.gather(parts[0])), np.concatenate(client.gather(parts[1]))
 
 
 def transferred(client) -> int:
@@ -120,8 +126,7 @@ def main() -> None:
          "w2": rng.normal(size=HIDDEN) / np.sqrt(HIDDEN), "b2": np.zeros(())}
     # the rows are made on the workers (not sent from here), two chunks on each (where Dask
     # placed the random chunks of da.random, it put all four on one worker), then copied here
-    X, Y = rows_on_workers(client2, rows, chunks=4)
-    x, y = client2.compute([X, Y], sync=True)
+    X, Y, x, y = rows_on_workers(client2, rows, chunks=4)
 
     # 1. MLP gradient on `rows` rows
     one = tj.value_and_grad(loss)
@@ -140,18 +145,36 @@ def main() -> None:
         finally:
             tj.set_num_threads(before)
 
-    t = turns({"one": lambda: one(p, x, y), "one1": one_thread, "dask": lambda: step(p, X, Y)},
-              args.repeats)
+    def one_in_blocks():
+        """One process, summing the mean's value and gradient over blocks of rows as each
+        chunk's task does."""
+        total = None
+        for start in range(0, rows, tjd.BLOCK_ROWS):
+            n = min(tjd.BLOCK_ROWS, rows - start)
+            out = one(p, x[start:start + n], y[start:start + n])
+            out = tj.pytree.tree_map(lambda v: v * (n / rows), out)
+            total = out if total is None else tj.pytree.tree_map(np.add, total, out)
+        return total
+
+    H.check_close("one process in blocks vs in one call", one_in_blocks(), want, rtol=1e-9)
+    t = turns({"one": lambda: one(p, x, y), "one1": one_thread, "blocks": one_in_blocks,
+               "dask": lambda: step(p, X, Y)}, args.repeats)
     t_dask = t["dask"].median
+    threads = H.threads_text(tj.get_num_threads())
     table = H.Table(f"MLP {FEATURES}-{HIDDEN}-1 value and gradient, {rows:,} rows",
                     ref="tapejit, one process")
-    table.add("tapejit.dask, 2 workers x 1 thread (4 chunks)", t["dask"], goal="<= 0.60x")
-    table.add(f"tapejit, one process ({H.threads_text(tj.get_num_threads())})", t["one"])
+    table.add(f"tapejit.dask, 2 workers x 1 thread (4 chunks, blocks of {tjd.BLOCK_ROWS:,} "
+              f"rows)", t["dask"], goal="<= 0.60x")
+    table.add(f"tapejit, one process ({threads})", t["one"])
     table.add("tapejit, one process (1 thread)", t["one1"])
+    table.add(f"tapejit, one process ({threads}, blocks of {tjd.BLOCK_ROWS:,} rows)",
+              t["blocks"])
     table.print()
     H.ratio_line("2 workers / one process (default threads)", t["dask"].median,
                  t["one"].median, goal=0.60, record={"workload": "dask MLP 1e6 rows"})
     H.ratio_line("2 workers / one process (1 thread)", t["dask"].median, t["one1"].median)
+    H.ratio_line("2 workers / one process in the same blocks", t["dask"].median,
+                 t["blocks"].median)
 
     # 2. per-step overhead on tiny data
     xs, ys = x[:8], y[:8]

@@ -140,6 +140,23 @@ def _kernels(fn, *args):
     return source, {part.split("(")[0]: part for part in parts}
 
 
+def test_every_product_of_an_mlp_gradient_is_one_cublas_call():
+    """Forward products, weight gradients (contracting the batch: the first operand passed
+    transposed) and input gradients (the weights transposed): each a cuBLAS call on the
+    arrays as they are, none left to a kernel."""
+    from cuda_check import product_programs
+    from tapejit.codegen.cuda import generate
+    (_, fn, args), = [case for case in product_programs() if case[0] == "two-layer MLP"]
+    tape = tj.explain(fn, argnums=(0, 1), backend="interpret")(*args).tape
+    source = generate(tape, cublas=True)[0]
+    calls = re.findall(r"tjrt\.gemm\((\w+), (\w+), \w+, (True|False), (True|False)\)", source)
+    assert len(calls) == 6 and "TILE, TILE" not in source, source
+    assert ("x", "p_w1", "False", "False") in calls        # x @ w1
+    assert any(a == "x" and ta == "True" for a, _, ta, _ in calls)      # x.T @ g: dw1
+    assert sum(tb == "True" for *_, tb in calls) == 2      # g @ w.T: dh and dx
+    assert "tjrt.gemm" not in generate(tape)[0]          # kernels unless asked
+
+
 def test_pair_nest_runs_one_thread_per_i_with_a_loop_over_j():
     from cuda_check import pair_forces
     for n in (7, 3):         # n == 3: the pair axes as long as the coordinates

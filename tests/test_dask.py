@@ -196,6 +196,22 @@ def test_matches_one_process(client, reduce, chunks, monkeypatch):
         assert isinstance(grads["w"], np.ndarray) and grads["w"].shape == (4, 4)
 
 
+def test_chunks_computed_in_blocks_of_rows(client):
+    """block_rows smaller than the chunks: each chunk's task adds its blocks' results (a last
+    block shorter, a chunk of one block, an empty chunk), weighted by their rows for a mean."""
+    chunks = (7, 3, 0, 5)
+    x, y = data(sum(chunks))
+    X, Y = client.persist([da.from_array(x, chunks=(chunks, 4)),
+                           da.from_array(y, chunks=(chunks, 4))])
+    for reduce in ("mean", "sum"):
+        step = tjd.value_and_grad(STEPS[reduce].fn, reduce=reduce, block_rows=3,
+                                  timeout=TIMEOUT)
+        for seed in (0, 1):
+            close(step(params(seed), X, Y), ONE[reduce](params(seed), x, y))
+    with pytest.raises(tj.ArgumentError, match="block_rows must be a whole number >= 1"):
+        tjd.value_and_grad(mlp_mean, block_rows=0)
+
+
 def test_gradient_against_finite_differences(client):
     x, y = data(7)
     X, Y = da.from_array(x, chunks=(3, 4)), da.from_array(y, chunks=(3, 4))
