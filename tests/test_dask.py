@@ -208,6 +208,13 @@ def test_chunks_computed_in_blocks_of_rows(client):
                                   timeout=TIMEOUT)
         for seed in (0, 1):
             close(step(params(seed), X, Y), ONE[reduce](params(seed), x, y))
+    # has_aux: the aux means weighted by their blocks' rows too
+    d = {"x": X, "y": Y[:, 0]}
+    step = tjd.value_and_grad(with_aux, argnums=(0, 1), has_aux=True, block_rows=2,
+                              timeout=TIMEOUT)
+    p, q = x[0], np.float64(0.5)
+    close(step(p, q, d), tj.value_and_grad(with_aux, argnums=(0, 1), has_aux=True)(
+        p, q, {"x": x, "y": y[:, 0]}))
     with pytest.raises(tj.ArgumentError, match="block_rows must be a whole number >= 1"):
         tjd.value_and_grad(mlp_mean, block_rows=0)
 
