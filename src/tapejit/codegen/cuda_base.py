@@ -72,12 +72,6 @@ class Generator:
         computed = self.plan.inline.get(atom.name) or self.plan.recomputed.get(atom.name)
         return var_name(atom) if computed is None or atom.name in self.plan.arrays else None
 
-    def producer(self, atom: Atom) -> Eqn | None:
-        """The eqn kernels recompute `atom` by where they read it (a view, a cheap value)."""
-        if not isinstance(atom, Var) or self.stored(atom) is not None:
-            return None
-        return self.plan.inline.get(atom.name) or self.plan.recomputed.get(atom.name)
-
     def reads(self) -> "Reads":
         """Reads for a new kernel (its parameters are the arrays it reads)."""
         return Reads(self)

@@ -175,25 +175,11 @@ def _dot_cpu(k, eqn, ins, out):
     k.line(f"{out} = {out}_c.reshape({shape})")
 
 
-def _gemm_operand(g, atom, rows: int) -> tuple[str, bool] | None:
-    """(device array, transposed) holding the matrices of operand `atom` whose row axis is
-    `rows`, for cuBLAS: the operand's own array, or the array a transpose of its last two axes
-    reads (None: kernels compute it where they read it, or its batch axis is not first)."""
-    ndim = atom.aval.ndim
-    name = g.stored(atom)
-    if name is not None:
-        return name, rows != ndim - 2
-    view = g.producer(atom)
-    if view is None or view.op != transpose.name or \
-            view.kw["perm"] != tuple(range(ndim - 2)) + (ndim - 1, ndim - 2):
-        return None
-    source = g.stored(view.ins[0])
-    return None if source is None else (source, rows == ndim - 2)
-
-
 def _dot_cublas(g, eqn) -> bool:
     """A float product of matrices (or of stacks of them, the batch axis first) as one cuBLAS
-    call on the operands' arrays, transposes passed as flags; False where it is not one."""
+    call on the operands' device arrays, an operand contracted over its rows passed as
+    transposed; False where it is not one, or an operand has no array (kernels compute it
+    where they read it)."""
     (lc, rc), (lb, rb) = eqn.kw["contract"], eqn.kw["batch"]
     lhs, rhs, out = eqn.ins[0].aval, eqn.ins[1].aval, eqn.outs[0]
     nb = len(lb)
@@ -201,12 +187,11 @@ def _dot_cublas(g, eqn) -> bool:
             or rhs.dtype != out.aval.dtype or nb > 1 or lb != rb or lb != tuple(range(nb))
             or lhs.ndim != nb + 2 or rhs.ndim != nb + 2 or len(lc) != 1):
         return False
-    a = _gemm_operand(g, eqn.ins[0], nb if lc[0] == nb + 1 else nb + 1)
-    b = _gemm_operand(g, eqn.ins[1], rc[0])
+    a, b = g.stored(eqn.ins[0]), g.stored(eqn.ins[1])
     if a is None or b is None:
         return False
     g.allocate(out)
-    g.driver.line(f"tjrt.gemm({a[0]}, {b[0]}, {g.name(out)}, {a[1]}, {b[1]})")
+    g.driver.line(f"tjrt.gemm({a}, {b}, {g.name(out)}, {lc[0] == nb}, {rc[0] == nb + 1})")
     return True
 
 
