@@ -217,30 +217,28 @@ def gemm(a: Any, b: Any, c: Any, ta: bool, tb: bool) -> None:
     call (strided-batched for 3-D arrays) on the default stream, where the kernels run, so it
     is ordered with them; on the simulator, `column_major_gemm` on host copies."""
     args = gemm_args(a.shape, b.shape, ta, tb)
-    transa, transb, m, n, k, *_, batch = args
+    transa, transb, m, n, k, lda, stride_a, ldb, stride_b, ldc, stride_c, batch = args
     if m * n * batch == 0:
         return
     if k == 0:                          # cuBLAS would leave c unwritten with beta = 0
         c.copy_to_device(np.zeros(c.shape, c.dtype))
         return
     if _simulated():
-        out = c.copy_to_host().ravel()
+        out = np.empty(c.size, c.dtype)
         column_major_gemm(args, b.copy_to_host().ravel(), a.copy_to_host().ravel(), out)
         c.copy_to_device(out.reshape(c.shape))
         return
     cublas, handle = _cublas()
-    one, zero = _SCALARS[np.dtype(c.dtype)]
-    pointers = [x.__cuda_array_interface__["data"][0] for x in (b, a, c)]
-    (lda, stride_a, ldb, stride_b, ldc, stride_c) = args[5:11]
+    one, zero = (s.ctypes.data for s in _SCALARS[np.dtype(c.dtype)])
+    pa, pb, pc = (x.__cuda_array_interface__["data"][0] for x in (b, a, c))
     name = "s" if np.dtype(c.dtype) == np.float32 else "d"
     if batch == 1:
-        getattr(cublas, f"{name}gemm")(handle, transa, transb, m, n, k, one.ctypes.data,
-                                       pointers[0], lda, pointers[1], ldb, zero.ctypes.data,
-                                       pointers[2], ldc)
+        getattr(cublas, f"{name}gemm")(handle, transa, transb, m, n, k, one, pa, lda, pb, ldb,
+                                       zero, pc, ldc)
     else:
         getattr(cublas, f"{name}gemm_strided_batched")(
-            handle, transa, transb, m, n, k, one.ctypes.data, pointers[0], lda, stride_a,
-            pointers[1], ldb, stride_b, zero.ctypes.data, pointers[2], ldc, stride_c, batch)
+            handle, transa, transb, m, n, k, one, pa, lda, stride_a, pb, ldb, stride_b, zero,
+            pc, ldc, stride_c, batch)
 
 
 def column_major_gemm(args: tuple, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:

@@ -10,9 +10,9 @@ functions with cloudpickle, moves data between workers and reruns the tasks of a
 died. A step is one graph: the transform and the arguments that are not dask arrays (the
 parameters: sent once per step; inside each chunk's task when small, else one key that each
 worker fetches), one task per row chunk (the chunk's value and gradient, times its rows for a
-mean, computed BLOCK_ROWS rows at a time) and a tree of additions down to at most FAN_IN partial sums, which the client adds: it
-receives at most FAN_IN pytrees, whatever the number of chunks, and waits one hop less than
-for a last addition task. A transform is pickled once (as its function and options,
+mean, computed BLOCK_ROWS rows at a time) and a tree of additions down to at most FAN_IN
+partial sums, which the client adds: it receives at most FAN_IN pytrees, whatever the number
+of chunks, and waits one hop less than for a last addition task. A transform is pickled once (as its function and options,
 dispatch.py), not per task; a worker unpickles it once, traces it once per signature and
 loads the compiled program from its disk cache (TAPEJIT_CACHE_DIR). Needs the extra
 `tapejit[dask]`; importing this module imports dask, `import tapejit` does not.
@@ -371,8 +371,8 @@ def map(fn: Callable[..., Any], *args: Any, batch: int | None = None,
     workers: enough to balance them, few enough that Dask's cost per task stays small), calling
     `fn` once per member; with `batched=True` it calls `fn` once on the whole batch (a
     `tj.vmap`-ed function, or one written for batches), which must return results stacked along
-    axis 0. Pass a tapejit transform (`tj.grad(f)`,
-    `tj.jit(f)`): each worker traces it once and loads its program from the disk cache.
+    axis 0. Pass a tapejit transform (`tj.grad(f)`, `tj.jit(f)`): each worker traces it once
+    and loads its program from the disk cache.
     `shared` arguments go to the cluster once. timeout: seconds to wait (default: no limit)."""
     if batch is not None and batch < 1:
         raise ArgumentError(at_source(f"tjd.map: batch must be >= 1, got {batch}",
