@@ -2,6 +2,11 @@
 the decision on simulated machines of 1, 2, 8 and 64 cores, the window a program's call runs
 in (numba's threads, BLAS held to one thread, both put back), and products split into blocks
 computing what numpy computes."""
+import os
+import subprocess
+import sys
+import textwrap
+
 import numba
 import numpy as np
 import pytest
@@ -97,6 +102,7 @@ def _mlp_args(batch=256, width=256):     # batch == width: square products
 def test_calls_run_in_a_window_and_put_everything_back(monkeypatch):
     """Inside a windowed call: numba's threads are the budget, BLAS runs on one thread, the
     program's products read the budget; afterwards all is as before, after an error too."""
+    monkeypatch.setattr(threads, "others", lambda: 0)      # a quiet machine
     g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
     args = _mlp_args()
     g(*args)
@@ -144,3 +150,82 @@ def test_small_programs_need_no_window():
 def test_set_num_threads_refuses_what_is_not_a_count(bad):
     with pytest.raises(ValueError, match=r"tj.set_num_threads\(.*whole number >= 1"):
         tj.set_num_threads(bad)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8, 64])
+def test_a_busy_machine_leaves_the_free_cores(cores):
+    machine = dict(explicit=None, pool=cores, numba_threads=cores, cpus=cores, omp=None,
+                   blas=None, cores=cores)
+    assert threads.decide(**machine, others=0) == cores
+    assert threads.decide(**machine, others=1) == max(1, cores - 1)
+    assert threads.decide(**machine, others=cores) == 1           # every core taken
+    assert threads.decide(**machine, others=10 * cores) == 1
+    # a process allowed 2 of 64 CPUs, beside 62 busy ones: its 2 are free
+    assert threads.decide(**{**machine, "cpus": min(2, cores), "cores": 64}, others=62) \
+        == min(2, cores)
+    # tapejit's own setting is used as given
+    assert threads.decide(**{**machine, "explicit": 2}, others=10 * cores) == min(2, cores)
+
+
+def test_the_running_tasks_are_read_at_most_once_per_interval(monkeypatch):
+    reads = []
+    monkeypatch.setattr(threads, "_running", lambda: reads.append("loadavg") or 4)
+    monkeypatch.setattr(threads, "_own_running", lambda: reads.append("own") or 1)
+    monkeypatch.setattr(threads, "_reading", (float("-inf"), 0))
+    assert threads.others() == 3 and reads == ["loadavg", "own"]
+    assert threads.others() == 3 and len(reads) == 2               # cached
+    monkeypatch.setattr(threads, "_reading", (float("-inf"), 3))  # READ_EVERY_S later
+    monkeypatch.setattr(threads, "_running", lambda: reads.append("loadavg") or 1)
+    assert threads.others() == 0 and reads[2:] == ["loadavg"]     # only us: no scan
+    assert threads._running() >= 1 and threads._own_running() >= 1     # this thread runs
+
+
+def test_a_call_on_a_busy_machine_runs_on_one_thread(monkeypatch):
+    g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
+    args = _mlp_args()
+    monkeypatch.setattr(threads, "others", lambda: 0)
+    quiet = g(*args)
+    program = next(iter(g.__wrapped_transform__._cache.values())).run
+    monkeypatch.setattr(threads, "others", lambda: os.cpu_count())      # every core taken
+    seen, window = [], threads.run
+
+    def probed(fn, args, sizes, slot):
+        return window(lambda *a: seen.append(numba.get_num_threads()) or fn(*a), args, sizes,
+                      slot)
+    monkeypatch.setattr(threads, "run", probed)
+    busy = g(*args)
+    assert seen == [1] and program.sizes[program.threads_slot] == 1
+    for x, y in zip(busy, quiet):
+        np.testing.assert_allclose(x, y, rtol=1e-10)
+    tj.set_num_threads(2)                 # the user's setting wins over the reading
+    try:
+        assert tj.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        tj.set_num_threads(None)
+
+
+LAYER_PROBE = textwrap.dedent("""
+    import os, numba, numpy as np, tapejit as tj
+    f = tj.grad(lambda x: np.sum(np.sin(x) * 2.0), backend="numba")
+    f(np.ones(1 << 18))
+    assert "numba.prange" in next(iter(f.__wrapped_transform__._cache.values())).run.source
+    print(numba.threading_layer(), os.environ.get("OMP_WAIT_POLICY"), tj.get_num_threads())
+""")
+
+
+@pytest.mark.parametrize("env,layers,policy", [
+    ({}, ("omp", "tbb"), "None"),                              # numba's choice, no policy
+    ({"NUMBA_THREADING_LAYER": "workqueue"}, ("workqueue",), "None"),
+    ({"OMP_WAIT_POLICY": "passive"}, ("omp", "tbb"), "passive"),
+])
+def test_the_threading_layer_in_a_new_process_is_numbas_or_the_users(env, layers, policy):
+    """tapejit sets neither the layer nor OpenMP's wait policy (docs/performance.md: measured,
+    numba's default order and libgomp's default policy were fastest); the user's win."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY", "TAPEJIT_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", LAYER_PROBE], capture_output=True, text=True,
+                         env={**clean, "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "0",
+                              **env}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    layer, seen_policy, budget = out.stdout.split()
+    assert layer in layers and seen_policy == policy and int(budget) >= 1
