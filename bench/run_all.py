@@ -8,8 +8,9 @@ this process pins itself and its children inherit the pin; TAPEJIT_BENCH_CPUS=al
 unpinned): their goals compare tapejit with single-threaded hand-written loops, so their table
 is a one-thread table. Then unrolled.py (issue 20: re-rolled loops, compile time and memory),
 which unpins itself (default threading; its table rows say so) unless TAPEJIT_BENCH_CPUS is
-set, and dask_scaling.py (issue 23: local Dask clusters against one process), which always
-unpins itself (its workers need every core). Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
+set, and dask_scaling.py (issue 23: local Dask clusters against one process) and
+contention.py (issue 33: tapejit and JAX beside CPU-bound processes), which always unpin
+themselves (they measure every core). Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
 "tapejit [numba]" first call is a real compile; pass --keep-cache to use the environment's
 cache instead). It benchmarks the *committed* src/ at git HEAD (exported with `git archive`
 into a temp dir, first on PYTHONPATH), so edits in progress in the working tree do not leak
@@ -43,7 +44,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["peers.py", "elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py",
-           "compile.py", "first_call.py", "vmap.py", "unrolled.py", "dask_scaling.py"]
+           "compile.py", "first_call.py", "vmap.py", "unrolled.py", "dask_scaling.py",
+           "contention.py"]
 
 
 def cpu_model() -> str:
@@ -194,8 +196,8 @@ def main() -> None:
         "and the first table shows each row's speed-up from one thread to all cores; the "
         "compiler goals and the other scripts ran pinned only (their references are "
         "single-threaded loops): one thread, but for `unrolled.py` (issue 20's re-rolled "
-        "loops) and `dask_scaling.py` (issue 23's local clusters), which run with default "
-        "threading, as their rows say.",
+        "loops), `dask_scaling.py` (issue 23's local clusters) and `contention.py` (issue "
+        "33's busy machine), which run with default threading, as their rows say.",
         "",
         f"- date: {started:%Y-%m-%d %H:%M %Z} (took {(finished - started).total_seconds():.0f} s)",
         f"- machine: {nproc()} cpus (nproc), {cpu_model()}; load average {load_before} before, "
@@ -209,8 +211,8 @@ def main() -> None:
     ]
     if peers:
         md += ["## Peers (`peers.py`): default threading, then one thread", "", *peers, ""]
-    md += ["## Compiler goals: one thread (pinned to one CPU; unrolled.py's and "
-           "dask_scaling.py's: default threading)",
+    md += ["## Compiler goals: one thread (pinned to one CPU; unrolled.py's, "
+           "dask_scaling.py's and contention.py's: default threading)",
            "", *table(entries), ""]
     failed = [s for s, _, _, rc in outputs if rc != 0]
     if failed:

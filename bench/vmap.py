@@ -83,10 +83,8 @@ def interleaved(rows: dict[str, Callable[[], Any]], repeats: int, min_run_s: flo
             for label, r in runs.items()}
 
 
-def jax_rows(params, xs, ys, thetas, steps, want_grads, want_sim) -> dict[str, Callable]:
-    """JAX's jit(vmap(grad)) and jit(vmap(simulate)), checked; {} where JAX is missing."""
-    if not H.have("jax"):
-        return {}
+def jax_per_example(params, xs, ys, want_grads) -> Callable[[], Any]:
+    """JAX's jit(vmap(grad)) of `loss`, checked against `want_grads` (JAX must be installed)."""
     import jax
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
@@ -94,6 +92,21 @@ def jax_rows(params, xs, ys, thetas, steps, want_grads, want_sim) -> dict[str, C
     def jloss(p, x, y):
         w1, b1, w2, b2 = p
         return jnp.sum((jnp.tanh(x @ w1 + b1) @ w2 + b2 - y) ** 2)
+
+    per_example = jax.jit(jax.vmap(jax.grad(jloss), in_axes=(None, 0, 0)))
+    H.check_close("jax jit(vmap(grad)) vs loop", [np.asarray(g) for g in
+                                                 per_example(params, xs, ys)], want_grads,
+                  rtol=1e-9, atol=1e-12)
+    return lambda: jax.block_until_ready(per_example(params, xs, ys))
+
+
+def jax_rows(params, xs, ys, thetas, steps, want_grads, want_sim) -> dict[str, Callable]:
+    """JAX's jit(vmap(grad)) and jit(vmap(simulate)), checked; {} where JAX is missing."""
+    if not H.have("jax"):
+        return {}
+    import jax
+    import jax.numpy as jnp
+    per_example = jax_per_example(params, xs, ys, want_grads)
 
     def jsim(theta):
         a, b, g, d = theta
@@ -105,15 +118,24 @@ def jax_rows(params, xs, ys, thetas, steps, want_grads, want_sim) -> dict[str, C
         x, y = jax.lax.fori_loop(0, steps, step, (a * 0 + 1.0, a * 0 + 0.5))
         return jnp.stack([x, y])
 
-    per_example = jax.jit(jax.vmap(jax.grad(jloss), in_axes=(None, 0, 0)))
     sim = jax.jit(jax.vmap(jsim))
-    H.check_close("jax jit(vmap(grad)) vs loop", [np.asarray(g) for g in
-                                                 per_example(params, xs, ys)], want_grads,
-                  rtol=1e-9, atol=1e-12)
     H.check_close("jax jit(vmap(simulate)) vs loop", np.asarray(sim(thetas)), want_sim,
                   rtol=1e-9, atol=1e-12)
-    return {"jax jit(vmap(grad))": lambda: jax.block_until_ready(per_example(params, xs, ys)),
+    return {"jax jit(vmap(grad))": per_example,
             "jax jit(vmap(simulate))": lambda: sim(thetas).block_until_ready()}
+
+
+def per_example_data(batch: int) -> tuple[tuple, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """The MLP's parameters, `batch` inputs and targets, and the per-example gradients (a loop
+    of the unbatched gradient on the interpreter)."""
+    rng = np.random.default_rng(0)
+    n_in, n_hidden, n_out = SIZES
+    params = (rng.standard_normal((n_in, n_hidden)) / 4, rng.standard_normal(n_hidden) / 10,
+              rng.standard_normal((n_hidden, n_out)) / 6, rng.standard_normal(n_out) / 10)
+    xs, ys = rng.standard_normal((batch, n_in)), rng.standard_normal((batch, n_out))
+    one_grad = tj.grad(loss, backend="interpret")
+    per = [one_grad(params, xs[b], ys[b]) for b in range(batch)]
+    return params, xs, ys, [np.stack([g[k] for g in per]) for k in range(4)]
 
 
 def main() -> None:
@@ -126,17 +148,8 @@ def main() -> None:
     H.print_header("bench/vmap.py: per-example gradients and a mapped simulation", args,
                    extra=f"MLP {'-'.join(map(str, SIZES))}, batch {batch}; Lotka-Volterra "
                          f"{steps} steps x {sets} parameter sets", rows=label)
-    rng = np.random.default_rng(0)
-    n_in, n_hidden, n_out = SIZES
-    params = (rng.standard_normal((n_in, n_hidden)) / 4, rng.standard_normal(n_hidden) / 10,
-              rng.standard_normal((n_hidden, n_out)) / 6, rng.standard_normal(n_out) / 10)
-    xs, ys = rng.standard_normal((batch, n_in)), rng.standard_normal((batch, n_out))
-    thetas = rng.uniform(0.5, 1.5, (sets, 4))
-
-    # references: loops of the unbatched functions on the interpreter
-    one_grad = tj.grad(loss, backend="interpret")
-    per = [one_grad(params, xs[b], ys[b]) for b in range(batch)]
-    want_grads = [np.stack([g[k] for g in per]) for k in range(4)]
+    params, xs, ys, want_grads = per_example_data(batch)
+    thetas = np.random.default_rng(1).uniform(0.5, 1.5, (sets, 4))
     one_sim = tj.jit(lambda t: simulate(t, steps), backend="interpret")
     want_sim = np.stack([one_sim(t) for t in thetas])
 

@@ -110,6 +110,18 @@ def test_parallel_quick_is_not_pinned() -> None:
     assert re.search(r"check .+: ok", out), out
 
 
+def test_contention_quick() -> None:
+    out = run_bench("contention.py", "--hogs", "0,1")
+    assert "not pinned (TAPEJIT_BENCH_CPUS=all)" in out, out
+    for name in ("mlp", "per_example", "lennard_jones"):
+        assert re.search(rf"check {name}: tapejit vs .+: ok", out), out
+        assert re.search(rf"^  quiet +{name} ", out, re.MULTILINE), out
+        for goal in ("tapejit / JAX", "tapejit busy / quiet", "tapejit p90 / median"):
+            assert re.search(rf"^ratio {name} beside 1 CPU-bound: {re.escape(goal)} = "
+                             rf"\d+\.\d+x   goal .+\[(met|NOT met)\]", out, re.MULTILINE), out
+    assert "beside 2 CPU-bound" not in out, out
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity")
 def test_harness_pins_to_one_cpu_unless_told_not_to() -> None:
     code = "import _harness, os; print(len(os.sched_getaffinity(0)), _harness.PINNED)"

@@ -17,8 +17,9 @@
   runs its outermost loop on threads (numba.prange; codegen/cpu.py); 0 keeps every loop
   serial. bench/parallel.py measures where threads pay: on 2 idle cores from 4096 elements on
   (0.5x at 131072); on cores other jobs keep busy they cost up to 2x (docs/performance.md).
-- `TAPEJIT_NUM_THREADS=n`: how many threads compiled programs use (default: numba's, the
-  cores, unless the affinity mask, `OMP_NUM_THREADS` or the BLAS limit say fewer; threads.py).
+- `TAPEJIT_NUM_THREADS=n`: how many threads compiled programs use, whatever the load (default:
+  numba's, the cores, unless the affinity mask, `OMP_NUM_THREADS`, the BLAS limit or other
+  processes' running tasks say fewer; threads.py).
 - `TAPEJIT_REROLL=0`: plain Python loops stay unrolled. By default the repeated steps of a
   loop in a traced tape become one scan before differentiation (control/reroll.py), so an
   unrolled loop compiles and differentiates like `tj.fori_loop`.

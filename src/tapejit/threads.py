@@ -9,8 +9,9 @@ pool would otherwise wake for each product and then spin on the cores the next l
 
 The budget of a call (`decide`, from `inputs`):
 - `tj.set_num_threads(n)` or `TAPEJIT_NUM_THREADS=n`, where given: tapejit's own setting;
-- else the fewest of: the cores other processes leave free (below), numba's thread count for the calling thread (`NUMBA_NUM_THREADS`,
-  `numba.set_num_threads`), the CPUs the process may run on (its affinity mask),
+- else the fewest of: the cores other processes leave free (below), numba's thread count for
+  the calling thread (`NUMBA_NUM_THREADS`, `numba.set_num_threads`), the CPUs the process may
+  run on (its affinity mask),
   `OMP_NUM_THREADS`, and the limit of the BLAS libraries (`OPENBLAS_NUM_THREADS`,
   `MKL_NUM_THREADS`, a surrounding `threadpoolctl.threadpool_limits`): a process told to use
   fewer threads, by any of the usual means, gets no more from tapejit;
@@ -27,10 +28,12 @@ On a busy machine the budget shrinks to the cores other processes leave free (`o
 parallel loop nest ends at a barrier where every thread waits for the slowest, and a thread
 the OS has descheduled for another process's time slice holds them all (numba's OpenMP
 threads spin while they wait). On 2 cores beside one CPU-bound process an MLP gradient took
-24 ms median and 93 ms at the 90th percentile on 2 threads, 21 ms on one. `inputs` reads the
-tasks running or ready to run (/proc/loadavg) less this process's own (/proc/self/task), at
-most once per READ_EVERY_S; no /proc (macOS, Windows): no reading, the rule is off. An explicit
-setting (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given.
+24 ms median and 93 ms at the 90th percentile on 2 threads, 21 ms on one idle core. `others`
+reads the tasks running or ready to run (/proc/loadavg) less this process's own
+(/proc/self/task), at most once per READ_EVERY_S; no /proc (macOS, Windows): no reading, the
+rule is off. An explicit setting (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given.
+numba's threading layer and OpenMP's wait policy are left to numba and libgomp (measured
+against passive waiting, TBB and workqueue in docs/performance.md "On a busy machine").
 """
 from __future__ import annotations
 
