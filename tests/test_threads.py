@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numba
 import numpy as np
@@ -168,15 +169,27 @@ def test_a_busy_machine_leaves_the_free_cores(cores):
 
 
 def test_the_running_tasks_are_read_at_most_once_per_interval(monkeypatch):
-    reads = []
-    monkeypatch.setattr(threads, "_running", lambda: reads.append("loadavg") or 4)
+    reads, running = [], [4]
+    monkeypatch.setattr(threads, "_running", lambda: reads.append("loadavg") or running[0])
     monkeypatch.setattr(threads, "_own_running", lambda: reads.append("own") or 1)
-    monkeypatch.setattr(threads, "_reading", (float("-inf"), 0))
+    monkeypatch.setattr(threads, "_reading", (float("-inf"), 0, 0))    # no reading yet
     assert threads.others() == 3 and reads == ["loadavg", "own"]
-    assert threads.others() == 3 and len(reads) == 2               # cached
-    monkeypatch.setattr(threads, "_reading", (float("-inf"), 3))  # READ_EVERY_S later
-    monkeypatch.setattr(threads, "_running", lambda: reads.append("loadavg") or 1)
-    assert threads.others() == 0 and reads[2:] == ["loadavg"]     # only us: no scan
+    monkeypatch.setattr(threads, "_reading", (time.monotonic() - 0.1, 0, 0))    # quiet 0.1 s ago
+
+    def later():            # READ_EVERY_S after the last reading
+        monkeypatch.setattr(threads, "_reading",
+                            (time.monotonic() - threads.READ_EVERY_S, *threads._reading[1:]))
+    reads.clear()
+    assert threads.others() == 0 and reads == ["loadavg", "own"]   # 3 seen once: a blip
+    assert threads.others() == 0 and len(reads) == 2               # cached
+    later()
+    assert threads.others() == 3 and len(reads) == 4               # seen twice: load
+    later()
+    running[0] = 1
+    assert threads.others() == 0 and reads[4:] == ["loadavg"]     # only us: no scan
+    later()
+    running[0] = 2
+    assert threads.others() == 0                                   # a blip again
     assert threads._running() >= 1 and threads._own_running() >= 1     # this thread runs
 
 

@@ -30,8 +30,8 @@ the OS has descheduled for another process's time slice holds them all (numba's 
 threads spin while they wait). On 2 cores beside one CPU-bound process an MLP gradient took
 24 ms median and 93 ms at the 90th percentile on 2 threads, 21 ms on one idle core. `others`
 reads the tasks running or ready to run (/proc/loadavg) less this process's own
-(/proc/self/task), at most once per READ_EVERY_S; no /proc (macOS, Windows): no reading, the
-rule is off. An explicit setting (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given.
+(/proc/self/task), at most once per READ_EVERY_S, and takes the fewer of the last two
+readings; no /proc (macOS, Windows): no reading, the rule is off. An explicit setting (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given.
 numba's threading layer and OpenMP's wait policy are left to numba and libgomp (measured
 against passive waiting, TBB and workqueue in docs/performance.md "On a busy machine").
 """
@@ -52,7 +52,7 @@ BLAS_THREADED = 4 * 65536
 READ_EVERY_S = 0.05     # a reading of the running tasks serves the calls of the next 50 ms
 
 _explicit: int | None = None
-_reading = (float("-inf"), 0)            # (time.monotonic() when read, others)
+_reading = (float("-inf"), 0, 0)         # (time.monotonic() when read, that reading, others)
 _lock = threading.Lock()
 _open = 0                                # windows open in this process (all threads)
 _held: list[tuple[Any, int]] = []        # (BLAS library, its limit before the first window)
@@ -101,14 +101,18 @@ def decide(explicit: int | None, pool: int, numba_threads: int, cpus: int,
 
 
 def others() -> int:
-    """How many tasks of other processes are running or waiting for a CPU: the last reading
-    if it is under READ_EVERY_S old; 0 where /proc cannot be read."""
+    """How many tasks of other processes are running or waiting for a CPU: a reading at most
+    every READ_EVERY_S, the fewer of it and the one before if that is recent (a task seen once,
+    or a thread of ours caught between the two files, is a blip); 0 where /proc cannot be
+    read."""
     global _reading
     now = time.monotonic()
     if now - _reading[0] >= READ_EVERY_S:
         running = _running()
-        _reading = (now, max(0, running - _own_running()) if running > 1 else 0)
-    return _reading[1]
+        seen = max(0, running - _own_running()) if running > 1 else 0
+        recent = now - _reading[0] < 4 * READ_EVERY_S
+        _reading = (now, seen, min(seen, _reading[1]) if recent else seen)
+    return _reading[2]
 
 
 def _running() -> int:
