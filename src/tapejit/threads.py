@@ -31,9 +31,10 @@ threads spin while they wait). On 2 cores beside one CPU-bound process an MLP gr
 24 ms median and 93 ms at the 90th percentile on 2 threads, 21 ms on one idle core. `others`
 reads the tasks running or ready to run (/proc/loadavg) less this process's own
 (/proc/self/task), at most once per READ_EVERY_S, and takes the fewer of the last two
-readings; no /proc (macOS, Windows): no reading, the rule is off. An explicit setting (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given.
-numba's threading layer and OpenMP's wait policy are left to numba and libgomp (measured
-against passive waiting, TBB and workqueue in docs/performance.md "On a busy machine").
+readings; no /proc (macOS, Windows): no reading, the rule is off. An explicit setting
+(`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given. numba's threading layer and
+OpenMP's wait policy are left to numba and libgomp (measured against passive waiting, TBB and
+workqueue in docs/performance.md "On a busy machine").
 """
 from __future__ import annotations
 
@@ -129,8 +130,12 @@ def _own_running() -> int:
     """This process's threads running or ready to run (numba's idle threads spin for a while
     after a loop nest: they are counted there, they are not other processes' load). Read only
     when something else runs: about 6 us a thread."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1                        # this thread
     count = 0
-    for task in os.listdir("/proc/self/task"):
+    for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/stat", "rb") as fh:
                 stat = fh.read()
