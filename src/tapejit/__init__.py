@@ -23,6 +23,8 @@ from .explanation import Explanation
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IRError, RandomnessError, ShapeError, TapejitError, TapejitWarning,
                      UnsupportedOperationError)
+from .errors import (IndexingError, IntegerOverflowError, LeakedTracerError, NotCallableError,
+                     UnsupportedAttributeError)
 from .ir import Tape, print_tape
 from .parse import parse_tape
 from .typecheck import typecheck
@@ -38,6 +40,8 @@ __all__ = [
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "CompiledMismatchError",
+    "IndexingError", "IntegerOverflowError", "LeakedTracerError", "NotCallableError",
+    "UnsupportedAttributeError",
     "explain", "Explanation", "optimizers", "random", "vmap",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",

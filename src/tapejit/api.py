@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .arguments import CallArgs, argnums_signature, normalize_argnums, split_args
+from .arguments import (CallArgs, argnums_signature, check_argnums, normalize_argnums,
+                        split_args)
 from .dispatch import (CachedTransform, Specialization, as_output_tree, getter, unbox,
                        unbox_traced)
 from .ir import Tape
@@ -33,9 +34,9 @@ class _ValueAndGrad(CachedTransform):
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
                  static_argnums: int | Sequence[int], backend: str | None = None,
                  grad_only: bool = False) -> None:
-        super().__init__(fn, static_argnums, backend)
-        self.argnums, self.has_aux, self.grad_only = argnums, has_aux, grad_only
-        self.transform = "grad" if grad_only else "value_and_grad"
+        super().__init__(fn, static_argnums, backend, "grad" if grad_only else "value_and_grad")
+        self.argnums = check_argnums(argnums, self.transform)
+        self.has_aux, self.grad_only = has_aux, grad_only
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(args, kwargs)

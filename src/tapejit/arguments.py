@@ -22,11 +22,12 @@ import numpy as np
 
 from .avals import Aval, aval_of
 from .cuda_support import device_aval, is_device_array
-from .errors import ArgumentError, DtypeError, at_source, user_source
+from .errors import ArgumentError, DtypeError, IntegerOverflowError, at_source, user_source
 from .pytree import TreeDef, flatten, leaf_paths, unflatten
 from .trace import Constant, Tracer
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
+_INT64 = np.iinfo(np.int64)
 
 
 def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
@@ -34,6 +35,12 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
     if isinstance(leaf, Tracer):
         return leaf.aval, leaf.weak
     if type(leaf) in _SCALAR_DTYPES:
+        if type(leaf) is int and not _INT64.min <= leaf <= _INT64.max:
+            raise IntegerOverflowError(at_source(
+                f"{where} is the Python int {leaf}, beyond int64, the dtype Python ints compute "
+                f"in (numpy has no integer array for it either: np.asarray gives dtype object). "
+                f"Pass it as a float (float(n)), as np.uint64 if it is in [0, 2**64), or mark "
+                f"the argument static (static_argnums) to keep it a Python int.", user_source()))
         return Aval((), _SCALAR_DTYPES[type(leaf)]), True
     if isinstance(leaf, (np.ndarray, np.generic)) or is_device_array(leaf):
         refuse_subclass(leaf, where)
@@ -179,6 +186,19 @@ def split_args(fn: Callable[..., Any], args: tuple, kwargs: dict,
     return call, static
 
 
+def check_argnums(argnums: Any, transform: str) -> Any:
+    """`argnums` as given, once checked to be an int or a non-empty sequence of ints (at the
+    line creating the transform, not at its first call)."""
+    nums = [argnums] if isinstance(argnums, (int, np.integer)) else argnums
+    if not isinstance(nums, (list, tuple)) or not nums or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in nums):
+        raise ArgumentError(at_source(
+            f"tj.{transform}: argnums={argnums!r}; it must be an int or a non-empty tuple of "
+            f"ints (positions of the arguments to differentiate), e.g. argnums=0 or "
+            f"argnums=(0, 1)", user_source()))
+    return argnums
+
+
 def normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, (int, np.integer)) else tuple(argnums)
     for i in nums:
@@ -199,6 +219,29 @@ def argnums_signature(transform: Any, args: tuple, kwargs: dict,
         raise ArgumentError(at_source(f"argnums {transform.argnums} and static_argnums "
                                       f"{transform.static_argnums} overlap", user_source()))
     return call, (argnums, *call.key(static)), argnums
+
+
+def refuse_aliasing(leaves: Sequence[Any], assigned: Sequence[int], names: Sequence[str],
+                    label: str) -> None:
+    """Raise when an argument leaf the function assigns into shares memory with another (the
+    same array passed twice, or a view of it): numpy would show the write through the other,
+    but the array passed in is never written, so the results would differ silently."""
+    for i in assigned:
+        for j, other in enumerate(leaves):
+            if j != i and _shares_memory(leaves[i], other):
+                raise ArgumentError(at_source(
+                    f"{label}: the function assigns into argument {names[i]} (x[...] = v, "
+                    f"x += v, x.fill(v)), and argument {names[j]} is the same array or shares "
+                    f"its memory. In numpy {names[j]} would see the write; tapejit records the "
+                    f"assignment as a new value and never writes into the arrays passed in, so "
+                    f"the results would differ. Pass a copy (f(a, a.copy())), or copy inside "
+                    f"the function before assigning (x = x.copy()).", user_source()))
+
+
+def _shares_memory(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.may_share_memory(a, b) and np.shares_memory(a, b)
+    return a is b and isinstance(a, Tracer)
 
 
 def check_float_inputs(what: str, call: CallArgs, wrt: Sequence[int]) -> None:

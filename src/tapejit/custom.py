@@ -24,7 +24,7 @@ import numpy as np
 
 from . import cache
 from .avals import Aval
-from .errors import ArgumentError, at_source, user_source
+from .errors import ArgumentError, at_source, require_callable, user_source
 from .ops import custom as C
 from .pytree import TreeDef, flatten, tree_map, unflatten
 from .trace import Tracer
@@ -79,6 +79,7 @@ class custom_vjp:
     residuals)`, `bwd(residuals, ct) -> one cotangent (or None) per positional argument`."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
+        require_callable(fn, "tj.custom_vjp")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.fwd: Callable[..., Any] | None = None
@@ -87,6 +88,8 @@ class custom_vjp:
         self._in_fwd = threading.local()    # fwd may call f: that call is the plain f
 
     def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> "custom_vjp":
+        require_callable(fwd, f"{self.__name__}.defvjp (its fwd)")
+        require_callable(bwd, f"{self.__name__}.defvjp (its bwd)")
         self.fwd, self.bwd = fwd, bwd
         self._sites.clear()
         return self

@@ -15,6 +15,10 @@ A transform (`value_and_grad`, `jit`, ...) is a `CachedTransform`. A call is loo
   compiles). The first call of a new program runs under the transform's lock, so concurrent
   first calls trace and compile once.
 
+A program remembers which input leaves its function assigns into (`x[i] = v`); every call of it
+refuses arguments where such a leaf shares memory with another (numpy would show the write
+through the other; tapejit never writes into the arrays passed in).
+
 Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
 most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
 it has been re-traced more than `RETRACE_WARNING` times. `cache_info()` reports what happened,
@@ -40,16 +44,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import cache
-from .arguments import fn_name
+from .arguments import fn_name, refuse_aliasing
 from .compile import check_backend, default_backend, direct_caller
 from .cuda_support import device_key
-from .errors import TapejitWarning, user_source
+from .errors import TapejitWarning, require_callable, user_source
 from .first_call import PENDING, compile_and_run, start
 from .interpret import inline
 from .ir import Tape
 from .programs import collecting_rerolls
 from .pytree import TreeDef, unflatten
-from .trace import Tracer, _stack, current_trace
+from .trace import Tracer, _stack, collecting_assignments, current_trace
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
@@ -109,6 +113,7 @@ class Specialization:
     run: Any = None           # a compile.py runner | PENDING; None when built in a trace
     out: TreeDef | None = None
     names: tuple[str, ...] = ()
+    assigned: tuple[int, ...] = ()   # the input leaves the function assigns into
 
 
 def getter(tape: Tape, k: int, keep: bool = False) -> Callable[[Sequence[Any]], Any]:
@@ -162,11 +167,14 @@ class CachedTransform:
     transform = "jit"       # the transform's name, for messages: `jit(step)`
 
     def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
-                 backend: str | None) -> None:
+                 backend: str | None, transform: str | None = None) -> None:
+        transform = transform or type(self).transform
+        require_callable(fn, f"tj.{transform}")
         functools.update_wrapper(self, fn, updated=())
         # copy the function's attributes, but not those of a transform it may be
         self.__dict__.update((k, v) for k, v in getattr(fn, "__dict__", {}).items()
                              if k not in ("cache_info", "__wrapped_transform__"))
+        self.transform = transform
         check_backend(backend)
         self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
@@ -247,7 +255,10 @@ class CachedTransform:
                 else:
                     self._info["hits"] += 1
                     key, fn, tail, finish = entry
-                    return finish(fn(*args, *tail))
+                    try:
+                        return finish(fn(*args, *tail))
+                    except OverflowError:   # a Python int beyond int64: split_args says so
+                        fast_key = None
         return self._call_slow(args, kwargs, fast_key)
 
     def _fast_key_static(self, args: tuple) -> tuple | None:
@@ -286,7 +297,9 @@ class CachedTransform:
         if default_backend(self.backend) == "cuda":     # programs are per device
             key = (*key, device_key())
         if current_trace() is not None:   # inside another trace: inline, never cache
-            program = build()
+            with collecting_assignments() as assigned:
+                program = build()
+            refuse_aliasing(call.leaves, assigned, call.names, self.label())
             return self._finisher(program, call, True)(inline(program.tape, call.leaves))
         program, outs = self._lookup(key, call, build)
         if outs is None:
@@ -294,15 +307,29 @@ class CachedTransform:
         finish = self._finisher(program, call, False)
         result = finish(outs)
         if fast_key is not None and program.run is not PENDING:
-            self._fast[fast_key] = (key, *direct_caller(program.run, call.dynamic, call.leaves,
-                                                        len(call.args)), finish)
+            fn, tail = direct_caller(program.run, call.dynamic, call.leaves, len(call.args))
+            if program.assigned:
+                fn = self._refusing_aliases(fn, call, program.assigned)
+            self._fast[fast_key] = (key, fn, tail, finish)
         return result
+
+    def _refusing_aliases(self, fn: Callable, call: Any, assigned: tuple[int, ...]) -> Callable:
+        """`fn` (a fast path's caller) checking first that no argument it assigns into shares
+        memory with another (on the fast path each traced argument is one leaf)."""
+        positions, names, label = call.dynamic, call.names, self.label()
+
+        def checked(*args: Any) -> Any:
+            refuse_aliasing([args[p] for p in positions], assigned, names, label)
+            return fn(*args)
+        return checked
 
     def _lookup(self, key: tuple, call: Any, build: Callable[[], Specialization],
                 ) -> tuple[Specialization, list[Any] | None]:
         """The program for `key`, and its outputs on `call` when this call made it (or
         compiled it: the second call of a program whose first ran on the interpreter)."""
         program = self._cache.get(key)
+        if program is not None and program.assigned:
+            refuse_aliasing(call.leaves, program.assigned, call.names, self.label())
         if program is not None and program.run is not PENDING:
             try:
                 self._cache.move_to_end(key)
@@ -325,12 +352,14 @@ class CachedTransform:
             self._info["traces"] += 1
             if self._cache:
                 self._retraces += 1
-            with collecting_rerolls() as loops:
+            with collecting_rerolls() as loops, collecting_assignments() as assigned:
                 program = build()
             self._info["rerolled"] += len(loops)
+            refuse_aliasing(call.leaves, assigned, call.names, self.label())
             runner, outs = start(program.tape, call.leaves, default_backend(self.backend),
                                  self._info, self.label())
-            program = dataclasses.replace(program, run=runner, names=tuple(call.names))
+            program = dataclasses.replace(program, run=runner, names=tuple(call.names),
+                                          assigned=tuple(assigned))
             self._cache[key] = program
             self._evict()
             warn = self._retraces > RETRACE_WARNING and not self._warned

@@ -111,6 +111,7 @@ class EagerTrace(Trace):
     """A trace that also computes every recorded value (`values`: var name -> array)."""
 
     replays = False    # the user's code runs again on every step: random draws are fresh
+    closes = False     # recorded values stay readable after the tape ends
 
     def __init__(self, level: int) -> None:
         super().__init__(level)

@@ -21,6 +21,11 @@ class UnsupportedOperationError(TapejitError, NotImplementedError):
     """A numpy function, ufunc method or Python operation tapejit cannot trace."""
 
 
+class UnsupportedAttributeError(UnsupportedOperationError, AttributeError):
+    """An ndarray method or attribute traced arrays do not have (`x.put`, `x.strides`); also an
+    AttributeError, so `hasattr` stays False."""
+
+
 class ConcretizationError(TapejitError, TypeError):
     """A traced value was needed as a concrete Python value (`bool`, `float`, `if`, ...)."""
 
@@ -39,6 +44,23 @@ class DtypeError(TapejitError, TypeError):
 
 class ArgumentError(TapejitError, ValueError):
     """A transform was called with arguments that do not fit it (argnums, outputs, pytrees)."""
+
+
+class NotCallableError(ArgumentError, TypeError):
+    """A transform was given something that is not a function (`tj.grad(3.0)`)."""
+
+
+class IntegerOverflowError(ArgumentError, OverflowError):
+    """A Python int argument beyond int64, the dtype tapejit computes Python ints in."""
+
+
+class IndexingError(TapejitError, IndexError):
+    """An index that numpy refuses too: out of bounds, or an array of floats."""
+
+
+class LeakedTracerError(TapejitError, RuntimeError):
+    """A traced value used after the trace that made it ended (kept in a global, a closure or
+    an attribute instead of returned)."""
 
 
 class CompiledMismatchError(TapejitError, AssertionError):
@@ -77,6 +99,20 @@ def at_source(message: str, src: tuple[str, int] | None) -> str:
     if src is None:
         return message
     return f"{message}\n  at {src[0]}:{src[1]}"
+
+
+def user_error(message: str) -> ArgumentError:
+    """An ArgumentError whose message ends with the user's source line."""
+    return ArgumentError(at_source(message, user_source()))
+
+
+def require_callable(fn: object, transform: str) -> None:
+    """Raise at the user's line when a transform is given something it cannot call."""
+    if not callable(fn):
+        raise NotCallableError(at_source(
+            f"{transform} expects a function, but got a {type(fn).__name__} ({fn!r:.40}). Pass "
+            f"the function itself, not the result of calling it (f, not f(x)).",
+            user_source()))
 
 
 class TapejitWarning(UserWarning):

@@ -18,6 +18,7 @@ differentiate it again and `tj.jit` compiles the whole step.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -27,7 +28,8 @@ from .arguments import refuse_subclass
 from .avals import aval_of
 from .compile import check_backend
 from .dispatch import CachedTransform, Specialization
-from .errors import ArgumentError, DtypeError, TapejitError, at_source, user_source
+from .errors import (ArgumentError, DtypeError, TapejitError, TapejitWarning, at_source,
+                     user_source)
 from .interpret import inline
 from .eager import EagerTrace, EagerTracer, type_for, unwrap
 from .ir import Tape, Var
@@ -307,6 +309,9 @@ class GradientTape:
             if entry is None:       # (its last value read while recording, assigned since or not)
                 return None
             var = entry[2]._var
+            if not var.aval.is_float:
+                _warn_int_source(leaf)
+                return None
         elif isinstance(leaf, Tracer):
             if leaf._trace is not trace:
                 return None
@@ -423,6 +428,16 @@ class GradientTape:
             return None
         value = np.asarray(unwrap(source))
         return np.zeros(t_shape + value.shape, value.dtype)
+
+
+def _warn_int_source(variable: Variable) -> None:
+    """TensorFlow's answer for an integer source: None, with a warning."""
+    src = user_source() or ("<unknown>", 0)
+    warnings.warn_explicit(
+        f"GradientTape: Variable {variable.name!r} has dtype {variable.dtype}; only "
+        f"floating-point values have gradients, so its gradient is None (as in TensorFlow). "
+        f"Make it a float Variable to differentiate it: tj.Variable(value, dtype=np.float64).",
+        TapejitWarning, src[0], src[1])
 
 
 def _read_by(tape: Tape) -> set[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator
 
-from .errors import ArgumentError
+from .errors import user_error
 
 Leaf = Any
 
@@ -141,6 +141,38 @@ def leaf_paths(tree: Any, root: str) -> list[str]:
     return paths
 
 
+def difference(a: TreeDef, b: TreeDef, first: str, second: str, path: str = "") -> str:
+    """Where structure `b` first differs from `a`, in words (`first`, `second` name them)."""
+    where = f"at {path}" if path else "at the top"
+    if a.kind != b.kind or (a.kind in ("namedtuple", "dataclass") and a.meta != b.meta):
+        return f"{where}, {first} has {_describe(a)} and {second} {_describe(b)}"
+    keys = list(a.meta) if a.kind == "dict" else list(range(len(a.children)))
+    if a.kind == "dict" and a.meta != b.meta:
+        for k in a.meta:
+            if k not in b.meta:
+                return f"key {k!r} {where} is in {first} but not in {second}"
+        for k in b.meta:
+            if k not in a.meta:
+                return f"key {k!r} {where} is in {second} but not in {first}"
+        return f"{where}, the keys are in another order (dict order is part of the structure)"
+    if len(a.children) != len(b.children):
+        return f"{where}, {first} has {_describe(a)} and {second} {_describe(b)}"
+    for k, ca, cb in zip(keys, a.children, b.children):
+        if ca != cb:
+            return difference(ca, cb, first, second, f"{path}[{k!r}]")
+    return "the structures differ"
+
+
+def _describe(td: TreeDef) -> str:
+    if td.kind == "leaf":
+        return "a leaf"
+    if td.kind == "none":
+        return "None"
+    name = {"namedtuple": lambda: td.meta.__name__, "dataclass": lambda: td.meta[0].__name__
+            }.get(td.kind, lambda: td.kind)()
+    return f"a {name} of {len(td.children)}"
+
+
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     """Apply `fn` leaf-wise over trees of the same structure."""
     leaves, td = flatten(tree)
@@ -148,7 +180,8 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     for r in rest:
         r_leaves, r_td = flatten(r)
         if r_td != td:
-            raise ArgumentError(f"tree_map: a tree has structure {r_td}, but the first tree "
-                                f"has structure {td}")
+            where = difference(td, r_td, "the first tree", "the other")
+            raise user_error(f"tree_map: a tree has structure {r_td}, but the first tree has "
+                             f"structure {td}: {where}")
         others.append(r_leaves)
     return unflatten(td, [fn(*xs) for xs in zip(leaves, *others)])

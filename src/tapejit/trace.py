@@ -7,7 +7,10 @@ tracers simply evaluates it (so rules may mix traced and concrete values freely)
 
 `Tracer` speaks numpy: operators, `__array_ufunc__`, `__array_function__`, methods and indexing
 all route to the lowering rules registered by numpy_api.py in `UFUNC_RULES`/`FUNCTION_RULES`.
-A tracer is mutable only through index assignment (`x[i] = v`), which rebinds it to a new var.
+A tracer is mutable only through index assignment (`x[i] = v`), which rebinds it to a new var
+(`collecting_assignments` reports which inputs a traced function assigned into). A trace that
+has ended leaves its tracers dead: one kept outside its function and used again raises
+`LeakedTracerError` (GradientTape's eager traces excepted: their values are concrete).
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ import numpy as np
 
 from . import ops
 from .avals import Aval, aval_of
-from .errors import (ConcretizationError, TapejitError, UnsupportedOperationError, at_source,
+from .errors import (ConcretizationError, LeakedTracerError, TapejitError,
+                     UnsupportedAttributeError, UnsupportedOperationError, at_source,
                      user_source)
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
 from .ops import Op
@@ -28,6 +32,8 @@ class _TraceStack(threading.local):
     def __init__(self) -> None:
         self.traces: list[Trace] = []
         self.src: Src | None = None  # when set, the source line recorded on new eqns
+        # (level, found): the inputs assigned into by the function traced at that level
+        self.assigned: tuple[int, list[int]] | None = None
 
 
 _stack = _TraceStack()
@@ -52,9 +58,11 @@ class Trace:
     """An open recording: equations so far, the constants captured, the names in use."""
 
     replays = True    # the recording is replayed on later calls (numpy.random is an error)
+    closes = True     # its tracers are dead once it ends (using one is a LeakedTracerError)
 
     def __init__(self, level: int) -> None:
         self.level = level
+        self.ended = False
         self.eqns: list[Eqn] = []
         self.constvars: list[Var] = []
         self.consts: list[Any] = []
@@ -70,6 +78,7 @@ class Trace:
 
     def __exit__(self, *exc: Any) -> None:
         _stack.traces.pop()
+        self.ended = self.closes
         _open_hooks[1](self.replays)
 
     def extend(self, tape: Tape) -> list["Tracer"]:
@@ -105,6 +114,8 @@ class Trace:
                 refresh(x)
             if x._trace is self:
                 return x._var
+            if x._trace.ended:
+                raise leaked(x)
             return self._const(x, x.aval)
         if isinstance(x, np.ndarray) and x.ndim > 0:
             return self._const(x, aval_of(x))
@@ -122,6 +133,8 @@ class Trace:
 
     def record(self, op: Op, args: Sequence[Any], params: dict[str, Any]) -> Any:
         """Record `op` on `args`: its output tracer (a tuple of them for several outputs)."""
+        if self.ended:
+            raise leaked(next(a for a in args if isinstance(a, Tracer)))
         ins = []
         for a in args:   # fast path: every argument is a current tracer of this trace
             if type(a) is not Tracer or a._trace is not self or a._stale:
@@ -215,6 +228,20 @@ ops.set_binder(bind)
 UFUNC_RULES: dict[Any, Callable[..., Any]] = {}
 FUNCTION_RULES: dict[Any, Callable[..., Any]] = {}
 METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "accumulate", "at"
+
+
+def leaked(tracer: "Tracer") -> LeakedTracerError:
+    """The error for a tracer used after its trace ended: where it was made, where it is used."""
+    trace, var = tracer._trace, tracer._var
+    made = next((e.src for e in trace.eqns if var in e.outs), None)
+    origin = (f"made at {made[0]}:{made[1]}" if made else
+              "an argument of the traced function (or a value made from one)")
+    return LeakedTracerError(at_source(
+        f"A traced value ({tracer.aval}, {origin}) is used after the trace that made it ended: "
+        f"it was kept outside the traced function (a global or outer list, a closure, an "
+        f"attribute) and holds no number, only a place in a finished recording.\n"
+        f"  Return it from the function instead (with has_aux=True for grad/value_and_grad), "
+        f"or keep a concrete copy computed outside the transform.", user_source()))
 
 
 def _concretization(what: str, tracer: "Tracer", extra: str = "") -> ConcretizationError:
@@ -323,6 +350,17 @@ class Tracer:
 
     def item(self, *args: Any) -> Any:
         raise _concretization(".item()", self)
+
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for attributes tracers lack: an ndarray one gets a clear error."""
+        if name.startswith("__") or not hasattr(np.ndarray, name):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+        raise UnsupportedAttributeError(at_source(
+            f"x.{name} (numpy's ndarray.{name}) is not supported on traced arrays ({self.aval}): "
+            f"a traced array is a value, not memory, so buffer attributes (strides, flags, base, "
+            f"data) have no meaning, and in-place methods other than index assignment, fill, "
+            f"sort and partition are not recorded. Write `x[idx] = v` for writes, and use the "
+            f"numpy function where there is one.", user_source()))
 
     def tolist(self) -> Any:
         raise _concretization(".tolist()", self)
@@ -466,4 +504,20 @@ def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequen
         inputs = [trace.new_tracer(a, n, w) for a, n, w in zip(avals, names, weak)]
         invars = [t._var for t in inputs]  # before fn: `x[i] = v` / `x += v` rebind inputs
         outs = fn(inputs)
+        if _stack.assigned is not None and _stack.assigned[0] == trace.level:
+            _stack.assigned[1].extend(i for i, (t, v) in enumerate(zip(inputs, invars))
+                                      if t._var is not v)
         return trace.to_tape(invars, outs)
+
+
+class collecting_assignments:
+    """Within this context, the positions of the inputs that the function traced here (not
+    those traced inside it) assigns into (`x[i] = v`, `x += v`, `x.fill(v)`) are collected."""
+
+    def __enter__(self) -> list[int]:
+        self.saved, found = _stack.assigned, []
+        _stack.assigned = (len(_stack.traces), found)
+        return found
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack.assigned = self.saved

@@ -29,10 +29,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import autodiff
-from .arguments import argnums_signature, check_float_inputs, normalize_argnums, split_args
+from .arguments import (argnums_signature, check_argnums, check_float_inputs,
+                        normalize_argnums, split_args)
 from .batching import batched_inline
 from .dispatch import CachedTransform, Specialization, unbox, unbox_traced
-from .errors import ArgumentError, at_source, user_source
+from .errors import ArgumentError, at_source, require_callable, user_source
 from .interpret import inline
 from .ir import Tape, Var
 from .passes import dce, optimize
@@ -224,8 +225,8 @@ class _Jacobian(CachedTransform):
     def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
                  static_argnums: int | Sequence[int], backend: str | None,
                  transform: str) -> None:
-        super().__init__(fn, static_argnums, backend)
-        self.argnums, self.has_aux, self.transform = argnums, has_aux, transform
+        super().__init__(fn, static_argnums, backend, transform)
+        self.argnums, self.has_aux = check_argnums(argnums, transform), has_aux
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(args, kwargs)
@@ -301,6 +302,7 @@ def hessian(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: b
     """The Hessian of `fn`: `jacfwd(jacrev(fn))` (forward over reverse, as JAX), one compiled
     program per signature. Against `jacobian(grad(fn))` on 50- and 200-dimensional functions it
     runs as fast (within 3%) and compiles within 15%, so JAX's choice stays."""
+    require_callable(fn, "tj.hessian")
     inner = _Jacobian(fn, argnums, has_aux, static_argnums, backend, "jacrev")
     return _Jacobian(inner, argnums, has_aux, static_argnums, backend, "jacfwd")
 
@@ -384,8 +386,8 @@ class _Second(CachedTransform):
 
     def __init__(self, fn: Callable[..., Any], tape: Tape, transform: str,
                  backend: str | None) -> None:
-        super().__init__(fn, (), backend)
-        self.tape, self.transform = tape, transform
+        super().__init__(fn, (), backend, transform)
+        self.tape = tape
 
     def run(self, leaves: list[Any]) -> list[Any]:
         return self._call_slow(tuple(leaves), {}, None)
@@ -414,8 +416,8 @@ class _Split(CachedTransform):
 
     def __init__(self, fn: Callable[..., Any], transform: str, has_aux: bool,
                  backend: str | None) -> None:
-        super().__init__(fn, (), backend)
-        self.transform, self.has_aux = transform, has_aux
+        super().__init__(fn, (), backend, transform)
+        self.has_aux = has_aux
 
     def __call__(self, *args: Any) -> Any:
         # no fast path: the result keeps the input leaves that are residuals

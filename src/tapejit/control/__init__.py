@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import batching
 from ..avals import Aval, aval_of
-from ..errors import ArgumentError, DtypeError, ShapeError, at_source, user_source
+from ..errors import (ArgumentError, DtypeError, ShapeError, at_source, require_callable,
+                      user_source)
 from ..pytree import TreeDef, flatten, unflatten
 from ..trace import Tracer
 from . import batching_rules
@@ -219,6 +220,8 @@ def cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any],
 def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     """`f` whose intermediates are not stored for the reverse sweep: its VJP recomputes them
     (less memory, one more evaluation of `f`)."""
+    require_callable(f, "tj.checkpoint")
+
     @functools.wraps(f)
     def remat(*args: Any) -> Any:
         leaves, td, avals = _leaves(args, f"checkpoint({getattr(f, '__name__', 'f')})")

@@ -1,6 +1,6 @@
-"""Indexing: `x[key]`, `x[key] = v` (recorded as a functional update), np.take,
-np.take_along_axis, np.add.at, and the layout functions that gather (np.repeat with uneven
-counts, np.pad's edge/wrap/reflect/symmetric modes).
+"""Indexing: `x[key]`, `x[key] = v` (recorded as a functional update; so is `x.fill(v)`),
+np.take, np.take_along_axis, np.add.at, and the layout functions that gather (np.repeat with
+uneven counts, np.pad's edge/wrap/reflect/symmetric modes).
 
 Basic indexing (ints, slices, None, ...) lowers to slice/rev/reshape; index assignment with a
 basic key to pad + select with a constant mask, so both stay fusible elementwise work. Advanced
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedOperationError, at_source, user_source
+from ..errors import DtypeError, IndexingError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
@@ -26,6 +26,22 @@ _BOOL_MASK_HELP = (
     "Indexing with a traced boolean mask gives an array whose shape depends on the data, which "
     "a compiled program cannot have. Keep the shape fixed instead: `np.where(mask, x, 0)` "
     "(then sum), or `np.sum(x * mask)`.")
+
+
+def _index_error(message: str) -> IndexingError:
+    return IndexingError(at_source(message, user_source()))
+
+
+def _out_of_bounds(index: int, axis: int, n: int) -> IndexingError:
+    return _index_error(f"index {index} is out of bounds for axis {axis} with size {n}: valid "
+                        f"indices are -{n} to {n - 1} (negative ones count from the end). Check "
+                        f"the array's shape, or clip the index (np.clip(i, -{n}, {n - 1})).")
+
+
+def _not_integer(dtype: Any) -> IndexingError:
+    return _index_error(f"arrays used as indices must be of integer type, not {dtype}: convert "
+                        f"them, e.g. idx.astype(np.int64) (after np.round or np.floor if they "
+                        f"are computed as floats)")
 
 
 def _is_index_array(e: Any) -> bool:
@@ -42,7 +58,7 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
             if e.dtype == np.bool_:
                 raise UnsupportedOperationError(at_source(_BOOL_MASK_HELP, user_source()))
             if e.dtype.kind not in "iu":
-                raise IndexError(f"arrays used as indices must be of integer type, not {e.dtype}")
+                raise _not_integer(e.dtype)
             entries.append(e)
         elif isinstance(e, (list, np.ndarray)) or (isinstance(e, np.generic)
                                                    and e.dtype == np.bool_):
@@ -52,22 +68,21 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
             elif arr.dtype.kind in "iu" or arr.size == 0:
                 entries.append(arr.astype(np.int64))
             else:
-                raise IndexError(f"arrays used as indices must be of integer type, not "
-                                 f"{arr.dtype}")
+                raise _not_integer(arr.dtype)
         elif isinstance(e, (int, np.integer)) and not isinstance(e, bool):
             entries.append(int(e))
         elif e is None or e is Ellipsis or isinstance(e, slice):
             entries.append(e)
         else:
-            raise IndexError(f"unsupported index {e!r}: only integers, slices, None, "
-                             f"Ellipsis and integer arrays are valid indices")
+            raise _index_error(f"unsupported index {e!r}: only integers, slices, None, "
+                               f"Ellipsis and integer arrays are valid indices")
     consumed = sum(1 for e in entries if e is not None and e is not Ellipsis)
     if consumed > ndim:
-        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but "
-                         f"{consumed} were indexed")
+        raise _index_error(f"too many indices for array: array is {ndim}-dimensional, but "
+                           f"{consumed} were indexed")
     ellipses = [i for i, e in enumerate(entries) if e is Ellipsis]
     if len(ellipses) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        raise _index_error("an index can only have a single ellipsis ('...')")
     fill = [slice(None)] * (ndim - consumed)
     if ellipses:
         at = ellipses[0]
@@ -86,7 +101,7 @@ def _basic_region(shape: tuple[int, ...], entries: list[Any]):
         n = shape[d]
         if isinstance(e, int):
             if not -n <= e < n:
-                raise IndexError(f"index {e} is out of bounds for axis {d} with size {n}")
+                raise _out_of_bounds(e, d, n)
             region.append((e % n, 1, 1))
         else:
             start, stop, step = e.indices(n)
@@ -129,8 +144,7 @@ def _normalized(idx: Any, n: int, axis: int) -> Any:
         return E.select(E.lt(idx, 0), E.add(idx, cast(n, idx.dtype)), idx)
     idx = np.asarray(idx, dtype=np.int64)
     if idx.size and (idx.min() < -n or idx.max() >= n):
-        bad = idx[(idx < -n) | (idx >= n)].flat[0]
-        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+        raise _out_of_bounds(idx[(idx < -n) | (idx >= n)].flat[0], axis, n)
     return idx % max(n, 1)
 
 
@@ -264,8 +278,10 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     if axis is None:
         a, axis = ravel(a), 0
     ax = normalize_axis(axis, a.ndim, "numpy.take")
-    if isinstance(indices, Tracer) and indices.dtype.kind not in "iu":
-        raise IndexError("numpy.take: indices must be integers")
+    dtype = indices.dtype if isinstance(indices, Tracer) else np.asarray(indices).dtype
+    if dtype.kind not in "iu":    # numpy: a TypeError (cannot cast the indices safely to int64)
+        raise DtypeError(at_source(f"numpy.take: indices must be integers, not {dtype}: convert "
+                                   f"them with .astype(np.int64)", user_source()))
     return I.take(lift(a), _normalized(indices, a.shape[ax], ax), axis=ax)
 
 
@@ -319,6 +335,13 @@ def pad(x: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
     return x
 
 
+def fill(x: Tracer, value: Any) -> None:
+    """`x.fill(value)`: numpy's in-place fill, as the assignment `x[...] = value`."""
+    setitem(x, Ellipsis, value)
+
+
 Tracer.__getitem__ = getitem
 Tracer.__setitem__ = setitem
+Tracer.fill = fill
+Tracer.take = take
 Tracer.repeat = repeat

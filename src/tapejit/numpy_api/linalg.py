@@ -100,8 +100,8 @@ def _sublist_spec(operands: tuple) -> tuple[str, tuple]:
             elif isinstance(s, (int, np.integer)) and 0 <= s < len(_LABELS):
                 out.append(_LABELS[s])
             else:
-                raise ValueError(f"einsum: a sublist holds ints in [0, 52) and Ellipsis, not "
-                                 f"{s!r}")
+                raise ShapeError(at_source(f"einsum: a sublist holds ints in [0, 52) and "
+                                           f"Ellipsis, not {s!r}", user_source()))
         return "".join(out)
     odd = len(operands) % 2
     arrays, subs = operands[0:len(operands) - odd:2], operands[1::2]
@@ -130,6 +130,7 @@ def einsum(subscripts: Any, *operands: Any, optimize: Any = False, **kwargs: Any
     if len(specs) != len(arrays) or any(len(s) != x.ndim for s, x in zip(specs, arrays)):
         raise ShapeError(at_source(f"einsum: subscripts {subscripts!r} do not fit operands of "
                                    f"shapes {[x.shape for x in arrays]}", user_source()))
+    _check_subscripts(subscripts, specs, output, arrays)
     terms = [list(t) for t in zip(specs, arrays)]
     for i, term in enumerate(terms):
         others = "".join(s for j, (s, _) in enumerate(terms) if j != i) + output
@@ -146,6 +147,30 @@ def einsum(subscripts: Any, *operands: Any, optimize: Any = False, **kwargs: Any
                   + "".join(c for c in spec_b if c not in shared))
     spec_a, a = _reduce_term(spec_a, a, output)
     return np.transpose(a, [spec_a.index(c) for c in output]) if spec_a != output else a
+
+
+def _check_subscripts(subscripts: str, specs: list[str], output: str, arrays: list[Any]
+                      ) -> None:
+    """Raise numpy's complaints about einsum subscripts at the user's line, with the fix."""
+    sizes: dict[str, int] = {}
+    problem = None
+    for spec, x in zip(specs, arrays):
+        for c, n in zip(spec, x.shape):
+            if not c.isalpha():
+                problem = f"{c!r} is not a subscript (subscripts are letters a-z, A-Z)"
+            elif sizes.setdefault(c, n) != n and 1 not in (n, sizes[c]):
+                problem = f"subscript {c!r} labels axes of sizes {sizes[c]} and {n}"
+    for c in output:
+        if c not in sizes:
+            problem = (f"output subscript {c!r} is in no input (the inputs use "
+                       f"{''.join(sorted(sizes))!r}); each output letter names an input axis")
+        elif output.count(c) > 1:
+            problem = f"output subscript {c!r} appears more than once"
+    if problem is not None:
+        raise ShapeError(at_source(
+            f"einsum: {problem}, in subscripts {subscripts!r} for operands of shapes "
+            f"{[x.shape for x in arrays]}. Fix the subscripts string (as numpy.einsum would "
+            f"refuse it too).", user_source()))
 
 
 def _expand_ellipsis(specs: list[str], output: str | None, arrays: list[Any]):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ArgumentError
+from ..errors import user_error
 from .schedules import Schedule, numbers_of
 from .transforms import (Rules, Transform, add_decayed_weights, check_hyper,
                          clip_by_global_norm, scale_by_adam, scale_by_learning_rate,
@@ -44,8 +44,8 @@ class Optimizer(Rules):
         self.hyper.update(hyper)
         check_hyper(name, self.hyper)
         if mask is not None and not weight_decay:
-            raise ArgumentError(f"{name}: mask= picks the parameters weight decay applies to, "
-                                f"but weight_decay is 0")
+            raise user_error(f"{name}: mask= picks the parameters weight decay applies to, "
+                             f"but weight_decay is 0")
         decay = ([(add_decayed_weights(weight_decay, mask), {})] if weight_decay else [])
         self.rules = (
             ([(clip_by_global_norm(clip_norm), {"max_norm": "clip_norm"})]
@@ -69,7 +69,7 @@ class SGD(Optimizer):
     def __init__(self, learning_rate: float | Schedule, momentum: float = 0.0,
                  nesterov: bool = False, **kwargs: Any) -> None:
         if nesterov and not momentum:
-            raise ArgumentError("SGD: nesterov=True needs a momentum > 0")
+            raise user_error("SGD: nesterov=True needs a momentum > 0")
         self.nesterov = nesterov
         super().__init__(learning_rate, **kwargs, **({"momentum": momentum} if momentum else {}))
 

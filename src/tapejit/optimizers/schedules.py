@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import user_error
 
 __all__ = ["constant", "step_decay", "cosine_decay", "warmup"]
 
@@ -77,8 +77,8 @@ def numbers_of(schedule: float | Schedule, name: str) -> Any:
     `name` (the argument, e.g. learning_rate) is for the error message."""
     if not dataclasses.is_dataclass(schedule):
         if callable(schedule):
-            raise ArgumentError(f"{name}: {schedule!r} is not a tj.optimizers schedule; "
-                                f"use constant, step_decay, cosine_decay or warmup")
+            raise user_error(f"{name}: {schedule!r} is not a tj.optimizers schedule; "
+                             f"use constant, step_decay, cosine_decay or warmup")
         return schedule
     return {f.name: numbers_of(getattr(schedule, f.name), name)
             for f in dataclasses.fields(schedule)}

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import user_error
 
 
 class VariableStates:
@@ -31,18 +31,18 @@ def apply(opt: Any, grads: list[Any], variables: list[Any], method: str) -> None
     owner = f"{type(opt).__name__}.{method}"
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
     if not pairs:
-        raise ArgumentError(f"{owner}: no gradients (all are None): does the loss depend on "
-                            f"the variables?")
+        raise user_error(f"{owner}: no gradients (all are None): does the loss depend on "
+                         f"the variables?")
     keys = [f"v{id(v)}" for _, v in pairs]
     if len(set(keys)) != len(keys):
-        raise ArgumentError(f"{owner}: a variable appears twice; add its gradients first")
+        raise user_error(f"{owner}: a variable appears twice; add its gradients first")
     for g, v in pairs:
         if not (callable(getattr(v, "numpy", None)) and callable(getattr(v, "assign", None))):
-            raise ArgumentError(f"{owner}: {v!r} is not a variable (tj.Variable, or an object "
-                                f"with .numpy() and .assign())")
+            raise user_error(f"{owner}: {v!r} is not a variable (tj.Variable, or an object "
+                             f"with .numpy() and .assign())")
         if np.shape(g) != np.shape(v.numpy()):
-            raise ArgumentError(f"{owner}: a gradient of shape {np.shape(g)} for the variable "
-                                f"{getattr(v, 'name', '')} of shape {np.shape(v.numpy())}")
+            raise user_error(f"{owner}: a gradient of shape {np.shape(g)} for the variable "
+                             f"{getattr(v, 'name', '')} of shape {np.shape(v.numpy())}")
     book = opt.__dict__.setdefault("_variable_states", VariableStates())
     new = {k: np.asarray(v.numpy()) for k, (_, v) in zip(keys, pairs) if k not in book.variables}
     if new:

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError
-from ..pytree import TreeDef, flatten, leaf_paths, tree_map, unflatten
+from ..errors import user_error
+from ..pytree import TreeDef, difference, flatten, leaf_paths, tree_map, unflatten
 from . import stateful
 from .schedules import evaluate, numbers_of
 
@@ -46,16 +46,16 @@ class GradientTransformation:
         each variable's state, made at its first update."""
         pairs = [tuple(pair) for pair in grads_and_vars]
         if any(len(pair) != 2 for pair in pairs):
-            raise ArgumentError(f"{type(self).__name__}.apply_gradients: give (gradient, "
-                                f"variable) pairs, e.g. zip(grads, variables)")
+            raise user_error(f"{type(self).__name__}.apply_gradients: give (gradient, "
+                             f"variable) pairs, e.g. zip(grads, variables)")
         stateful.apply(self, [g for g, _ in pairs], [v for _, v in pairs], "apply_gradients")
 
     def apply(self, grads: Sequence[Any], variables: Sequence[Any]) -> None:
         """`apply_gradients(zip(grads, variables))` (Keras 3's `optimizer.apply`)."""
         grads, variables = list(grads), list(variables)
         if len(grads) != len(variables):
-            raise ArgumentError(f"{type(self).__name__}.apply: {len(grads)} gradients for "
-                                f"{len(variables)} variables")
+            raise user_error(f"{type(self).__name__}.apply: {len(grads)} gradients for "
+                             f"{len(variables)} variables")
         stateful.apply(self, grads, variables, "apply")
 
 
@@ -64,8 +64,9 @@ def apply_updates(params: Any, updates: Any) -> Any:
     p_leaves, td = flatten(params)
     u_leaves, u_td = flatten(updates)
     if u_td != td:
-        raise ArgumentError(f"apply_updates: the updates have structure {u_td}, but the "
-                            f"parameters have structure {td}")
+        raise user_error(f"apply_updates: the updates have structure {u_td}, but the "
+                         f"parameters have structure {td}: "
+                         f"{difference(td, u_td, 'the parameters', 'the updates')}")
     return unflatten(td, [_like(p + u, p) for p, u in zip(p_leaves, u_leaves)])
 
 
@@ -90,7 +91,7 @@ def check_hyper(owner: str, hyper: dict[str, Any], signed: Sequence[str] = ()) -
             if not isinstance(leaf, (int, float, np.floating, np.integer)) or (
                     leaf < 0 and key not in signed):
                 kind = "a number" if key in signed else "a number >= 0"
-                raise ArgumentError(f"{owner}: {path} must be {kind}, got {leaf!r}")
+                raise user_error(f"{owner}: {path} must be {kind}, got {leaf!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,8 +114,8 @@ class Rules(GradientTransformation):
         """The state for `params`: step count, hyperparameters, and zeroed slots."""
         for leaf in flatten(params)[0]:
             if np.asarray(leaf).dtype.kind != "f":
-                raise ArgumentError(f"{type(self).__name__}.init: parameters must be float "
-                                    f"arrays, got dtype {np.asarray(leaf).dtype}")
+                raise user_error(f"{type(self).__name__}.init: parameters must be float "
+                                 f"arrays, got dtype {np.asarray(leaf).dtype}")
         state: dict[str, Any] = {"step": np.zeros(())} if self.counts else {}
         state["hyper"] = {names.get(k, k): tree_map(lambda v: np.asarray(v, np.float64), v)
                           for rule, names in self.rules for k, v in rule.hyper.items()}
@@ -134,15 +135,16 @@ class Rules(GradientTransformation):
     def _run(self, updates: Any, state: Any, params: Any, add: bool) -> tuple[Any, Any]:
         name = type(self).__name__
         if not isinstance(state, dict) or "hyper" not in state:
-            raise ArgumentError(f"{name}.update: the state must be what {name}.init(params) "
-                                f"returned, got {type(state).__name__}")
+            raise user_error(f"{name}.update: the state must be what {name}.init(params) "
+                             f"returned, got {type(state).__name__}")
         leaves, td = flatten(updates)
         ps = None
         if params is not None:
             ps, p_td = flatten(params)
             if p_td != td:
-                raise ArgumentError(f"{name}.update: the gradients have structure {td}, but "
-                                    f"the parameters have structure {p_td}")
+                raise user_error(f"{name}.update: the gradients have structure {td}, but "
+                                 f"the parameters have structure {p_td}: "
+                                 f"{difference(p_td, td, 'the parameters', 'the gradients')}")
         step, new_state = state.get("step"), dict(state)
         stages: list[list] = []
         for rule, names in self.rules:
@@ -220,8 +222,8 @@ class chain(GradientTransformation):
     def __init__(self, *transforms: Any) -> None:
         for t in transforms:
             if not (callable(getattr(t, "init", None)) and callable(getattr(t, "update", None))):
-                raise ArgumentError(f"chain: {t!r} is not a gradient transformation (an object "
-                                    f"with init and update), e.g. tj.optimizers.scale(-0.1)")
+                raise user_error(f"chain: {t!r} is not a gradient transformation (an object "
+                                 f"with init and update), e.g. tj.optimizers.scale(-0.1)")
         self.transforms = transforms
 
     def __repr__(self) -> str:
@@ -232,8 +234,8 @@ class chain(GradientTransformation):
 
     def update(self, updates: Any, state: Any, params: Any = None) -> tuple[Any, tuple]:
         if not isinstance(state, tuple) or len(state) != len(self.transforms):
-            raise ArgumentError(f"chain.update: the state must be what init(params) returned, "
-                                f"a tuple of {len(self.transforms)} states")
+            raise user_error(f"chain.update: the state must be what init(params) returned, "
+                             f"a tuple of {len(self.transforms)} states")
         new_state = []
         for t, s in zip(self.transforms, state):
             updates, s = t.update(updates, s, params)
@@ -285,8 +287,8 @@ class scale(Transform):
 
     def _check_kind(self, step_size: Any) -> None:
         if callable(step_size):
-            raise ArgumentError("scale: step_size must be a number; for a schedule use "
-                                "scale_by_schedule")
+            raise user_error("scale: step_size must be a number; for a schedule use "
+                             "scale_by_schedule")
 
     @property
     def counts(self) -> bool:       # type: ignore[override]
@@ -307,8 +309,8 @@ class scale_by_schedule(scale):
 
     def _check_kind(self, step_size: Any) -> None:
         if not callable(step_size):
-            raise ArgumentError("scale_by_schedule: give a schedule (e.g. tj.optimizers."
-                                "cosine_decay(0.1, 1000)); for a number use scale")
+            raise user_error("scale_by_schedule: give a schedule (e.g. tj.optimizers."
+                             "cosine_decay(0.1, 1000)); for a number use scale")
 
 
 class scale_by_learning_rate(scale):
@@ -394,18 +396,20 @@ class add_decayed_weights(Transform):
 
     def _applies(self, ps: list | None, td: TreeDef) -> list[bool] | None:
         if ps is None:
-            raise ArgumentError("add_decayed_weights: weight decay needs the parameters: "
-                                "update(grads, state, params)")
+            raise user_error("add_decayed_weights: weight decay needs the parameters: "
+                             "update(grads, state, params)")
         if self.mask is None:
             return None
         tree = self.mask(unflatten(td, ps)) if callable(self.mask) else self.mask
         leaves, m_td = flatten(tree)
         if m_td != td:
-            raise ArgumentError(f"add_decayed_weights: the mask has structure {m_td}, but the "
-                                f"parameters have structure {td}: give one bool per parameter "
-                                f"array (or a function params -> such a tree)")
+            raise user_error(f"add_decayed_weights: the mask has structure {m_td}, but the "
+                             f"parameters have structure {td} "
+                             f"({difference(td, m_td, 'the parameters', 'the mask')}): give "
+                             f"one bool per parameter array (or a function params -> such a "
+                             f"tree)")
         for leaf in leaves:
             if not isinstance(leaf, (bool, np.bool_)):
-                raise ArgumentError(f"add_decayed_weights: a mask holds Python bools (fixed "
-                                    f"when a step is traced), got {leaf!r}")
+                raise user_error(f"add_decayed_weights: a mask holds Python bools (fixed "
+                                 f"when a step is traced), got {leaf!r}")
         return [bool(leaf) for leaf in leaves]
