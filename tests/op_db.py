@@ -677,6 +677,10 @@ row("empty_cumprod_getitem", lambda x: np.cumprod(x, axis=1)[np.array([], dtype=
     shapes=(((3, 0),), ((3, 2),)))
 row("prim_take", lambda x: I.take(x, np.array([[0, 2], [2, 2]]), axis=1), shapes=MATRIX,
     prim="take", ref=lambda x: np.take(x, np.array([[0, 2], [2, 2]]), axis=1))
+row("prim_check_index", lambda x: I.take(x, I.check_index(np.argmax(x, axis=0) - 3, size=4,
+                                                          axis=1), axis=1),
+    shapes=MATRIX, distinct=True, prim="check_index",
+    ref=lambda x: np.take(x, np.argmax(x, axis=0) - 3, axis=1))
 
 
 def _scatter_ref(x, u):

@@ -21,8 +21,8 @@ from .threads import get_num_threads, set_num_threads
 from .explain import explain
 from .explanation import Explanation
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
-                     IRError, RandomnessError, ShapeError, TapejitError, TapejitWarning,
-                     UnsupportedOperationError)
+                     IndexOutOfBoundsError, IRError, RandomnessError, ShapeError, TapejitError,
+                     TapejitWarning, UnsupportedOperationError)
 from .errors import (IndexingError, IntegerOverflowError, LeakedTracerError, NotCallableError,
                      UnsupportedAttributeError)
 from .ir import Tape, print_tape
@@ -39,7 +39,7 @@ __all__ = [
     "parse_tape", "print_tape", "tree_map", "TapejitError", "TapejitWarning",
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
-    "CompiledMismatchError",
+    "CompiledMismatchError", "IndexOutOfBoundsError",
     "IndexingError", "IntegerOverflowError", "LeakedTracerError", "NotCallableError",
     "UnsupportedAttributeError",
     "explain", "Explanation", "optimizers", "random", "vmap",

@@ -13,6 +13,10 @@ In the layers: above code generation and the disk cache, beside cuda_support.py;
 first-call tier (first_call.py) and the per-signature cache (dispatch.py), which run what this
 module makes.
 
+A compiled program whose index checks found an index out of range (codegen/calls.py
+`index_check`: its status slots in `S`) raises IndexOutOfBoundsError after the call, its
+outputs dropped; the interpreter raises the same error on the same call.
+
 With `TAPEJIT_VERIFY=1` every call of a compiled program also runs the tape on the interpreter
 and raises `CompiledMismatchError` unless the two agree (the test suite runs this way).
 """
@@ -28,7 +32,8 @@ from .cache import CachedModule, load_module
 from .codegen.cpu import ENTRY, entry_args, generate
 from .config import config
 from .cuda_support import CudaCompiled, CudaUnavailableError, problem
-from .errors import ArgumentError, CompiledMismatchError, at_source, user_source
+from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, at_source,
+                     user_source)
 from .explanation import dump
 from .interpret import interpret
 from .ir import Tape
@@ -77,11 +82,14 @@ class Compiled:
 
     The calling convention: the entry function takes the tape's inputs (C-contiguous arrays,
     0-d ones for scalars; `entry_args`), its constants, the size table `S` and the workspace,
-    and returns the outputs."""
+    and returns the outputs; a nonzero status slot of `S` after the call is an index out of
+    range (`_checked`)."""
 
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
-        self.source, self.sizes, workspace, self.threads_slot = generate(tape)
+        generated = generate(tape)
+        self.source, self.sizes, workspace, self.threads_slot = generated[:4]
+        self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
         self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
         self.program: CachedModule = load_module(self.source, ENTRY)
@@ -91,6 +99,8 @@ class Compiled:
         args = (*entry_args(self.tape, leaves), self.sizes, self.workspace)
         outs = self.program(*args) if self.threads_slot is None else \
             threads.run(self.program, args, self.sizes, self.threads_slot)
+        if self.status is not None and self.sizes[self.status]:
+            raise self.out_of_bounds()
         outs = [np.asarray(o) for o in outs]
         if config().verify:
             verify(self.tape, leaves, outs)
@@ -105,6 +115,8 @@ class Compiled:
         tail = (*entry_args(tape, list(leaves))[len(tape.invars):], self.sizes, self.workspace)
         if self.threads_slot is not None:     # calls run in a thread window (threads.py)
             fn = functools.partial(_windowed, fn, self.sizes, self.threads_slot)
+        if self.status is not None:
+            fn = functools.partial(_checked, fn, self)
         ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in leaves]
         # the compiled function is called with the arguments as given only if each is its leaf
         # (no static argument among them: those are in the program, not passed to it)
@@ -117,9 +129,26 @@ class Compiled:
                                    for c, i in zip(convert, positions)], *tail)), ()
 
 
+    def out_of_bounds(self) -> IndexOutOfBoundsError:
+        """The error a call's failed index check recorded (its status slots, cleared)."""
+        slot = self.status
+        number, index, size = (int(v) for v in self.sizes[slot:slot + 3])
+        self.sizes[slot] = 0
+        op, src, axis = self.checks[number - 1]
+        return IndexOutOfBoundsError(index, axis, size, op, src)
+
+
 def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
               *args: Any) -> Sequence[Any]:
     return threads.run(fn, args, sizes, slot)
+
+
+def _checked(fn: Callable[..., Sequence[Any]], program: Compiled, *args: Any) -> Sequence[Any]:
+    """`fn`'s outputs, unless one of the program's index checks failed (one int read)."""
+    outs = fn(*args)
+    if program.sizes[program.status]:
+        raise program.out_of_bounds()
+    return outs
 
 
 def _c_array(a: np.ndarray) -> np.ndarray:

@@ -31,6 +31,9 @@
   takes cuBLAS where nvmath-python is installed on a GPU (cuda_support.py `products`).
 - `TAPEJIT_CUDA_TF32=1`: cuBLAS may compute float32 products on TF32 tensor cores (10-bit
   mantissas: faster, less exact); by default they are computed in full float32.
+- `TAPEJIT_BOUNDSCHECK=0`: generated code does not check traced indices (on by default: an
+  index out of range raises IndexError). Off, such an index reads or writes outside its array:
+  a wrong result or a crash. The source differs, so the two kinds of program never mix.
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -60,6 +63,7 @@ class Config:
     log: str = "warning"
     cuda_products: str = "auto"
     cuda_tf32: bool = False
+    boundscheck: bool = True
 
 
 def _flag(name: str) -> bool:
@@ -116,6 +120,7 @@ def _read() -> Config:
         log=_choice("TAPEJIT_LOG", ("warning", "info", "debug", "off")),
         cuda_products=_choice("TAPEJIT_CUDA_PRODUCTS", ("auto", "cublas", "kernel")),
         cuda_tf32=_flag("TAPEJIT_CUDA_TF32"),
+        boundscheck=os.environ.get("TAPEJIT_BOUNDSCHECK", "1").strip().lower() not in _FALSE,
     )
 
 

@@ -71,6 +71,30 @@ class IRError(TapejitError, ValueError):
     """A malformed tape: a typecheck failure or unparsable tape text."""
 
 
+class IndexOutOfBoundsError(IndexingError):
+    """A traced index outside its axis, found while the program ran: numpy's message, the op
+    and the user's line. Every backend raises it (the interpreter, the compiled program's
+    status slots, the CUDA host calls); an op's numpy code raises it without `op` and `src`,
+    which the interpreter adds (`located`)."""
+
+    def __init__(self, index: int, axis: int, size: int, op: str | None = None,
+                 src: tuple[str, int] | None = None) -> None:
+        self.index, self.axis, self.size, self.op, self.src = int(index), axis, size, op, src
+        where = "" if op is None else f" ({op}{f' at {src[0]}:{src[1]}' if src else ''})"
+        valid = (f"valid indices are -{size} to {size - 1} (negative ones count from the "
+                 f"end). Check the array's shape, or clip the index (np.clip(i, -{size}, "
+                 f"{size - 1}))" if size else "the axis is empty: no index is valid")
+        super().__init__(f"index {self.index} is out of bounds for axis {axis} with size "
+                         f"{size}{where}: {valid}")
+
+    def __reduce__(self) -> tuple:
+        return IndexOutOfBoundsError, (self.index, self.axis, self.size, self.op, self.src)
+
+    def located(self, op: str, src: tuple[str, int] | None) -> "IndexOutOfBoundsError":
+        """This error as raised by `op` at the user's line `src`."""
+        return IndexOutOfBoundsError(self.index, self.axis, self.size, op, src)
+
+
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 _SKIP = (_PKG_DIR, _NUMPY_DIR, "<__array_function__")

@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .errors import IndexOutOfBoundsError
 from .ir import Atom, Eqn, Lit, Tape, Var
 from .ops import OPS, Kind
 from .trace import bind_recorded, current_trace, recording_source
@@ -48,7 +49,13 @@ def evaluate(tape: Tape, args: Sequence[Any], apply: Callable[[Eqn, list[Any]], 
 
 
 def apply_impl(eqn: Eqn, ins: list[Any]) -> Any:
-    return OPS[eqn.op].impl(*ins, **eqn.kw)
+    """`eqn`'s numpy code on `ins`; an index out of range names the eqn's op and line."""
+    try:
+        return OPS[eqn.op].impl(*ins, **eqn.kw)
+    except IndexOutOfBoundsError as err:
+        if err.op is not None:           # raised inside a sub-tape: located there
+            raise
+        raise err.located(eqn.op, eqn.src) from None
 
 
 def _apply_bind(eqn: Eqn, ins: list[Any]) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..config import config
 from ..dims import Dim
 from ..ir import Atom, Eqn, Tape, Var
 from ..ops import OPS
@@ -73,6 +74,22 @@ class Kit:
     def close(self, depth: int) -> None:
         for _ in range(depth):
             self.dedent()
+
+    def index_check(self, eqn: Eqn, index: str, size: str, axis: int,
+                    reported: str | None = None) -> None:
+        """Inside a loop, before `index` (a local) is used to read or write along an axis of
+        length `size`: if it is outside [0, size), record the failure in the status slots of
+        `S` (the call's first one: the caller raises IndexOutOfBoundsError naming `eqn`'s op,
+        its line, `axis` and `reported`, by default `index`) and skip to the next iteration,
+        so the index never touches memory. Nothing with TAPEJIT_BOUNDSCHECK=0."""
+        if not config().boundscheck:
+            return
+        number, slot = self.w.module.check(eqn, axis), self.sizes.status()  # type: ignore[attr-defined]
+        self.line(f"if {index} < 0 or {index} >= {size}:    # out of range: recorded, skipped")
+        self.line(f"    if S[{slot}] == 0:")
+        self.line(f"        S[{slot}], S[{slot + 1}], S[{slot + 2}] = "
+                  f"{number}, {reported or index}, {size}")
+        self.line("    continue")
 
     def store(self, dst: str, slot: str, src: str, shape: tuple[Dim | int, ...]) -> None:
         """`dst[slot] = src` for `src` of `shape` (a stack's entry), as a loop nest: numba's

@@ -139,6 +139,13 @@ class Module:
         self.workspace: tuple[Aval, ...] = ()
         self.largest_product = 0     # multiply-adds of its largest matrix product
         self.parallel = False        # whether a loop nest runs on threads
+        self.checks: list[tuple[str, Any, int]] = []   # index checks: (op, line, axis)
+
+    def check(self, eqn: Eqn, axis: int) -> int:
+        """The number (from 1) of a new index check of `eqn`'s along `axis`: what a failed
+        check writes into the status slot."""
+        self.checks.append((eqn.op, eqn.src, axis))
+        return len(self.checks)
 
     def function(self, tape: Tape) -> str:
         """The name of the module's function computing `tape` (one per distinct tape); its
@@ -164,6 +171,8 @@ class Generated(NamedTuple):
     workspace: tuple[Aval, ...]    # the arrays of the workspace W
     threads: int | None            # the threads slot of S, where calls run in a thread window
                                    # (threads.py); None: they run as they are
+    status: int | None = None      # the status slots of S (index checks; None: it has none)
+    checks: tuple = ()             # each check's (op, user's line, axis), by number - 1
 
 
 def generate(tape: Tape) -> Generated:
@@ -177,7 +186,8 @@ def generate(tape: Tape) -> Generated:
         module.sizes.threads()
     return Generated("\n\n".join(part.strip("\n") + "\n" for part in parts),
                      module.sizes.values(), module.workspace,
-                     module.sizes.threads_slot() if windowed else None)
+                     module.sizes.threads_slot() if windowed else None,
+                     module.sizes.status_slot(), tuple(module.checks))
 
 
 def fixed_symbols(tape: Tape, dims: Dims) -> frozenset[int]:

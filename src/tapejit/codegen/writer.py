@@ -92,6 +92,16 @@ class Sizes:
     def threads_slot(self) -> int | None:
         return self.slots.get(("threads", 1))
 
+    def status(self) -> int:
+        """The first of the three status slots an index check writes when it fails (the
+        check's number from 1, the index, the axis length; 0 in the table as generated)."""
+        for k in range(3):
+            self.slots.setdefault(("status", k), len(self.slots))
+        return self.slots[("status", 0)]
+
+    def status_slot(self) -> int | None:
+        return self.slots.get(("status", 0))
+
     def is_fixed(self, n: Dim) -> bool:
         return n.sym in self.fixed or n.size in (0, 1)
 
@@ -111,8 +121,9 @@ class Sizes:
 
     def values(self) -> np.ndarray:
         """The table's values for the analysed tape."""
-        return np.array([self.dims.length(k[1]) if k[0] == "axis" else k[1] for k in
-                         sorted(self.slots, key=self.slots.get)], dtype=np.int64)
+        return np.array([self.dims.length(k[1]) if k[0] == "axis" else
+                         0 if k[0] == "status" else k[1]
+                         for k in sorted(self.slots, key=self.slots.get)], dtype=np.int64)
 
 
 def name_of(var: Var) -> str:

@@ -5,8 +5,10 @@ uneven counts, np.pad's edge/wrap/reflect/symmetric modes).
 Basic indexing (ints, slices, None, ...) lowers to slice/rev/reshape; index assignment with a
 basic key to pad + select with a constant mask, so both stay fusible elementwise work. Advanced
 (integer-array) indexing lowers to one `take` on the indexed axes flattened into one, following
-numpy's rule for where the indexed dimensions go. Constant boolean masks become integer arrays
-at trace time; a traced boolean mask has a data-dependent shape and is an error.
+numpy's rule for where the indexed dimensions go; each traced index array is first checked
+against its own axis (`check_index`, which also wraps negative entries). Constant boolean masks
+become integer arrays at trace time; a traced boolean mask has a data-dependent shape and is an
+error.
 """
 from __future__ import annotations
 
@@ -139,9 +141,10 @@ def _basic_get(x: Any, entries: list[Any]) -> Any:
 
 
 def _normalized(idx: Any, n: int, axis: int) -> Any:
-    """Index array with negative entries wrapped (and constant ones bounds-checked)."""
+    """Index array with negative entries wrapped, bounds-checked (traced ones as the program
+    runs: check_index)."""
     if isinstance(idx, Tracer):
-        return E.select(E.lt(idx, 0), E.add(idx, cast(n, idx.dtype)), idx)
+        return I.check_index(idx, size=n, axis=axis)
     idx = np.asarray(idx, dtype=np.int64)
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise _out_of_bounds(idx[(idx < -n) | (idx >= n)].flat[0], axis, n)

@@ -15,6 +15,9 @@
 - `searchsorted[right](a, v)`: for a sorted 1-D `a`, where each element of v would be inserted
   (int64, v's shape; numpy's order, NaN last); not differentiable.
 
+An index out of range raises IndexOutOfBoundsError on every backend: `in_bounds` in the numpy
+code, the kit's `index_check` before each read in the CPU code (which then skips it).
+
 CPU code: sort and searchsorted call codegen/sorting.py (numba's stable argsort per line,
 compiled once per dtype into the cache), the gathers are loop nests over the (before, axis,
 after) view of their operands. The CUDA backend runs them on the host.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..avals import Aval, dtype_name
-from ..errors import DtypeError, ShapeError
+from ..errors import DtypeError, IndexOutOfBoundsError, ShapeError
 from . import HOST, Kind, defop, zero_vjp
 from . import axes as _axes
 from .elementwise import and_, convert, eq, le, lt, ne, or_
@@ -83,6 +86,16 @@ def _searchsorted_shape(a: Aval, v: Aval, *, right: bool) -> Aval:
 
 
 # ---- numpy implementations --------------------------------------------------------------------
+def in_bounds(idx, size: int, axis: int):
+    """`idx` if its entries lie in [0, size), else IndexOutOfBoundsError (numpy's own gathers
+    would wrap negative entries)."""
+    idx = np.asarray(idx)
+    bad = (idx < 0) | (idx >= size)
+    if bad.any():
+        raise IndexOutOfBoundsError(idx[bad].flat[0], axis, size)
+    return idx
+
+
 def _sort_impl(x, *, axis):
     indices = np.argsort(x, axis=axis, kind="stable").astype(INDEX)
     return np.take_along_axis(x, indices, axis), indices
@@ -95,9 +108,13 @@ def _grid(idx, axis: int) -> tuple:
                  for d, n in enumerate(idx.shape))
 
 
+def _take_along_impl(x, idx, *, axis):
+    return np.take_along_axis(x, in_bounds(idx, x.shape[axis], axis), axis)
+
+
 def _scatter_along_impl(idx, updates, *, axis, size):
     out = np.zeros(idx.shape[:axis] + (size,) + idx.shape[axis + 1:], updates.dtype)
-    np.add.at(out, _grid(idx, axis), updates)
+    np.add.at(out, _grid(in_bounds(idx, size, axis), axis), updates)
     return out
 
 
@@ -167,7 +184,9 @@ def _take_along_cpu(k, eqn, ins, out):
     k.line(f"{out}_o = np.empty({out}_i.shape, {k.dtype(x.aval.dtype)})")
     depth = k.loops([f"{out}_i.shape[{d}]" for d in range(3)], f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
-    k.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_i[{j0}, {j1}, {j2}], {j2}]")
+    k.line(f"{out}_k = {out}_i[{j0}, {j1}, {j2}]")
+    k.index_check(eqn, f"{out}_k", f"{out}_x.shape[1]", axis)
+    k.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_k, {j2}]")
     k.close(depth)
     k.line(f"{out} = {out}_o.reshape({k.sizes.shape(k.sizes.of(eqn.outs[0]))})")
 
@@ -181,7 +200,9 @@ def _scatter_along_cpu(k, eqn, ins, out):
     k.line(f"{out}_u = {_three(k, ins[1], updates, axis)}")
     depth = k.loops([f"{out}_i.shape[{d}]" for d in range(3)], f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
-    k.line(f"{out}_o[{j0}, {out}_i[{j0}, {j1}, {j2}], {j2}] += {out}_u[{j0}, {j1}, {j2}]")
+    k.line(f"{out}_k = {out}_i[{j0}, {j1}, {j2}]")
+    k.index_check(eqn, f"{out}_k", f"{out}_o.shape[1]", axis)
+    k.line(f"{out}_o[{j0}, {out}_k, {j2}] += {out}_u[{j0}, {j1}, {j2}]")
     k.close(depth)
 
 
@@ -196,8 +217,8 @@ def _searchsorted_cpu(k, eqn, ins, out):
 # ---- the ops -------------------------------------------------------------------------------------
 sort = defop("sort", Kind.SORT, _sort_impl, shape=_sort_shape, vjp=_sort_vjp,
              multiple_results=True, batch=batch_axis, cpu=_sort_cpu, cuda=HOST, fresh=True)
-take_along = defop("take_along", Kind.INDEX, lambda x, idx, *, axis: np.take_along_axis(
-                       x, idx, axis), shape=_take_along_shape, axes=_take_along_axes,
+take_along = defop("take_along", Kind.INDEX, _take_along_impl, shape=_take_along_shape,
+                   axes=_take_along_axes,
                    vjp=lambda ct, y, x, idx, *, axis: (
                        scatter_add_along(idx, ct, axis=axis, size=x.shape[axis]), None),
                    batch=_batch_lines, cpu=_take_along_cpu, cuda=HOST, fresh=True)
