@@ -107,10 +107,10 @@ def test_full_disk_when_publishing(env, monkeypatch):
 
 
 def test_full_disk_when_numba_saves(env, monkeypatch):
-    def full(self, filepath):
+    def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(numba_cache.IndexDataCacheFile, "_open_for_write", full)
+    monkeypatch.setattr(numba_cache, "write_atomic", full)
     program = calls_warn_once(2.75, "No space left")
     assert program.compiles == 1 and nothing_outside(env)
 

@@ -4,24 +4,29 @@
     out = prog(*args)          # numba compiles, or loads machine code from its disk cache
     prog.compiles, prog.disk_loads, prog.recoveries   # counts in this process
     prog.fn                    # the numba dispatcher (calling it directly skips recovery)
-    cache_root() -> Path       # <TAPEJIT_CACHE_DIR>/<versions>/, private (0o700)
+    cache_root() -> Path       # <TAPEJIT_CACHE_DIR>/<versions>/, private (0o700), checked
     cache_entries() -> list[CacheEntry]; clear_cache() -> int
 
-Each program is published once, atomically, as `<cache_root>/tj_<hash>.py` (hash of source
-and key; a header line holds the body's sha256) and never rewritten while valid: numba keys its
-`__pycache__/tj_<hash>.*.nbi/.nbc` files on the file's mtime and size. A damaged file is replaced.
-Modules enter `sys.modules` before they run, so numba can unpickle them in later processes,
-and their text enters `linecache`, so tracebacks show generated lines wherever the file goes.
-numba keeps their machine code in `<cache_root>/__pycache__` and nowhere else, each file with
-a sha256 sidecar checked before it is loaded: a damaged file (a flipped bit in machine code
-would still unpickle, and could crash the process) is deleted and its function recompiled
-(numba_cache.py). An exception raised inside `numba.core.caching` during a call purges the
-module's numba files, re-imports it and calls again; if that fails too, the program compiles
-in memory only.
+Every directory from `/` to the one used is checked, and every file loaded is authenticated
+with the user's key, before anything in it is unpickled or run (cache_trust.py; the threat
+model is docs/sharp-bits.md's "What the disk cache trusts").
 
-A cache directory that cannot hold programs (read-only, not a directory, another user's, a
-full disk) is no error: programs compile in memory only, with one `TapejitWarning` naming the
-directory (`warn_memory_only`).
+Each program is published once, atomically, as `<cache_root>/tj_<hash>.py` (hash of source
+and key; a header line holds the body's sha256, for `cache_entries`) and never rewritten while
+it holds the program: a file that differs is replaced. The file is for people and tracebacks:
+the module runs from the source in memory, never from the file, and numba's source stamp is a
+hash of that source. Modules enter `sys.modules` before they run, so numba can unpickle them
+in later processes, and their text enters `linecache`, so tracebacks show generated lines
+wherever the file goes. numba keeps their machine code in `<cache_root>/__pycache__` and
+nowhere else, each file sealed with the key: a file that is not authentic (planted, another
+user's, a flipped bit in machine code, which would still unpickle and could crash the
+process) is deleted and its function recompiled (numba_cache.py). An exception raised inside
+`numba.core.caching` during a call purges the module's numba files, re-imports it and calls
+again; if that fails too, the program compiles in memory only.
+
+A cache directory that cannot hold programs (read-only, not a directory, one another user
+could write, a full disk) is no error: programs compile in memory only, with one
+`TapejitWarning` naming the directory and why (`warn_memory_only`).
 """
 from __future__ import annotations
 
@@ -38,12 +43,16 @@ import warnings
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
+from .cache_trust import Root, UntrustedCacheError, checked_dir, open_root, read_own_file
 from .config import config
 from .errors import TapejitWarning, user_source
 
-_FORMAT = 2  # bump when the file layout below changes (2: checksum sidecars)
+if TYPE_CHECKING:
+    from .numba_cache import Claim
+
+_FORMAT = 3  # bump when the file layout below changes (2: checksum sidecars; 3: sealed files)
 _HEADER = "# tapejit generated program, body sha256="
 _load_lock = threading.RLock()
 _modules: dict[tuple[Path, str], "CachedModule"] = {}
@@ -87,15 +96,26 @@ def _tag() -> str:
 
 
 def cache_root() -> Path:
-    """The versioned cache directory, created private to the user."""
-    base = config().cache_dir
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)  # leaves an existing one alone
-    root = base / _tag()
-    root.mkdir(mode=0o700, exist_ok=True)
-    if hasattr(os, "getuid") and root.stat().st_uid != os.getuid():
-        raise PermissionError(f"tapejit cache directory {root} belongs to another user")
-    os.chmod(root, 0o700)
-    return root
+    """The versioned cache directory, created private to the user; raises
+    `UntrustedCacheError` (a PermissionError) for one another user could write."""
+    return _open_root().path
+
+
+def _open_root() -> Root:
+    return open_root(config().cache_dir, _tag())
+
+
+def _checked(*inner: str) -> Path:
+    """A directory under the versioned one, created private and checked like it."""
+    return checked_dir(config().cache_dir, _tag(), *inner)
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+        return True
+    except OSError:
+        return False
 
 
 def warn_memory_only(where: Path, err: BaseException) -> None:
@@ -108,8 +128,8 @@ def warn_memory_only(where: Path, err: BaseException) -> None:
     warnings.warn_explicit(
         f"tapejit cannot keep compiled programs in {where} ({type(err).__name__}: {err}); they "
         f"are compiled in memory only, so every new process compiles them again. Set "
-        f"TAPEJIT_CACHE_DIR to a writable directory, or make this one writable (or free disk "
-        f"space).", TapejitWarning, src[0], src[1])
+        f"TAPEJIT_CACHE_DIR to a writable directory of your own, or fix this one (or free "
+        f"disk space).", TapejitWarning, src[0], src[1])
 
 
 def adopt(module: ModuleType) -> None:
@@ -119,16 +139,18 @@ def adopt(module: ModuleType) -> None:
     makes lies under TAPEJIT_CACHE_DIR."""
     from . import numba_cache
     numba_cache.install(warn_memory_only)
+    stamp = hashlib.sha256(Path(str(module.__file__)).read_bytes()).digest()
+    where, folder = None, config().cache_dir
     try:
-        lib = cache_root() / "lib"
-        lib.mkdir(mode=0o700, exist_ok=True)
-        folder: Path | None = lib / module.__name__.rsplit(".", 1)[-1]
-    except OSError:
-        folder = None
-    if folder is not None and not numba_cache.usable(folder):
-        folder = None
-    numba_cache.claim(str(module.__file__), folder)
-    numba_cache.attach(module, folder is not None)
+        key = _open_root().key
+        folder = _checked("lib", module.__name__.rsplit(".", 1)[-1])
+        if not _writable(folder):
+            raise PermissionError("not a writable directory")
+        where = numba_cache.Claim(folder, key, stamp)
+    except OSError as err:
+        warn_memory_only(folder, err)
+    numba_cache.claim(str(module.__file__), where)
+    numba_cache.attach(module)
 
 
 def _usable_root() -> Path | None:
@@ -159,13 +181,14 @@ def _purge(path: Path, fn: Any = None) -> None:
 
 
 def _publish(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically, unless the file already holds it."""
+    """Write `data` to `path` atomically, unless the file (the user's) already holds it."""
     try:
-        damaged = path.read_bytes() != data
-        if not damaged:
-            return
-    except FileNotFoundError:
-        damaged = False
+        current = read_own_file(path)
+    except UntrustedCacheError:
+        current = b""                   # a link, or another user's file: replaced
+    if current == data:
+        return
+    damaged = current is not None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -177,9 +200,7 @@ def _publish(path: Path, data: bytes) -> None:
                 return
             except OSError:
                 pass  # no hard links on this file system
-        os.replace(tmp, path)
-        if damaged:
-            _purge(path)
+        os.replace(tmp, path)      # numba's files stay valid: their stamp is the source's
     finally:
         Path(tmp).unlink(missing_ok=True)
 
@@ -239,28 +260,33 @@ class CachedModule:
         from . import numba_cache
         numba_cache.install(warn_memory_only)
         data = _file_bytes(self.source)
-        folder = self._machine_code_folder(data)
-        numba_cache.claim(str(self.path), folder)
+        numba_cache.claim(str(self.path), self._machine_code_claim(data))
         module = _import(self.path, self.modname, data)
-        numba_cache.attach(module, folder is not None)
+        numba_cache.attach(module)
         return getattr(module, self.entry_name)
 
-    def _machine_code_folder(self, data: bytes) -> Path | None:
-        """Where numba keeps this module's machine code: `__pycache__` beside the module's
-        published file; None (memory only, with one warning) when the disk cannot hold it."""
-        from .numba_cache import usable
+    def _machine_code_claim(self, data: bytes) -> Claim | None:
+        """Where numba keeps this module's machine code (`__pycache__` beside the module's
+        published file) and its key, as a `numba_cache.Claim`; None (memory only, with one
+        warning) when the disk cannot hold it."""
+        from .numba_cache import Claim   # (imports numba: not at module level)
         if not self.on_disk:
             return None
+        folder = self.path.parent / "__pycache__"
         try:
+            key = _open_root().key
             _publish(self.path, data)
         except OSError as err:
             warn_memory_only(self.path.parent, err)
             return None
-        folder = self.path.parent / "__pycache__"
-        if usable(folder):
-            return folder
-        warn_memory_only(folder, PermissionError("not a writable directory"))
-        return None
+        try:
+            folder = _checked(folder.name)
+            if not _writable(folder):
+                raise PermissionError("not a writable directory")
+        except OSError as err:
+            warn_memory_only(folder, err)
+            return None
+        return Claim(folder, key, hashlib.sha256(data).digest())
 
     def __call__(self, *args: Any) -> Any:
         fn = self.fn

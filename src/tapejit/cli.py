@@ -139,22 +139,32 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"BLAS: {line}")
     print(f"CUDA: {_cuda()}")
     print(f"backend \"cuda\": {_cuda_backend()}")
-    entries = cache.cache_entries()
+    try:
+        root, entries = cache.cache_root(), cache.cache_entries()
+    except OSError as err:
+        print(f"cache directory: {settings.cache_dir} (TAPEJIT_CACHE_DIR): not used, programs "
+              f"compile in memory only ({type(err).__name__}: {err})")
+        return 0
     total = sum(f.stat().st_size for f in settings.cache_dir.rglob("*") if f.is_file())
     print(f"cache directory: {settings.cache_dir} (TAPEJIT_CACHE_DIR), {_size(total)} in all")
-    print(f"  this version: {cache.cache_root()}: {len(entries)} programs, "
+    print(f"  this version: {root}: {len(entries)} programs, "
           f"{_size(sum(e.size for e in entries))}")
     return 0
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
     from . import cache
-    if args.action == "clear":
+    try:
         root = cache.cache_root()
+    except OSError as err:
+        print(f"tapejit does not use the cache directory: {type(err).__name__}: {err}",
+              file=sys.stderr)
+        return 1
+    if args.action == "clear":
         print(f"removed {cache.clear_cache()} programs from {root}")
         return 0
     entries = cache.cache_entries()
-    print(f"{cache.cache_root()}: {len(entries)} programs")
+    print(f"{root}: {len(entries)} programs")
     for e in entries:
         when = datetime.datetime.fromtimestamp(e.mtime).strftime("%Y-%m-%d %H:%M")
         print(f"  {e.hash}  {_size(e.size):>9}  {when}" + ("" if e.valid else "  (damaged)"))

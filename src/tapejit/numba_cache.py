@@ -1,18 +1,20 @@
 """Where numba keeps the machine code of tapejit's generated modules, and how it is checked.
 
 Imported when the first program loads (it imports numba). cache.py registers each module's
-file with `claim(file, folder)` before running it:
+file with `claim(file, Claim(folder, key, stamp))` before running it (None: memory only):
 
 - `Locator`, first in numba's list of cache locators, claims only those files: their machine
-  code goes to `folder` (`<cache_root>/__pycache__`) and nowhere else. Without it numba falls
-  back to `~/.cache/numba` whenever that folder is not writable, which `tapejit cache clear`
-  never clears.
-- `attach(module)` gives each of the module's dispatchers a `CheckedCache`, whose index and
-  object files each get a sidecar `<file>.sha256` written after the file; a file whose bytes
-  do not match its sidecar (a flipped bit, a torn write, a file from before sidecars) is
-  deleted and its function recompiled, never loaded: numba stores no checksums, and loading
-  damaged machine code can crash the process. A module with no usable folder (`folder` None)
-  gets a `NullCache`: its code is compiled in memory only.
+  code goes to `folder` (`<cache_root>/__pycache__`, or `lib/<name>`, checked by cache_trust)
+  and nowhere else, and their source stamp is `stamp` (a hash of the source as tapejit runs
+  it, never of the file on disk). Without it numba falls back to `~/.cache/numba` whenever
+  that folder is not writable, which `tapejit cache clear` never clears.
+- `attach(module)` gives each of the module's dispatchers (CPU functions and CUDA kernels) a
+  new cache whose index and object files are `CheckedFile`s: each is written sealed with the
+  user's key (cache_trust.seal) and read once into memory, authenticated, and unpickled from
+  those same bytes. numba's own files are pickles, so loading one runs code: a file that is
+  not authentic (another user's, planted, a flipped bit, a torn write, a file from before
+  seals) is deleted and its function recompiled, never unpickled. A module with no usable
+  folder gets a `NullCache`: its code is compiled in memory only.
 - A failed write (a full disk) leaves the program in memory and calls the `on_save_error`
   that `install` was given (cache.py warns once).
 - `install` starts numba's threading layer before any module loads. numba records that cached
@@ -24,44 +26,33 @@ file with `claim(file, folder)` before running it:
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import io
 import os
-import tempfile
+import pickle
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numba
-from numba.core.caching import (CacheImpl, FunctionCache, IndexDataCacheFile, NullCache,
-                                _CacheLocator)
+from numba.core.caching import Cache, CacheImpl, IndexDataCacheFile, NullCache, _CacheLocator
 from numba.core.dispatcher import Dispatcher
 
-_claimed: dict[str, Path | None] = {}   # module file -> its numba folder (None: memory only)
+from .cache_trust import UntrustedCacheError, read_own_file, seal, unseal, write_atomic
+
+
+class Claim(NamedTuple):
+    folder: Path     # where numba keeps the module's machine code (checked by cache_trust)
+    key: bytes       # seals every file numba writes there
+    stamp: bytes     # the module's source stamp: a hash of the source tapejit runs
+
+
+_claimed: dict[str, Claim | None] = {}   # module file -> its claim (None: memory only)
 _on_save_error: Callable[[Path, OSError], None] = lambda folder, err: None   # (install)
-SUFFIX = ".sha256"
 
 
-def claim(file: str, folder: Path | None) -> None:
-    """Keep the machine code of the module at `file` in `folder` (None: in memory only)."""
-    _claimed[file] = folder
-
-
-def usable(folder: Path) -> bool:
-    """Whether numba can write to `folder`; a folder of ours with the wrong permissions (the
-    user's, not writable) is made private and writable again first."""
-    for attempt in range(2):
-        try:
-            folder.mkdir(mode=0o700, exist_ok=True)
-            tempfile.TemporaryFile(dir=folder).close()
-            return True
-        except OSError:
-            if attempt or not folder.is_dir():
-                return False
-            try:
-                os.chmod(folder, 0o700)
-            except OSError:
-                return False
-    return False
+def claim(file: str, where: Claim | None) -> None:
+    """Keep the machine code of the module at `file` as `where` says (None: in memory only)."""
+    _claimed[file] = where
 
 
 class Locator(_CacheLocator):
@@ -69,20 +60,18 @@ class Locator(_CacheLocator):
 
     def __init__(self, py_func: Any, py_file: str) -> None:
         self._lineno = py_func.__code__.co_firstlineno
-        self._folder = _claimed[py_file]
-        self._stamp = hashlib.sha256(Path(py_file).read_bytes()).digest() \
-            if self._folder is not None else b""
+        self._claim = _claimed[py_file]
 
     def ensure_cache_path(self) -> None:
-        if self._folder is None:
+        if self._claim is None:
             raise OSError("tapejit: this module's machine code is kept in memory only")
         super().ensure_cache_path()
 
     def get_cache_path(self) -> str:
-        return str(self._folder) if self._folder is not None else ""
+        return str(self._claim.folder) if self._claim is not None else ""
 
     def get_source_stamp(self) -> bytes:
-        return self._stamp
+        return self._claim.stamp if self._claim is not None else b""
 
     def get_disambiguator(self) -> str:
         return str(self._lineno)
@@ -92,64 +81,55 @@ class Locator(_CacheLocator):
         return cls(py_func, py_file) if py_file in _claimed else None
 
 
-def _digest_path(path: str) -> str:
-    return path + SUFFIX
-
-
-def _sound(path: str) -> bool:
-    """Whether the file at `path` matches its sidecar digest (a missing file is sound: numba
-    treats it as a miss)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return True
-    try:
-        expected = Path(_digest_path(path)).read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        expected = ""
-    return hashlib.sha256(data).hexdigest() == expected
-
-
 def _discard(path: str) -> None:
-    for victim in (path, _digest_path(path)):
-        with contextlib.suppress(OSError):
-            os.unlink(victim)
-
-
-class _Hashing:
-    """A file being written, hashed as it is written."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.sha = f, hashlib.sha256()
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        return self.f.write(data)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 class CheckedFile(IndexDataCacheFile):
-    """numba's index and object files, each with a sha256 sidecar (module docstring)."""
+    """numba's index and object files, sealed with the user's key (module docstring)."""
+
+    def __init__(self, cache_path: str, filename_base: str, source_stamp: bytes,
+                 key: bytes) -> None:
+        super().__init__(cache_path, filename_base, source_stamp)
+        self._key = key
 
     @contextlib.contextmanager
     def _open_for_write(self, filepath: str) -> Iterator[Any]:
-        with super()._open_for_write(filepath) as f:
-            hashing = _Hashing(f)
-            yield hashing
-        with super()._open_for_write(_digest_path(filepath)) as f:
-            f.write(hashing.sha.hexdigest().encode())
+        buffer = io.BytesIO()
+        yield buffer
+        write_atomic(filepath, seal(self._key, filepath, buffer.getvalue()))
+
+    def _read(self, path: str) -> bytes | None:
+        """The authentic payload of the file at `path`, read once; None when it is missing or
+        not authentic (then it is deleted)."""
+        try:
+            data = read_own_file(path)
+        except UntrustedCacheError:
+            data = b""
+        if data is None:
+            return None
+        payload = unseal(self._key, path, data)
+        if payload is None:
+            _discard(path)
+        return payload
 
     def _load_index(self) -> dict:
-        if not _sound(self._index_path):
-            _discard(self._index_path)
+        data = self._read(self._index_path)
+        if data is None:
             return {}
-        return super()._load_index()
+        stream = io.BytesIO(data)
+        if pickle.load(stream) != self._version:
+            return {}
+        stamp, overloads = pickle.loads(stream.read())
+        return overloads if stamp == self._source_stamp else {}
 
     def _load_data(self, name: str) -> Any:
         path = self._data_path(name)
-        if not _sound(path):
-            _discard(path)
-            raise OSError(f"tapejit: {path} does not match its checksum")  # load(): a miss
-        return super()._load_data(name)
+        data = self._read(path)
+        if data is None:
+            raise OSError(f"tapejit: {path} is missing or not authentic")   # load(): a miss
+        return pickle.loads(data)
 
     def save(self, key: Any, data: Any) -> None:
         try:
@@ -158,22 +138,20 @@ class CheckedFile(IndexDataCacheFile):
             _on_save_error(Path(self._cache_path), err)
 
 
-class CheckedCache(FunctionCache):
-    """numba's per-function disk cache, on `CheckedFile`s."""
-
-    def __init__(self, py_func: Any) -> None:
-        super().__init__(py_func)
-        self._cache_file = CheckedFile(self._cache_path, self._impl.filename_base,
-                                       self._impl.locator.get_source_stamp())
-
-
-def attach(module: ModuleType, on_disk: bool) -> None:
-    """Give the module's own CPU dispatchers (not the user kernels it calls, nor CUDA kernels,
-    whose caches are of another kind) their caches."""
+def attach(module: ModuleType) -> None:
+    """Give the module's own dispatchers (not the user kernels it calls) new caches: on
+    `CheckedFile`s in the folder the module's claim names, or none (memory only)."""
+    where = _claimed.get(str(module.__file__))
     for value in vars(module).values():
         if isinstance(value, Dispatcher) and value.py_func.__globals__ is vars(module) \
-                and type(value._cache) is FunctionCache:
-            value._cache = CheckedCache(value.py_func) if on_disk else NullCache()
+                and isinstance(value._cache, Cache):
+            if where is None:
+                value._cache = NullCache()
+                continue
+            fresh = type(value._cache)(value.py_func)    # located by `Locator` now
+            fresh._cache_file = CheckedFile(fresh._cache_path, fresh._impl.filename_base,
+                                            where.stamp, where.key)
+            value._cache = fresh
 
 
 def install(on_save_error: Callable[[Path, OSError], None]) -> None:
