@@ -422,3 +422,17 @@ def test_cli_names_a_refused_cache_dir(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and f"{shared} is writable by other users" in done.stderr
     assert f"chmod go-w {shared}" in done.stderr
+
+
+def test_group_writable_only_for_the_users_private_group(tmp_path):
+    """A directory writable by the user's own private group (named as the user, no other
+    member: common with umask 002) is trusted; writable by another group, it is not."""
+    if not AS_ROOT:
+        pytest.skip("only root can give a directory to another group")
+    folder = tmp_path / "team"
+    folder.mkdir()
+    os.chmod(folder, 0o770)                      # root's group: root, no other member
+    assert cache_trust.checked_dir(folder / "base") == folder / "base"
+    os.chown(folder, 0, NOBODY)                  # nogroup
+    with pytest.raises(cache_trust.UntrustedCacheError, match="team is writable by other"):
+        cache_trust.checked_dir(folder / "base")
