@@ -307,3 +307,29 @@ def test_numba_bounds_check_sees_no_access_out_of_range(tmp_path):
     assert "32 out-of-range calls raised, 0 did not" in proc.stdout, proc.stdout
     control = _driver(tmp_path, "--only", "take_along", TAPEJIT_BOUNDSCHECK="0")
     assert "FAIL take_along: numba's bounds check" in control.stdout, control.stdout
+
+
+def test_selfcheck_calls_programs_with_an_index_out_of_range():
+    """`tapejit selfcheck` moves one entry of an index argument out of range: numpy raises,
+    and so must jit and grad on both backends and a new transform's first call."""
+    from tapejit import selfcheck
+    programs = [selfcheck.generate(selfcheck.program_seed(33, k)) for k in (1, 6, 11)]
+    checked = 0
+    for program in programs:
+        assert any(a.bound is not None for a in program.args), program.source
+        failure, checker = selfcheck.check(program, 0)
+        assert failure is None, failure.text()
+        checked += checker.out_of_range
+    assert checked >= 2
+
+
+def test_cost_bench_runs():
+    """bench/boundscheck.py (the checks' cost) on its smallest gather workload."""
+    bench = os.path.join(os.path.dirname(__file__), os.pardir, "bench")
+    proc = subprocess.run([sys.executable, "boundscheck.py", "--quick", "--repeats", "1",
+                           "--workloads", "embedding"], cwd=bench, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "check embedding gradient, checked against unchecked: ok" in proc.stdout
+    assert "ratio embedding: checked / unchecked = " in proc.stdout
+    assert "| embedding | yes |" in proc.stdout, proc.stdout

@@ -322,13 +322,13 @@ class Builder:
         dims = v.dims[:i] + (sym,) + v.dims[i + 1:]
         return Made(f"{v.name}{axis_index(len(v.dims), i, item)}", dims, v.mag, (v.name,))
 
-    def take(self) -> Made | None:
+    def take(self, by_argument: bool = False) -> Made | None:
         """Integer indexing: by an index parameter, a constant array, or a number."""
         v = self.operand(lambda v: len(v.dims) > 0)
         if v is None:
             return None
         i = 0 if len(v.dims) == 1 or self.rng.random() < 0.6 else 1
-        roll = self.rng.random()
+        roll = self.rng.random() * (0.5 if by_argument else 1.0)
         if roll < 0.5:
             index = self.index_arg(v.dims[i])
             new, reads = self.args[-1].dims, (v.name, index)
@@ -341,6 +341,10 @@ class Builder:
             text = f"np.take({v.name}, {index}, axis={i})"
         dims = v.dims[:i] + new + v.dims[i + 1:]
         return Made(text, dims, v.mag, reads) if len(dims) <= MAX_RANK else None
+
+    def gather(self) -> Made | None:
+        """Indexing by an index parameter (selfcheck also calls it with one out of range)."""
+        return self.take(by_argument=True)
 
     def concatenate(self) -> Made | None:
         v = self.operand(lambda v: 0 < len(v.dims) < MAX_RANK)
@@ -480,5 +484,5 @@ class Builder:
 
 TEMPLATES = [("unary", 3), ("binary", 4), ("outer", 2), ("pairwise", 1), ("reduce", 3),
              ("order", 1), ("transpose", 1.5), ("expand", 1.5), ("reshape", 1), ("slice", 1.5),
-             ("take", 1.5), ("concatenate", 1), ("product", 3), ("loop", 1),
+             ("take", 1.5), ("gather", 1), ("concatenate", 1), ("product", 3), ("loop", 1),
              ("linalg", 0.7), ("quantile", 0.7), ("special", 0.7)]

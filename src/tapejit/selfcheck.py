@@ -9,7 +9,10 @@ For each program, on arguments whose axes often have equal lengths by coincidenc
   same calls, and the interpreted gradient matches central finite differences of numpy's
   `f` along a random direction (skipped at a kink: where the one-sided differences differ);
 - twice more with new lengths for the axes (a new batch): compiled equals numpy and the
-  interpreter.
+  interpreter;
+- for a program with index parameters, once with one index out of its axis: where numpy
+  raises IndexError, jit and grad raise `tj.IndexOutOfBoundsError` on the interpreter, on
+  the compiled program (a later call) and on a new transform's first call.
 
     report = run(programs=200, seed=0)
     print(report.summary()); report.failures[0].text()
@@ -27,9 +30,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import TapejitError, TapejitWarning
+from .errors import IndexOutOfBoundsError, TapejitError, TapejitWarning
 from .randops import Builder
-from .randprog import NEW_SIZES, RandomProgram
+from .randprog import NEW_SIZES, RandomProgram, bases, size_of
 
 CALLS = 3           # calls with the first lengths, then 2 with new ones
 RTOL = 1e-6         # compiled against numpy / the interpreter
@@ -85,6 +88,7 @@ class Report:
     crashes: int = 0
     unsupported: int = 0
     gradients: int = 0          # programs whose gradient was checked
+    out_of_range: int = 0       # programs run with an index out of range (numpy raising)
     fd_checked: int = 0         # ... against finite differences (not at a kink)
     numba_calls: int = 0        # calls of numba-backend transforms ...
     compiled_calls: int = 0     # ... that ran compiled code (not the first-call interpreter)
@@ -108,8 +112,9 @@ class Report:
         return (f"{self.programs} programs: {self.passed} passed, {self.mismatches} "
                 f"mismatches, {self.crashes} crashes, {self.unsupported} unsupported; "
                 f"{self.gradients} gradients checked ({self.fd_checked} against finite "
-                f"differences); {self.compiled_calls} of {self.numba_calls} numba calls ran "
-                f"compiled code; {self.seconds:.1f} s")
+                f"differences); {self.out_of_range} with an index out of range; "
+                f"{self.compiled_calls} of {self.numba_calls} numba calls ran compiled code; "
+                f"{self.seconds:.1f} s")
 
 
 def compare(got: Any, want: Any, what: str) -> None:
@@ -174,6 +179,7 @@ class Checker:
         self.grads = {b: tj.grad(self.fn, argnums=argnums, backend=b)
                       for b in ("interpret", "numba")} if program.scalar else {}
         self.fd_checked = False
+        self.out_of_range = False
         self.numba_calls = 0
         self.first: dict = {}       # the lengths of the first calls ...
         self.sizes: dict = {}       # ... and of the calls running
@@ -224,12 +230,53 @@ class Checker:
         for k in range(CALLS):
             self.check_call(f"call {k + 1}", self.program.arguments(self.first, self.rng),
                             k == 0)
+        self.check_out_of_range()
         if self.program.symbols():
             self.sizes = self.program.draw_sizes(self.rng, unlike=self.first,
                                                  choices=NEW_SIZES)
             for k in range(2):
                 self.check_call(f"new lengths, call {k + 1}",
                                 self.program.arguments(self.sizes, self.rng), False)
+
+
+    def check_out_of_range(self) -> None:
+        """One entry of an index argument moved out of its axis (past either end, or far):
+        where numpy raises IndexError, every transform must raise IndexOutOfBoundsError."""
+        import tapejit as tj
+        indices = [a for a in self.program.args if a.bound is not None]
+        if not indices:
+            return
+        # lengths giving every index argument an element (two calls compile them, if new)
+        kept = {b for a in indices for d in a.dims for b in bases(d)}
+        sizes = {sym: max(n, 1) if sym in kept else n for sym, n in self.first.items()}
+        self.sizes = sizes
+        for k in range(2 if sizes != self.first else 0):
+            self.check_call(f"indices not empty, call {k + 1}",
+                            self.program.arguments(sizes, self.rng), False)
+        args = self.program.arguments(sizes, self.rng)
+        k = self.pick([k for k, a in enumerate(self.program.args) if a.bound is not None])
+        n = size_of(self.program.args[k].bound, sizes)
+        args[k].flat[int(self.rng.integers(args[k].size))] = self.pick([n, n + 2, -n - 1,
+                                                                        2**40])
+        try:
+            with np.errstate(all="ignore"):
+                self.fn(*args)
+            return                                  # the index is not read
+        except IndexError:
+            self.out_of_range = True
+        runs = [*self.jits.items(), *self.grads.items(),
+                ("numba, first call", tj.jit(self.fn, backend="numba"))]
+        for name, transform in runs:
+            self.stage = f"{name}, index out of range"
+            try:
+                transform(*args)
+            except IndexOutOfBoundsError:
+                continue
+            raise Mismatch(f"{self.stage}: numpy raises IndexError, tapejit did not "
+                           f"({self.program.args[k].name}: {args[k].tolist()})")
+
+    def pick(self, items: list) -> Any:
+        return items[int(self.rng.integers(len(items)))]
 
 
 def check(program: RandomProgram, seed: int, index: int = 0,
@@ -287,6 +334,7 @@ def run(programs: int, seed: int = 0, structures: int | None = None, shrinking: 
         if failure is not None and failure.kind != "unsupported" and shrinking:
             failure = shrink(program, values_seed, failure, checker.first)
         report.gradients += bool(checker.grads)
+        report.out_of_range += checker.out_of_range
         report.fd_checked += checker.fd_checked
         report.numba_calls += checker.numba_calls
         report.compiled_calls += checker.numba_calls - checker.interpreted_calls()
