@@ -30,8 +30,9 @@ from op_db import ROWS  # noqa: E402
 
 INDEX_OPS = {"take", "scatter_add", "check_index", "take_along", "scatter_add_along",
              "searchsorted"}
-INDEX_ROWS = ("take", "scatter", "searchsorted", "traced_index", "traced_two_axes",
-              "add_at")
+# the rows indexing with traced indices (the others' are constants, checked while tracing)
+INDEX_ROWS = ("traced_index", "traced_two_axes", "traced_negative", "add_at_traced",
+              "searchsorted_traced")
 FAR = 1000          # past the end by this much: outside the array's heap block
 
 
@@ -44,7 +45,8 @@ def _summed(fn):
 
 
 def run_rows() -> int:
-    """Every index row's forward program, and its gradient where it has one, compiled."""
+    """The index ops' rows and the rows indexing with traced indices: each forward program,
+    and its gradient where it has one, compiled."""
     count = 0
     for row in ROWS:
         if row.prim not in INDEX_OPS and not any(k in row.name for k in INDEX_ROWS):

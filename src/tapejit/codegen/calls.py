@@ -84,7 +84,8 @@ class Kit:
         so the index never touches memory. Nothing with TAPEJIT_BOUNDSCHECK=0."""
         if not config().boundscheck:
             return
-        number, slot = self.w.module.check(eqn, axis), self.sizes.status()  # type: ignore[attr-defined]
+        module = self.w.module  # type: ignore[attr-defined]
+        number, slot = module.check(eqn, axis), self.sizes.status()
         self.line(f"if {index} < 0 or {index} >= {size}:    # out of range: recorded, skipped")
         self.line(f"    if S[{slot}] == 0:")
         self.line(f"        S[{slot}], S[{slot + 1}], S[{slot + 2}] = "
