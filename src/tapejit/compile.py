@@ -116,7 +116,7 @@ class Compiled:
         if self.threads_slot is not None:     # calls run in a thread window (threads.py)
             fn = functools.partial(_windowed, fn, self.sizes, self.threads_slot)
         if self.status is not None:
-            fn = functools.partial(_checked, fn, self)
+            fn = _checked(fn, self)
         ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in leaves]
         # the compiled function is called with the arguments as given only if each is its leaf
         # (no static argument among them: those are in the program, not passed to it)
@@ -143,12 +143,17 @@ def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
     return threads.run(fn, args, sizes, slot)
 
 
-def _checked(fn: Callable[..., Sequence[Any]], program: Compiled, *args: Any) -> Sequence[Any]:
-    """`fn`'s outputs, unless one of the program's index checks failed (one int read)."""
-    outs = fn(*args)
-    if program.sizes[program.status]:
-        raise program.out_of_bounds()
-    return outs
+def _checked(fn: Callable[..., Sequence[Any]], program: Compiled) -> Callable[..., Sequence[Any]]:
+    """`fn`, raising after a call in which one of the program's index checks failed: one int
+    read through a memoryview (40 ns a call; indexing the array costs twice that)."""
+    status, slot = memoryview(program.sizes), program.status
+
+    def checked(*args: Any) -> Sequence[Any]:
+        outs = fn(*args)
+        if status[slot]:
+            raise program.out_of_bounds()
+        return outs
+    return checked
 
 
 def _c_array(a: np.ndarray) -> np.ndarray:
