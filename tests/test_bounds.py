@@ -333,3 +333,25 @@ def test_cost_bench_runs():
     assert "check embedding gradient, checked against unchecked: ok" in proc.stdout
     assert "ratio embedding: checked / unchecked = " in proc.stdout
     assert "| embedding | yes |" in proc.stdout, proc.stdout
+
+
+def test_a_failed_check_ends_a_while_loop(tmp_path):
+    """The loop's condition reads a gathered value whose read was skipped: the loop stops on
+    the status slot (else it spins: x[i] * 0.0 never moves the carry) and the call raises.
+    In a child process, so that a regression fails on its timeout rather than hanging."""
+    script = textwrap.dedent("""
+        import numpy as np, tapejit as tj
+        f = tj.jit(lambda x, i: tj.while_loop(lambda c: c + x[i] * 0.0 < 5.0,
+                                              lambda c: c * 1.0, 0.0))
+        for i in (7, -4):
+            try:
+                f(np.arange(3.0), i)
+            except tj.IndexOutOfBoundsError as err:
+                print(str(err).split(" (")[0])
+        """)
+    env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path / "c"))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.stdout.splitlines() == [
+        "index 7 is out of bounds for axis 0 with size 3",
+        "index -4 is out of bounds for axis 0 with size 3"], proc.stdout + proc.stderr[-2000:]

@@ -92,6 +92,13 @@ class Kit:
                   f"{number}, {reported or index}, {size}")
         self.line("    continue")
 
+    def index_failed(self) -> str | None:
+        """An expression true once an index check of this call failed (None: the program has
+        none so far): a while loop ends on it, since the values a skipped read left undefined
+        may decide its condition."""
+        slot = self.sizes.status_slot()
+        return None if slot is None else f"S[{slot}] != 0"
+
     def store(self, dst: str, slot: str, src: str, shape: tuple[Dim | int, ...]) -> None:
         """`dst[slot] = src` for `src` of `shape` (a stack's entry), as a loop nest: numba's
         slice assignment costs about 2 s of compile time in each process (measured)."""

@@ -84,7 +84,9 @@ def while_(w: Kit, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
         w.line(f"{name} = {init}")
     trips = f"{base}_trips"
     w.line(f"{trips} = 0")
-    w.line(f"while {_call(test, c + cond_consts)}[0]:")
+    failed = w.index_failed()       # checks in the body or before the loop: stop on a failure
+    w.line(f"while {'' if failed is None else f'not {failed} and '}"
+           f"{_call(test, c + cond_consts)}[0]:")
     w.indent()
     w.line(f"{base}_r = {_call(body, c + body_consts)}")
     _unpack(w, f"{base}_r", c)
