@@ -39,7 +39,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import warnings
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from .cache_trust import Root, UntrustedCacheError, checked_dir, open_root, read_own_file
 from .config import config
-from .errors import TapejitWarning, user_source
+from .errors import warn_at_user
 
 if TYPE_CHECKING:
     from .numba_cache import Claim
@@ -124,12 +123,11 @@ def warn_memory_only(where: Path, err: BaseException) -> None:
     if where in _warned:
         return
     _warned.add(where)
-    src = user_source() or ("<unknown>", 0)
-    warnings.warn_explicit(
+    warn_at_user(
         f"tapejit cannot keep compiled programs in {where} ({type(err).__name__}: {err}); they "
         f"are compiled in memory only, so every new process compiles them again. Set "
         f"TAPEJIT_CACHE_DIR to a writable directory of your own, or fix this one (or free "
-        f"disk space).", TapejitWarning, src[0], src[1])
+        f"disk space).")
 
 
 def adopt(module: ModuleType) -> None:

@@ -36,7 +36,6 @@ import functools
 import operator
 import threading
 import uuid
-import warnings
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
@@ -47,7 +46,7 @@ from . import cache
 from .arguments import fn_name, refuse_aliasing
 from .compile import check_backend, default_backend, direct_caller
 from .cuda_support import device_key
-from .errors import TapejitWarning, require_callable, user_source
+from .errors import require_callable, warn_at_user
 from .first_call import PENDING, compile_and_run, start
 from .interpret import inline
 from .ir import Tape
@@ -386,13 +385,12 @@ class CachedTransform:
         return miss_reason(last_key, last.names, key, names)
 
     def _warn_retrace(self) -> None:
-        src = user_source() or ("<unknown>", 0)
-        warnings.warn_explicit(
+        warn_at_user(
             f"{fn_name(self.fn)} was traced {self._info['traces']} times ({self._retraces} "
             f"re-traces since its first call); the last because {self._last_miss}. Every new "
             f"pytree structure, leaf shape or dtype, or static argument value traces again: pass "
             f"changing numbers as arguments rather than static_argnums, and keep shapes to a "
-            f"few sizes (pad batches).", TapejitWarning, src[0], src[1])
+            f"few sizes (pad batches).")
 
 
 def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -142,3 +143,9 @@ def require_callable(fn: object, transform: str) -> None:
 class TapejitWarning(UserWarning):
     """Something works but is probably not what was meant (e.g. a function re-traced on
     every call)."""
+
+
+def warn_at_user(message: str) -> None:
+    """Warn with a TapejitWarning attributed to the user's source line."""
+    src = user_source() or ("<unknown>", 0)
+    warnings.warn_explicit(message, TapejitWarning, src[0], src[1])

@@ -21,13 +21,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 from typing import Any, Sequence
 
 from .compile import Compiled, Interpreted, executable
 from .config import config
 from .control import primitives as C
-from .errors import TapejitWarning, user_source
+from .errors import warn_at_user
 from .interpret import interpret
 from .ir import Tape, sub_tapes
 
@@ -95,12 +94,10 @@ def compile_and_run(tape: Tape, leaves: Sequence[Any], backend: str, counts: dic
     except Exception as err:
         if backend != "numba" or not _compile_failure(err):
             raise
-        src = user_source() or ("<unknown>", 0)
-        warnings.warn_explicit(
+        warn_at_user(
             f"tapejit could not compile {name} with numba ({type(err).__name__}: "
             f"{str(err).strip().splitlines()[0][:200]}); it runs on the numpy interpreter "
-            f"instead. Please report this with the output of tj.explain.",
-            TapejitWarning, src[0], src[1])
+            f"instead. Please report this with the output of tj.explain.")
         runner = Interpreted(tape)
         return runner, runner(leaves)
 

@@ -18,7 +18,6 @@ differentiate it again and `tj.jit` compiles the whole step.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -28,8 +27,8 @@ from .arguments import refuse_subclass
 from .avals import aval_of
 from .compile import check_backend
 from .dispatch import CachedTransform, Specialization
-from .errors import (ArgumentError, DtypeError, TapejitError, TapejitWarning, at_source,
-                     user_source)
+from .errors import (ArgumentError, DtypeError, TapejitError, at_source, user_source,
+                     warn_at_user)
 from .interpret import inline
 from .eager import EagerTrace, EagerTracer, type_for, unwrap
 from .ir import Tape, Var
@@ -432,12 +431,10 @@ class GradientTape:
 
 def _warn_int_source(variable: Variable) -> None:
     """TensorFlow's answer for an integer source: None, with a warning."""
-    src = user_source() or ("<unknown>", 0)
-    warnings.warn_explicit(
+    warn_at_user(
         f"GradientTape: Variable {variable.name!r} has dtype {variable.dtype}; only "
         f"floating-point values have gradients, so its gradient is None (as in TensorFlow). "
-        f"Make it a float Variable to differentiate it: tj.Variable(value, dtype=np.float64).",
-        TapejitWarning, src[0], src[1])
+        f"Make it a float Variable to differentiate it: tj.Variable(value, dtype=np.float64).")
 
 
 def _read_by(tape: Tape) -> set[str]:
