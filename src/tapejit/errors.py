@@ -73,10 +73,11 @@ class IRError(TapejitError, ValueError):
 
 
 class IndexOutOfBoundsError(IndexingError):
-    """A traced index outside its axis, found while the program ran: numpy's message, the op
-    and the user's line. Every backend raises it (the interpreter, the compiled program's
-    status slots, the CUDA host calls); an op's numpy code raises it without `op` and `src`,
-    which the interpreter adds (`located`)."""
+    """An index outside its axis: numpy's message, the op and the user's line. A constant
+    index raises it while tracing (op "indexing"), a traced one while the program runs, on
+    every backend (the interpreter, the compiled program's status slots, the CUDA host
+    calls); an op's numpy code raises it without `op` and `src`, which the interpreter adds
+    (`located`)."""
 
     def __init__(self, index: int, axis: int, size: int, op: str | None = None,
                  src: tuple[str, int] | None = None) -> None:

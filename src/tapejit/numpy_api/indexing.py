@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DtypeError, IndexingError, UnsupportedOperationError, at_source, user_source
+from ..errors import (DtypeError, IndexingError, IndexOutOfBoundsError,
+                      UnsupportedOperationError, at_source, user_source)
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
+from ..ops.sort import in_bounds
 from ..trace import METHOD_RULES, Tracer, View, as_view, rebind
 from . import asarray, cast, implements, lift, normalize_axis
 from .shape import broadcast_to_shape, ravel, reshape
@@ -32,12 +34,6 @@ _BOOL_MASK_HELP = (
 
 def _index_error(message: str) -> IndexingError:
     return IndexingError(at_source(message, user_source()))
-
-
-def _out_of_bounds(index: int, axis: int, n: int) -> IndexingError:
-    return _index_error(f"index {index} is out of bounds for axis {axis} with size {n}: valid "
-                        f"indices are -{n} to {n - 1} (negative ones count from the end). Check "
-                        f"the array's shape, or clip the index (np.clip(i, -{n}, {n - 1})).")
 
 
 def _not_integer(dtype: Any) -> IndexingError:
@@ -103,7 +99,7 @@ def _basic_region(shape: tuple[int, ...], entries: list[Any]):
         n = shape[d]
         if isinstance(e, int):
             if not -n <= e < n:
-                raise _out_of_bounds(e, d, n)
+                raise IndexOutOfBoundsError(e, d, n, "indexing", user_source())
             region.append((e % n, 1, 1))
         else:
             start, stop, step = e.indices(n)
@@ -145,9 +141,10 @@ def _normalized(idx: Any, n: int, axis: int) -> Any:
     runs: check_index)."""
     if isinstance(idx, Tracer):
         return I.check_index(idx, size=n, axis=axis)
-    idx = np.asarray(idx, dtype=np.int64)
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise _out_of_bounds(idx[(idx < -n) | (idx >= n)].flat[0], axis, n)
+    try:
+        idx = in_bounds(np.asarray(idx, dtype=np.int64), n, axis, negative=True)
+    except IndexOutOfBoundsError as err:
+        raise err.located("indexing", user_source()) from None
     return idx % max(n, 1)
 
 

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..avals import Aval
-from ..errors import DtypeError, IndexOutOfBoundsError, ShapeError
+from ..errors import DtypeError, ShapeError
 from . import HOST, Kind, defop, zero_vjp
 from . import axes as _axes
 from .elementwise import add
@@ -58,10 +58,7 @@ def _check_shape(idx: Aval, *, size: int, axis: int) -> Aval:
 
 
 def _check_impl(idx, *, size, axis):
-    idx = np.asarray(idx, np.int64)
-    bad = (idx < -size) | (idx >= size)
-    if bad.any():
-        raise IndexOutOfBoundsError(idx[bad].flat[0], axis, size)
+    idx = in_bounds(np.asarray(idx, np.int64), size, axis, negative=True)
     return np.where(idx < 0, idx + size, idx)
 
 

@@ -86,11 +86,12 @@ def _searchsorted_shape(a: Aval, v: Aval, *, right: bool) -> Aval:
 
 
 # ---- numpy implementations --------------------------------------------------------------------
-def in_bounds(idx, size: int, axis: int):
-    """`idx` if its entries lie in [0, size), else IndexOutOfBoundsError (numpy's own gathers
-    would wrap negative entries)."""
+def in_bounds(idx, size: int, axis: int, negative: bool = False):
+    """`idx` if its entries lie in [0, size) ([-size, size) with `negative`: numpy's rule for
+    a user's index), else IndexOutOfBoundsError (numpy's own gathers would wrap negative
+    entries)."""
     idx = np.asarray(idx)
-    bad = (idx < 0) | (idx >= size)
+    bad = (idx < (-size if negative else 0)) | (idx >= size)
     if bad.any():
         raise IndexOutOfBoundsError(idx[bad].flat[0], axis, size)
     return idx
