@@ -4,7 +4,6 @@ error, a TapejitError that is also the built-in exception a numpy user expects, 
 line, naming what is wrong and the fix, on every call."""
 from __future__ import annotations
 
-import inspect
 import warnings
 
 import numpy as np
@@ -12,15 +11,9 @@ import pytest
 
 import tapejit as tj
 from tapejit import config
+from test_errors import _line
 
 HERE = "test_bad_inputs.py"
-
-
-def _line(fn, marker: str = "# <- error") -> int:
-    lines, first = inspect.getsourcelines(fn)
-    hits = [first + k for k, line in enumerate(lines) if marker in line]
-    assert len(hits) == 1, hits
-    return hits[0]
 
 
 def _raises(exc_type, builtin, call, *fragments, line_of=None, calls=3):
