@@ -1,0 +1,352 @@
+"""The LLVM programs' call path (codegen/llvm/runtime.py): the trampoline `bind` makes writes
+the right data pointers and refuses anything but `count` ndarrays without crashing; and
+`tj_rt_parallel_for` visits every index once, in the chunks it promises, on numba's pool,
+concurrently, within the calling thread's numba thread count, beside numba's own parallel
+functions and from two Python threads at once. Test programs are small IR modules compiled
+here with llvmlite, calling the runtime as generated programs do (by symbol)."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import subprocess
+import sys
+import threading
+import weakref
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+from tapejit.codegen.llvm import runtime
+
+_engines = []      # the test modules' code lives as long as the test process
+
+
+def _jit(ir: str) -> llvm.ExecutionEngine:
+    runtime.ensure()                                      # initialises LLVM's native target
+    module = llvm.parse_assembly(ir)
+    module.verify()
+    machine = llvm.Target.from_default_triple().create_target_machine(jit=True)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    _engines.append(engine)
+    return engine
+
+
+# tj_entry(table, S): S[k] = table[k] for k < 3, the pointers it was given
+COPY = _jit("""
+define void @tj_entry(ptr %table, ptr %S) {
+  %a = load i64, ptr %table
+  store i64 %a, ptr %S
+  %t1 = getelementptr i64, ptr %table, i64 1
+  %b = load i64, ptr %t1
+  %s1 = getelementptr i64, ptr %S, i64 1
+  store i64 %b, ptr %s1
+  %t2 = getelementptr i64, ptr %table, i64 2
+  %c = load i64, ptr %t2
+  %s2 = getelementptr i64, ptr %S, i64 2
+  store i64 %c, ptr %s2
+  ret void
+}""").get_function_address("tj_entry")
+
+
+def _bound(count: int = 2):
+    table, sizes = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    workspace = np.empty(4)
+    table[2] = workspace.ctypes.data          # a slot the caller fills once
+    call = runtime.bind(COPY, table, sizes, count, name="copy", keep=workspace)
+    return call, sizes, workspace
+
+
+def test_bind_writes_each_arrays_data_pointer_and_calls_the_entry():
+    call, sizes, workspace = _bound()
+    a, b = np.arange(5.0), np.zeros((2, 3), np.float32)
+    assert call(a, b) is None
+    assert list(sizes) == [a.ctypes.data, b.ctypes.data, workspace.ctypes.data]
+    c = np.ones(7, np.int8)
+    call(c, a)                                            # later calls write their own
+    assert list(sizes[:2]) == [c.ctypes.data, a.ctypes.data]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12.0).reshape(3, 4)[:, 1],          # not contiguous: its data pointer
+    lambda: np.arange(12.0)[5:],                          # an offset into its base
+    lambda: np.asfortranarray(np.ones((3, 2))),
+    lambda: np.array(3.0),                                # 0-d
+    lambda: np.empty(0),
+    lambda: np.ones(3).view(np.recarray),                 # a subclass is an ndarray
+    lambda: np.broadcast_to(np.ones(3), (4, 3)),          # read-only
+], ids=["strided", "offset", "fortran", "0-d", "empty", "subclass", "readonly"])
+def test_every_kind_of_ndarray_passes_its_data_pointer(make):
+    call, sizes, _ = _bound(1)
+    a = make()
+    call(a)
+    assert sizes[0] == a.ctypes.data
+    assert sizes[0] == a.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("args,message", [
+    ((), r"copy takes 2 arrays \(0 given\)"),
+    ((np.ones(2),), r"copy takes 2 arrays \(1 given\)"),
+    ((np.ones(2),) * 3, r"copy takes 2 arrays \(3 given\)"),
+    ((np.ones(2), [1.0, 2.0]), r"copy: argument 2 of 2 has type <class 'list'>, expected a "
+                               r"numpy.ndarray"),
+    ((2.5, np.ones(2)), r"argument 1 of 2 has type <class 'float'>"),
+    ((np.ones(2), None), r"argument 2 of 2 has type <class 'NoneType'>"),
+    ((np.float64(1.0), np.ones(2)), r"argument 1 of 2 has type <class 'numpy.float64'>"),
+    ((memoryview(b"ab"), np.ones(2)), r"argument 1 of 2 has type <class 'memoryview'>"),
+])
+def test_anything_but_count_arrays_is_a_type_error(args, message):
+    call, sizes, _ = _bound()
+    with pytest.raises(TypeError, match=message):
+        call(*args)
+    assert not sizes.any()                                # the entry never ran
+    a, b = np.ones(1), np.ones(2)
+    call(a, b)                                            # and the function still works
+    assert sizes[1] == b.ctypes.data
+
+
+def test_keywords_are_refused():
+    call, _, _ = _bound()
+    with pytest.raises(TypeError, match="keyword"):
+        call(np.ones(1), b=np.ones(1))
+
+
+def test_calls_leak_no_references():
+    """A leak (or a missing incref of the None returned) would move a count by 1000."""
+    call, _, _ = _bound()
+    a, b = np.ones(3), np.ones(4)
+    before = sys.getrefcount(None), sys.getrefcount(a), sys.getrefcount(b)
+    for _ in range(1000):
+        call(a, b)
+        try:
+            call(a, 1.0)
+        except TypeError:
+            pass
+    after = sys.getrefcount(None), sys.getrefcount(a), sys.getrefcount(b)
+    assert abs(after[0] - before[0]) < 100 and after[1:] == before[1:], (before, after)
+
+
+def test_the_function_keeps_its_tables_alive_and_drops_them_with_it():
+    table, sizes = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    watched = weakref.ref(table), weakref.ref(sizes)
+    call = runtime.bind(COPY, table, sizes, 3)
+    del table, sizes
+    gc.collect()
+    a = np.ones(2)
+    call(a, a, a)
+    assert watched[1]()[2] == a.ctypes.data     # the entry ran on the tables it was bound to
+    del call
+    gc.collect()
+    assert all(w() is None for w in watched)
+
+
+@pytest.mark.parametrize("table,count", [
+    (np.zeros(3, np.int32), 1), (np.zeros((3, 1), np.int64), 1), (np.zeros(3, np.int64), 4),
+    (np.zeros(3, np.int64), -1), (np.zeros(6, np.int64)[::2], 1)])
+def test_bind_refuses_tables_it_cannot_write(table, count):
+    with pytest.raises(ValueError, match="bind"):
+        runtime.bind(COPY, table, np.zeros(2, np.int64), count)
+
+
+# ---- tj_rt_parallel_for ----------------------------------------------------------------------
+# ctx words: 0 the visits per index (i64), 1 the chunk of each index, 2 the data (f64),
+# 3 each chunk's sum, 4 the thread that ran each chunk (pthread_self)
+PARALLEL = _jit("""
+declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)
+declare i64 @pthread_self()
+
+define void @visit(ptr %ctx, i64 %c, i64 %lo, i64 %hi) {
+entry:
+  %visits = load ptr, ptr %ctx
+  %chunk.at = getelementptr ptr, ptr %ctx, i64 1
+  %chunk = load ptr, ptr %chunk.at
+  %data.at = getelementptr ptr, ptr %ctx, i64 2
+  %data = load ptr, ptr %data.at
+  %sums.at = getelementptr ptr, ptr %ctx, i64 3
+  %sums = load ptr, ptr %sums.at
+  %who.at = getelementptr ptr, ptr %ctx, i64 4
+  %who = load ptr, ptr %who.at
+  %self = call i64 @pthread_self()
+  %who.c = getelementptr i64, ptr %who, i64 %c
+  store i64 %self, ptr %who.c
+  %empty = icmp sge i64 %lo, %hi
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [%lo, %entry], [%i.next, %loop]
+  %sum = phi double [0.0, %entry], [%sum.next, %loop]
+  %v.at = getelementptr i64, ptr %visits, i64 %i
+  %old = atomicrmw add ptr %v.at, i64 1 seq_cst
+  %c.at = getelementptr i64, ptr %chunk, i64 %i
+  store i64 %c, ptr %c.at
+  %x.at = getelementptr double, ptr %data, i64 %i
+  %x = load double, ptr %x.at
+  %sum.next = fadd double %sum, %x
+  %i.next = add i64 %i, 1
+  %more = icmp slt i64 %i.next, %hi
+  br i1 %more, label %loop, label %store
+store:
+  %s.at = getelementptr double, ptr %sums, i64 %c
+  store double %sum.next, ptr %s.at
+  br label %done
+done:
+  ret void
+}
+
+define void @run(ptr %ctx, i64 %n, i64 %chunks) {
+  call void @tj_rt_parallel_for(ptr @visit, ptr %ctx, i64 %n, i64 %chunks)
+  ret void
+}
+
+; chunk c counts itself in, then waits (a bounded spin) until all `ctx[1]` chunks are in:
+; ctx[2][c] = 1 if they all were running at once
+define void @meet(ptr %ctx, i64 %c, i64 %lo, i64 %hi) {
+entry:
+  %want.at = getelementptr i64, ptr %ctx, i64 1
+  %want = load i64, ptr %want.at
+  %met.at = getelementptr ptr, ptr %ctx, i64 2
+  %met = load ptr, ptr %met.at
+  %in = atomicrmw add ptr %ctx, i64 1 seq_cst
+  br label %spin
+spin:
+  %k = phi i64 [0, %entry], [%k.next, %wait]
+  %now = load atomic i64, ptr %ctx seq_cst, align 8
+  %all = icmp sge i64 %now, %want
+  br i1 %all, label %done, label %wait
+wait:
+  %k.next = add i64 %k, 1
+  %patience = icmp slt i64 %k.next, 4000000000
+  br i1 %patience, label %spin, label %done
+done:
+  %flag = zext i1 %all to i64
+  %m.at = getelementptr i64, ptr %met, i64 %c
+  store i64 %flag, ptr %m.at
+  ret void
+}
+
+define void @run_meet(ptr %ctx, i64 %chunks) {
+  call void @tj_rt_parallel_for(ptr @meet, ptr %ctx, i64 %chunks, i64 %chunks)
+  ret void
+}
+""")
+# ctypes releases the GIL around these calls, as a program's own threads would run
+RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+    PARALLEL.get_function_address("run"))
+RUN_MEET = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+    PARALLEL.get_function_address("run_meet"))
+
+
+def _visit(n: int, chunks: int) -> dict[str, np.ndarray]:
+    """Run `visit` over [0, n) in `chunks` chunks; what it recorded."""
+    seen = {"visits": np.zeros(n, np.int64), "chunk": np.full(n, -1, np.int64),
+            "data": np.random.default_rng(n).normal(size=n),
+            "sums": np.zeros(max(chunks, 1)), "who": np.zeros(max(chunks, 1), np.uint64)}
+    ctx = np.array([a.ctypes.data for a in seen.values()], np.int64)
+    RUN(ctx.ctypes.data, n, chunks)
+    return seen
+
+
+def _check_chunks(seen: dict[str, np.ndarray], n: int, chunks: int) -> None:
+    assert (seen["visits"] == 1).all(), "an index visited other than once"
+    c = max(chunks, 1)
+    want = np.repeat(np.arange(c), [(k + 1) * n // c - k * n // c for k in range(c)])
+    np.testing.assert_array_equal(seen["chunk"], want)
+    for k in range(c):
+        np.testing.assert_allclose(seen["sums"][k], seen["data"][want == k].sum())
+    np.testing.assert_allclose(seen["sums"].sum(), seen["data"].sum())
+
+
+@pytest.fixture(scope="module")
+def pool():
+    runtime.ensure(parallel=True)
+    return numba.config.NUMBA_NUM_THREADS
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 1000])
+@pytest.mark.parametrize("chunks", [1, 2, 3, "n+5", 0])
+def test_parallel_for_visits_each_index_once_in_its_chunk(pool, n, chunks):
+    chunks = n + 5 if chunks == "n+5" else chunks
+    _check_chunks(_visit(n, chunks), n, chunks)
+
+
+def test_chunks_run_at_once_on_numba_pool(pool):
+    if pool < 2:
+        pytest.skip("numba's pool has one thread here (NUMBA_NUM_THREADS=1)")
+    chunks = min(pool, 4)
+    ctx = np.zeros(3, np.int64)
+    met = np.zeros(chunks, np.int64)
+    ctx[1], ctx[2] = chunks, met.ctypes.data
+    RUN_MEET(ctx.ctypes.data, chunks)
+    assert ctx[0] == chunks and met.all(), f"chunks met the others: {met}"
+    seen = _visit(1000, chunks)
+    assert len(set(seen["who"])) >= 2, "every chunk ran on one thread"
+
+
+def test_a_budget_of_one_thread_runs_every_chunk_on_the_caller(pool):
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)                  # what threads.py does for a budget of 1
+    try:
+        seen = _visit(100, 4)
+    finally:
+        numba.set_num_threads(before)
+    _check_chunks(seen, 100, 4)
+    assert set(seen["who"]) == {threading.get_ident()}
+
+
+def test_beside_numba_parallel_functions(pool):
+    @numba.njit(parallel=True)
+    def total(x):
+        s = 0.0
+        for i in numba.prange(x.shape[0]):
+            s += x[i]
+        return s
+
+    x = np.arange(10_000.0)
+    for _ in range(3):
+        assert total(x) == x.sum()
+        _check_chunks(_visit(1000, 2), 1000, 2)
+
+
+def test_two_python_threads_at_once(pool):
+    failures = []
+
+    def work(chunks: int) -> None:
+        try:
+            for _ in range(100):
+                _check_chunks(_visit(1000, chunks), 1000, chunks)
+        except AssertionError as e:        # pragma: no cover - reported below
+            failures.append(e)
+
+    workers = [threading.Thread(target=work, args=(c,)) for c in (2, 3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not failures, failures[0]
+
+
+PROBE = """
+import ctypes, sys, threading
+from tapejit.codegen.llvm import runtime
+found = runtime.ensure().symbols["tj_rt_parallel_for"]
+assert "numba" not in sys.modules, "ensure() imported numba"
+seen = []
+chunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
+    lambda ctx, c, lo, hi: seen.append((c, lo, hi, threading.get_ident())))
+parallel_for = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_int64)(found)
+parallel_for(ctypes.cast(chunk, ctypes.c_void_p), None, 10, 3)
+me = threading.get_ident()
+assert seen == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
+print("ok")
+"""
+
+
+def test_without_the_pool_chunks_run_on_the_caller_and_numba_is_not_imported():
+    """A fresh process: ensure() compiles the runtime without importing numba, and
+    tj_rt_parallel_for runs the chunks one after the other on the calling thread until
+    ensure(parallel=True) starts the pool."""
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
