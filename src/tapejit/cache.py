@@ -5,6 +5,7 @@
     prog.compiles, prog.disk_loads, prog.recoveries   # counts in this process
     prog.fn                    # the numba dispatcher (calling it directly skips recovery)
     cache_root() -> Path       # <TAPEJIT_CACHE_DIR>/<versions>/, private (0o700), checked
+    sealed_dir("llvm", "obj") -> Root   # a directory under it, checked, and the key to seal with
     cache_entries() -> list[CacheEntry]; clear_cache() -> int
 
 Every directory from `/` to the one used is checked, and every file loaded is authenticated
@@ -107,6 +108,13 @@ def _open_root() -> Root:
 def _checked(*inner: str) -> Path:
     """A directory under the versioned one, created private and checked like it."""
     return checked_dir(config().cache_dir, _tag(), *inner)
+
+
+def sealed_dir(*inner: str) -> Root:
+    """A directory under the versioned one, created private and checked like it, with the
+    user's key to seal the files kept there (the llvm generator's kernels and object code);
+    raises OSError (UntrustedCacheError) where it cannot be used."""
+    return Root(_checked(*inner), _open_root().key)
 
 
 def _writable(folder: Path) -> bool:

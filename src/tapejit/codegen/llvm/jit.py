@@ -1,0 +1,279 @@
+"""Compile and load the llvm generator's modules: LLVM IR text -> optimised object code ->
+machine code in this process, with object code cached on disk per program.
+
+    obj = compile_object(ir)       # links the tj_lib_ kernels `ir` declares; O3; object code
+    obj, from_disk = cached_object(key, lambda: compile_object(ir))
+    program = Program(obj, ("tj_entry",))
+    address = program.address("tj_entry")
+    program.close()                # frees its code (as garbage collection does)
+
+`compile_object` parses the text in an LLVM context of its own, with a target machine of the
+thread's own, so modules compile on several threads at once (llvmlite releases the GIL). It
+links the bitcode of each `tj_lib_` kernel the module declares (library.py registers them with
+`add_kernel`), makes every definition but the `tj_entry*` ones internal (LLVM then inlines the
+kernels and drops what is unused) and optimises as numba does under error_model="numpy": O3,
+the loop vectoriser, no fast-math flags, for the host CPU and its features (NUMBA_CPU_NAME and
+NUMBA_CPU_FEATURES override them, as they do numba's). Loops holding in-order float sums
+vectorise under `-force-ordered-reductions`, set here as vmath.py sets it for numba.
+
+`Program` loads object code into the process's ORC LLJIT as a library of its own, whose
+resource tracker frees the code when the program is closed or collected. Its undefined symbols
+(read from the ELF symbol table) resolve from `add_external`'s table (BLAS by address), then
+from symbols registered with `llvmlite.binding.add_symbol` (runtime.py's `tj_rt_*`, numba's
+helpers: LLJIT does not look there by itself), then from the process (libm, the Python C API).
+
+`cached_bytes` keeps what it builds under `<cache root>/llvm/<folder>/`, one file per key, sealed
+with the user's key (cache_trust.py): a file that is not authentic, not the user's or not a
+file is built again and replaced; where the directory cannot be used, memory only (with
+cache.py's one warning). Keys are hashed with the host CPU, its features and the source of jit.py
+and library.py; the cache root's name holds the tapejit, numba and llvmlite versions.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import itertools
+import logging
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from ... import cache
+from ...cache_trust import UntrustedCacheError, read_own_file, seal, unseal, write_atomic
+from ...config import config
+from ...errors import TapejitError
+
+ENTRY = "tj_entry"            # exported definitions start so; every other one is internal
+KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
+_log = logging.getLogger("tapejit")
+_kernels: dict[str, bytes] = {}                 # symbol -> bitcode (library.py adds them)
+_externals: dict[str, Callable[[], int]] = {}   # symbol -> its address, found on first use
+_local = threading.local()
+_lock = threading.Lock()
+_names = itertools.count()
+_lljit: llvm.LLJIT | None = None
+
+
+class JitError(TapejitError, RuntimeError):
+    """LLVM refused a module, or a program's code could not be linked into the process."""
+
+
+def add_kernel(symbol: str, bitcode: bytes) -> None:
+    """Make `compile_object` link `bitcode` (defining `symbol`) into modules declaring it."""
+    _kernels[symbol] = bitcode
+
+
+def add_external(symbol: str, address: Callable[[], int]) -> None:
+    """Resolve `symbol` in loaded programs to `address()` (called once, on first use)."""
+    _externals[symbol] = functools.cache(address)
+
+
+@functools.cache
+def host() -> tuple[str, str]:
+    """The CPU name and features code is compiled for (numba's environment overrides)."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.set_option("tapejit", "-force-ordered-reductions=true")
+    name = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
+    features = os.environ.get("NUMBA_CPU_FEATURES")
+    return name, features if features is not None else llvm.get_host_cpu_features().flatten()
+
+
+def target_machine() -> llvm.TargetMachine:
+    """This thread's target machine for the host (LLVM's are not shared across threads)."""
+    tm = getattr(_local, "tm", None)
+    if tm is None:
+        name, features = host()
+        tm = _local.tm = llvm.Target.from_default_triple().create_target_machine(
+            cpu=name, features=features, opt=3, reloc="pic", codemodel="default")
+    return tm
+
+
+def parse(ir: str, context: llvm.context.ContextRef) -> llvm.ModuleRef:
+    """The module of IR text `ir`, verified; raises JitError naming LLVM's complaint."""
+    try:
+        module = llvm.parse_assembly(ir, context)
+        module.verify()
+    except RuntimeError as err:
+        raise JitError(f"LLVM rejects the generated module: {err}") from None
+    return module
+
+
+def optimise(module: llvm.ModuleRef) -> None:
+    """Run numba's O3 pipeline on `module`: loop vectoriser on, SLP vectoriser off."""
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization, tuning.slp_vectorization = True, False
+    builder = llvm.create_pass_builder(target_machine(), tuning)
+    builder.getModulePassManager().run(module, builder)
+
+
+def compile_object(ir: str) -> bytes:
+    """Object code of IR text `ir` with its kernels linked in (the module docstring)."""
+    start = time.perf_counter()
+    module = _optimised(ir)
+    obj = target_machine().emit_object(module)
+    _log.debug("llvm: object code in %.1f ms", 1e3 * (time.perf_counter() - start))
+    return obj
+
+
+def assembly(ir: str) -> str:
+    """The host assembly `compile_object` makes of `ir` (to read: loops vectorised?)."""
+    return target_machine().emit_assembly(_optimised(ir))
+
+
+def _optimised(ir: str) -> llvm.ModuleRef:
+    start = time.perf_counter()
+    tm, context = target_machine(), llvm.create_context()
+    module = parse(ir, context)
+    module.triple, module.data_layout = tm.triple, str(tm.target_data)
+    for symbol in [f.name for f in module.functions
+                   if f.is_declaration and f.name.startswith(KERNEL)]:
+        module.link_in(_kernel_module(symbol, context))
+    for value in (*module.functions, *module.global_variables):
+        if not value.is_declaration and not value.name.startswith(ENTRY):
+            value.linkage = llvm.Linkage.internal
+    parsed = time.perf_counter()
+    optimise(module)
+    _log.debug("llvm: module parsed and linked in %.1f ms, optimised in %.1f ms",
+               1e3 * (parsed - start), 1e3 * (time.perf_counter() - parsed))
+    return module
+
+
+def _kernel_module(symbol: str, context: llvm.context.ContextRef) -> llvm.ModuleRef:
+    bitcode = _kernels.get(symbol)
+    if bitcode is None:
+        raise JitError(f"the module declares {symbol}, which is no kernel of this process "
+                       f"(library.py makes them: ask it for the kernel before compiling)")
+    kernel = llvm.parse_bitcode(bitcode, context)
+    tm = target_machine()
+    kernel.triple, kernel.data_layout = tm.triple, str(tm.target_data)
+    return kernel
+
+
+def _jit() -> llvm.LLJIT:
+    """The process's LLJIT (every Program holds it: its code must not outlive it)."""
+    global _lljit
+    with _lock:
+        if _lljit is None:
+            host()                      # LLVM's native target, initialised
+            _lljit = llvm.create_lljit_compiler()   # it links object code only: no compiler
+        return _lljit
+
+
+class Program:
+    """Object code loaded into this process; `address(name)` of each export; `close()` frees
+    the code (so does garbage collection), after which no address may be called."""
+
+    def __init__(self, obj: bytes, exports: tuple[str, ...]) -> None:
+        start = time.perf_counter()
+        builder = llvm.JITLibraryBuilder().add_object_img(obj)
+        for symbol in undefined_symbols(obj):
+            builder.import_symbol(symbol, _address(symbol))
+        for symbol in exports:
+            builder.export_symbol(symbol)
+        self.name, self._jit = f"tj_program_{next(_names)}", _jit()
+        try:
+            self._tracker: llvm.ResourceTracker | None = builder.link(self._jit, self.name)
+        except RuntimeError as err:
+            raise JitError(f"LLVM could not load {self.name}'s object code: {err}") from None
+        self.exports = exports
+        _log.debug("llvm: %s loaded in %.2f ms", self.name, 1e3 * (time.perf_counter() - start))
+
+    def address(self, name: str) -> int:
+        if self._tracker is None:
+            raise JitError(f"{name} belongs to a closed program: its code is freed")
+        if name not in self.exports:
+            raise JitError(f"{self.name} exports {self.exports}, not {name}")
+        return self._tracker[name]
+
+    def close(self) -> None:
+        tracker, self._tracker = self._tracker, None
+        if tracker is not None:
+            tracker.close()
+
+
+def _address(symbol: str) -> int:
+    """Where `symbol` is in this process (the module docstring's order); raises JitError."""
+    if symbol in _externals:
+        return _externals[symbol]()
+    address = llvm.address_of_symbol(symbol)
+    if not address:
+        try:
+            address = ctypes.cast(_process()[symbol], ctypes.c_void_p).value
+        except AttributeError:
+            raise JitError(f"generated code calls {symbol}, which is not defined in this "
+                           f"process (runtime.py and library.py register tapejit's own: is "
+                           f"the module one of theirs?)") from None
+    return address
+
+
+@functools.cache
+def _process() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
+
+
+def undefined_symbols(obj: bytes) -> list[str]:
+    """The names an ELF64 little-endian object file uses but does not define."""
+    if obj[:6] != b"\x7fELF\x02\x01":
+        raise JitError("tapejit's llvm generator loads 64-bit little-endian ELF object code "
+                       "only (Linux on x86-64 or AArch64)")
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    size, count = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * size) for i in range(count)]
+    found = []
+    for _, kind, _, _, offset, length, link, _, _, entsize in sections:
+        if kind != 2:                       # SHT_SYMTAB
+            continue
+        strings = sections[link][4]
+        for at in range(offset + entsize, offset + length, entsize):
+            name, _, _, index = struct.unpack_from("<IBBH", obj, at)
+            if index == 0 and name:         # SHN_UNDEF
+                found.append(obj[strings + name:obj.index(b"\0", strings + name)].decode())
+    return found
+
+
+@functools.cache
+def _stamp() -> bytes:
+    """What object code and kernels depend on besides the versions in the cache root's name."""
+    h = hashlib.sha256("\0".join((*host(), llvmlite.__version__)).encode())
+    for source in (Path(__file__), Path(__file__).with_name("library.py")):
+        h.update(source.read_bytes())
+    return h.digest()
+
+
+def cached_bytes(folder: str, key: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
+    """(what `build()` makes for `key`, whether it came from disk): read from
+    `<cache root>/llvm/<folder>/` where a sealed file holds it, else built and written there."""
+    name = hashlib.sha256(_stamp() + key.encode()).hexdigest()[:40]
+    try:
+        root = cache.sealed_dir("llvm", folder)
+    except OSError as err:
+        cache.warn_memory_only(config().cache_dir, err)
+        return build(), False
+    path = root.path / name
+    try:
+        data = read_own_file(path)
+    except UntrustedCacheError:
+        data = None                         # a link or another user's file: replaced
+    payload = None if data is None else unseal(root.key, str(path), data)
+    if payload is not None:
+        return payload, True
+    payload = build()
+    try:
+        write_atomic(path, seal(root.key, str(path), payload))
+    except OSError as err:
+        cache.warn_memory_only(root.path, err)
+    return payload, False
+
+
+def cached_object(key: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
+    """(object code for `key`, whether it came from disk): `cached_bytes` in folder `obj`.
+    Key it by what decides the code: the IR text (kernel symbols name their call and types)."""
+    return cached_bytes("obj", key, build)

@@ -1,0 +1,346 @@
+"""Library kernels for the llvm generator: the scalar functions generated loops call (vector
+math, special functions, random bits, libm's) and matrix products, as LLVM functions that
+jit.py links into each module that declares them, where LLVM inlines and vectorises them.
+
+    kernel = scalar_kernel("tj_vmath.exp(a0)", (np.dtype("f8"),))    # -> Kernel
+    kernel.declaration      # "declare double @tj_lib_...(double)", for the module's text
+    product = matmul(np.dtype("f8"))                                  # -> Kernel
+
+A scalar kernel is `def kernel(a0, ...): return <call>`, with the names generated modules
+read (math, np and cache.MODULES: tj_vmath, tj_special, tj_threefry, ...), compiled by numba
+(njit, error_model="numpy") once per machine. Its LLVM IR (the function and everything it
+calls, numba's final module) gets a C-ABI wrapper named `symbol`, marked alwaysinline; every
+other definition is made internal and what the wrapper does not reach is dropped. The bitcode
+is kept on disk (jit.cached_bytes, folder `lib`: sealed, per host CPU and versions), so a new
+process loads it without importing numba. Registers hold bool as i1: a kernel's bool
+parameters and result are i1 (the wrapper converts numba's i8). A kernel that raises inside
+numba (none of the library's scalar functions do) returns an unspecified value.
+
+`matmul(dtype)` is hand-written IR, linked as the scalar kernels are (no call through a
+pointer, and no numba): `void(ptr a, ptr b, ptr out, i64 m, i64 n, i64 k, i1 ta, i1 tb,
+i64 threads)` computes out[m, n] = op(a) @ op(b) as codegen/blas.py's `matmul` does, with
+the same BLAS `gemm` (scipy's, the one numba calls, by address) and the same cut of a large
+product into blocks (blas.GRAIN, blas.SIDE), run by runtime.py's `tj_rt_parallel_for`.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib
+import math
+import threading
+from typing import NamedTuple
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from ... import cache
+from .. import calls, scalar  # noqa: F401  (they name generated code's modules in MODULES)
+from . import jit
+
+_lock = threading.Lock()
+_kernels: dict[str, "Kernel"] = {}
+_INTS = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
+GRAIN, SIDE = 1 << 21, 32       # codegen/blas.py's: a block's multiply-adds, rows (columns)
+PARALLEL_FOR = "tj_rt_parallel_for"
+
+
+class Kernel(NamedTuple):
+    symbol: str                     # "tj_lib_<hash of call and argtypes>", "tj_lib_matmul_f8"
+    restype: np.dtype               # what numba inferred (None for matmul: it returns nothing)
+    declaration: str                # the `declare` line a module calling it holds
+    argtypes_ir: tuple[str, ...]    # LLVM types of the parameters (bool: i1)
+    restype_ir: str
+
+
+def ir_type(dtype: np.dtype) -> str:
+    """The LLVM type of a `dtype` value in a register (bool: i1)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return "i1"
+    if dtype.kind == "f" and dtype.itemsize in (4, 8):
+        return "float" if dtype.itemsize == 4 else "double"
+    if dtype.kind in "iu":
+        return _INTS[dtype.itemsize]
+    raise jit.JitError(f"library kernels take and return bools, ints and float32/float64, "
+                       f"not {dtype}")
+
+
+def _kernel(symbol: str, restype: np.dtype | None, args: tuple[str, ...], ret: str) -> Kernel:
+    return Kernel(symbol, restype, f"declare {ret} @{symbol}({', '.join(args)})", args, ret)
+
+
+def scalar_kernel(call: str, argtypes: tuple[np.dtype, ...]) -> Kernel:
+    """The kernel computing `call` (an expression over a0, a1, ...) for arguments of
+    `argtypes`, registered with jit.py: from memory, the disk cache, or compiled by numba."""
+    argtypes = tuple(np.dtype(t) for t in argtypes)
+    text = "\0".join((call, *(t.str for t in argtypes)))
+    symbol = "tj_lib_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    with _lock:
+        kernel = _kernels.get(symbol)
+        if kernel is None:
+            payload, _ = jit.cached_bytes("lib", text, lambda: _compile(call, argtypes, symbol))
+            restype, _, bitcode = payload.partition(b"\n")
+            jit.add_kernel(symbol, bitcode)
+            kernel = _kernels[symbol] = _kernel(symbol, np.dtype(restype.decode()),
+                                                tuple(map(ir_type, argtypes)),
+                                                ir_type(np.dtype(restype.decode())))
+    return kernel
+
+
+def _compile(call: str, argtypes: tuple[np.dtype, ...], symbol: str) -> bytes:
+    """numba's compile of `call`: the result dtype's str, a newline, the kernel's bitcode."""
+    import numba
+    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    scope = {"math": math, "np": np}
+    scope.update((name, importlib.import_module(path)) for name, path in cache.MODULES.items())
+    exec(compile(f"def kernel({names}):\n    return {call}\n", f"<kernel {call}>", "exec"), scope)
+    fn = numba.njit(error_model="numpy")(scope["kernel"])
+    signature = tuple(numba.from_dtype(t) for t in argtypes)
+    try:
+        fn.compile(signature)
+    except numba.core.errors.NumbaError as err:
+        raise jit.JitError(f"numba cannot compile the kernel {call!r} for "
+                           f"{[str(t) for t in argtypes]}: {err}") from None
+    result = fn.overloads[signature]
+    restype = numba.np.numpy_support.as_dtype(result.signature.return_type)
+    models = result.target_context.data_model_manager
+    numba_args = [str(models[t].get_argument_type()) for t in result.signature.args]
+    numba_ret = str(models[result.signature.return_type].get_return_type())
+    wrapper = _wrapper(symbol, result.fndesc.llvm_func_name, argtypes, numba_args,
+                       restype, numba_ret)
+    bitcode = _extract(result.library.get_llvm_str(), wrapper, symbol,
+                       result.fndesc.llvm_func_name)
+    return restype.str.encode() + b"\n" + bitcode
+
+
+def _wrapper(symbol: str, target: str, argtypes: tuple[np.dtype, ...], numba_args: list[str],
+             restype: np.dtype, numba_ret: str) -> str:
+    """IR text of `symbol`, calling numba's `target` (status, result pointer, exception slot)."""
+    params, lines, passed = [], [], ["ptr %out", "ptr %exc"]
+    for i, (dtype, theirs) in enumerate(zip(argtypes, numba_args)):
+        ours = ir_type(dtype)
+        params.append(f"{ours} %a{i}")
+        if ours != theirs:                      # bool: i1 here, i8 in numba's calls
+            lines.append(f"  %c{i} = zext {ours} %a{i} to {theirs}")
+        passed.append(f"{theirs} %{'c' if ours != theirs else 'a'}{i}")
+    ret = ir_type(restype)
+    back = (f"  %r = icmp ne {numba_ret} %v, 0\n  ret i1 %r" if ret != numba_ret
+            else f"  ret {ret} %v")
+    return "\n".join([
+        f"define {ret} @{symbol}({', '.join(params)}) #0 {{",
+        f"  %out = alloca {numba_ret}", "  %exc = alloca ptr", *lines,
+        f"  %status = call i32 @\"{target}\"({', '.join(passed)})",
+        f"  %v = load {numba_ret}, ptr %out", back, "}",
+        f"declare i32 @\"{target}\"({', '.join(['ptr', 'ptr', *numba_args])})",
+        "attributes #0 = { alwaysinline nounwind }", ""])
+
+
+def _extract(numba_ir: str, wrapper: str, symbol: str, target: str) -> bytes:
+    """Bitcode of numba's module with `wrapper` linked in, `symbol` its only export."""
+    context = llvm.create_context()
+    module = jit.parse(numba_ir, context)
+    module.link_in(jit.parse(wrapper, context))
+    module.get_function(target).add_function_attribute("alwaysinline")
+    for value in (*module.functions, *module.global_variables):
+        if not value.is_declaration and value.name != symbol:
+            value.linkage = llvm.Linkage.internal
+    passes = llvm.create_new_module_pass_manager()
+    passes.add_always_inliner_pass()
+    passes.add_global_dead_code_eliminate_pass()
+    passes.add_strip_dead_prototype_pass()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=0)
+    passes.run(module, llvm.create_pass_builder(jit.target_machine(), tuning))
+    return module.as_bitcode()
+
+
+# ---- matrix products ----------------------------------------------------------------------
+
+def _blas_address(routine: str) -> int:
+    """The address of scipy's BLAS `routine` (Fortran-style: every argument by pointer)."""
+    from scipy.linalg import cython_blas
+    capsule = ctypes.py_object(cython_blas.__pyx_capi__[routine])
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = (
+        ctypes.c_char_p, [ctypes.py_object])
+    api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = (
+        ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p])
+    return int(api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule)))
+
+
+for _routine in ("dgemm", "sgemm"):
+    jit.add_external(f"tj_blas_{_routine}", functools.partial(_blas_address, _routine))
+
+
+@functools.cache
+def matmul(dtype: np.dtype) -> Kernel:
+    """The matrix product kernel of float64 or float32 operands (the module docstring)."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
+        raise jit.JitError(f"matmul kernels multiply float64 or float32 matrices, not {dtype}")
+    code = dtype.str[1:]
+    symbol = f"tj_lib_matmul_{code}"
+    text = _MATMUL.format(S=symbol, T=ir_type(dtype), size=dtype.itemsize, grain=GRAIN,
+                          side=SIDE, gemm=f"tj_blas_{'d' if code == 'f8' else 's'}gemm",
+                          parallel_for=PARALLEL_FOR)
+    jit.add_kernel(symbol, jit.parse(text, llvm.create_context()).as_bitcode())
+    args = ("ptr", "ptr", "ptr", "i64", "i64", "i64", "i1", "i1", "i64")
+    return _kernel(symbol, None, args, "void")
+
+
+# out[m, n] = op(a) @ op(b), row-major; BLAS is column-major, so it computes
+# out^T = op(b)^T @ op(a)^T: b is its first operand, each with its own transpose flag
+_MATMUL = """
+%{S}.ctx = type {{ ptr, ptr, ptr, i64, i64, i64, i1, i1, i64 }}
+declare void @{gemm}(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)
+declare void @{parallel_for}(ptr, ptr, i64, i64)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare i64 @llvm.smin.i64(i64, i64)
+declare i64 @llvm.smax.i64(i64, i64)
+
+define internal void @{S}.gemm(i1 %ta, i1 %tb, i64 %m, i64 %n, i64 %k, ptr %a, i64 %lda,
+                               ptr %b, i64 %ldb, ptr %c, i64 %ldc) {{
+  %transa = alloca i8
+  %transb = alloca i8
+  %dims = alloca [6 x i32]
+  %alpha = alloca {T}
+  %beta = alloca {T}
+  %fa = select i1 %tb, i8 116, i8 110
+  store i8 %fa, ptr %transa
+  %fb = select i1 %ta, i8 116, i8 110
+  store i8 %fb, ptr %transb
+  %pm = getelementptr i32, ptr %dims, i64 0
+  %pn = getelementptr i32, ptr %dims, i64 1
+  %pk = getelementptr i32, ptr %dims, i64 2
+  %pla = getelementptr i32, ptr %dims, i64 3
+  %plb = getelementptr i32, ptr %dims, i64 4
+  %plc = getelementptr i32, ptr %dims, i64 5
+  %n32 = trunc i64 %n to i32
+  store i32 %n32, ptr %pm
+  %m32 = trunc i64 %m to i32
+  store i32 %m32, ptr %pn
+  %k32 = trunc i64 %k to i32
+  store i32 %k32, ptr %pk
+  %ldb32 = trunc i64 %ldb to i32
+  store i32 %ldb32, ptr %pla
+  %lda32 = trunc i64 %lda to i32
+  store i32 %lda32, ptr %plb
+  %ldc32 = trunc i64 %ldc to i32
+  store i32 %ldc32, ptr %plc
+  store {T} 1.0, ptr %alpha
+  store {T} 0.0, ptr %beta
+  call void @{gemm}(ptr %transa, ptr %transb, ptr %pm, ptr %pn, ptr %pk, ptr %alpha, ptr %b,
+                    ptr %pla, ptr %a, ptr %plb, ptr %beta, ptr %c, ptr %plc)
+  ret void
+}}
+
+define internal void @{S}.block(ptr %ctx, i64 %chunk, i64 %lo, i64 %hi) {{
+entry:
+  %a = load ptr, ptr %ctx
+  %pb = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 1
+  %b = load ptr, ptr %pb
+  %po = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 2
+  %out = load ptr, ptr %po
+  %pm = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 3
+  %m = load i64, ptr %pm
+  %pn = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 4
+  %n = load i64, ptr %pn
+  %pk = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 5
+  %k = load i64, ptr %pk
+  %pta = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 6
+  %ta = load i1, ptr %pta
+  %ptb = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 7
+  %tb = load i1, ptr %ptb
+  %pc = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 8
+  %count = load i64, ptr %pc
+  %lda = select i1 %ta, i64 %m, i64 %k
+  %ldb = select i1 %tb, i64 %k, i64 %n
+  %rows = icmp sge i64 %m, %n
+  %side = select i1 %rows, i64 %m, i64 %n
+  %any = icmp slt i64 %lo, %hi
+  br i1 %any, label %loop, label %done
+loop:
+  %p = phi i64 [ %lo, %entry ], [ %next, %step ]
+  %next = add i64 %p, 1
+  %x0 = mul i64 %side, %p
+  %start = sdiv i64 %x0, %count
+  %x1 = mul i64 %side, %next
+  %end = sdiv i64 %x1, %count
+  %len = sub i64 %end, %start
+  br i1 %rows, label %by_rows, label %by_columns
+by_rows:                                ; rows start:end of out and of op(a)
+  %ra = mul i64 %start, %lda
+  %aoff = select i1 %ta, i64 %start, i64 %ra
+  %a1 = getelementptr {T}, ptr %a, i64 %aoff
+  %coff = mul i64 %start, %n
+  %c1 = getelementptr {T}, ptr %out, i64 %coff
+  call void @{S}.gemm(i1 %ta, i1 %tb, i64 %len, i64 %n, i64 %k, ptr %a1, i64 %lda,
+                      ptr %b, i64 %ldb, ptr %c1, i64 %n)
+  br label %step
+by_columns:                             ; columns start:end of out and of op(b)
+  %rb = mul i64 %start, %ldb
+  %boff = select i1 %tb, i64 %rb, i64 %start
+  %b2 = getelementptr {T}, ptr %b, i64 %boff
+  %c2 = getelementptr {T}, ptr %out, i64 %start
+  call void @{S}.gemm(i1 %ta, i1 %tb, i64 %m, i64 %len, i64 %k, ptr %a, i64 %lda,
+                      ptr %b2, i64 %ldb, ptr %c2, i64 %n)
+  br label %step
+step:
+  %more = icmp slt i64 %next, %hi
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+
+define void @{S}(ptr %a, ptr %b, ptr %out, i64 %m, i64 %n, i64 %k, i1 %ta, i1 %tb,
+                 i64 %threads) {{
+entry:
+  %mn = mul i64 %m, %n
+  %none = icmp eq i64 %mn, 0
+  %nok = icmp eq i64 %k, 0
+  %empty = or i1 %none, %nok
+  br i1 %empty, label %zero, label %work
+zero:
+  %bytes = mul i64 %mn, {size}
+  call void @llvm.memset.p0.i64(ptr %out, i8 0, i64 %bytes, i1 false)
+  ret void
+work:                                   ; count = max(1, min(threads, mnk / grain, side / 32))
+  %mnk = mul i64 %mn, %k
+  %by_work = sdiv i64 %mnk, {grain}
+  %longer = call i64 @llvm.smax.i64(i64 %m, i64 %n)
+  %by_side = sdiv i64 %longer, {side}
+  %c0 = call i64 @llvm.smin.i64(i64 %threads, i64 %by_work)
+  %c1 = call i64 @llvm.smin.i64(i64 %c0, i64 %by_side)
+  %count = call i64 @llvm.smax.i64(i64 %c1, i64 1)
+  %split = icmp sgt i64 %count, 1
+  br i1 %split, label %blocks, label %single
+single:
+  %lda = select i1 %ta, i64 %m, i64 %k
+  %ldb = select i1 %tb, i64 %k, i64 %n
+  call void @{S}.gemm(i1 %ta, i1 %tb, i64 %m, i64 %n, i64 %k, ptr %a, i64 %lda,
+                      ptr %b, i64 %ldb, ptr %out, i64 %n)
+  ret void
+blocks:
+  %ctx = alloca %{S}.ctx
+  store ptr %a, ptr %ctx
+  %pb = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 1
+  store ptr %b, ptr %pb
+  %po = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 2
+  store ptr %out, ptr %po
+  %pm = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 3
+  store i64 %m, ptr %pm
+  %pn = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 4
+  store i64 %n, ptr %pn
+  %pk = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 5
+  store i64 %k, ptr %pk
+  %pta = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 6
+  store i1 %ta, ptr %pta
+  %ptb = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 7
+  store i1 %tb, ptr %ptb
+  %pc = getelementptr %{S}.ctx, ptr %ctx, i32 0, i32 8
+  store i64 %count, ptr %pc
+  call void @{parallel_for}(ptr @{S}.block, ptr %ctx, i64 %count, i64 %count)
+  ret void
+}}
+"""
