@@ -327,7 +327,7 @@ def test_two_python_threads_at_once(pool):
 
 
 PROBE = """
-import ctypes, sys, threading
+import ctypes, sys, threading, warnings
 from tapejit.codegen.llvm import runtime
 found = runtime.ensure().symbols["tj_rt_parallel_for"]
 assert "numba" not in sys.modules, "ensure() imported numba"
@@ -336,17 +336,35 @@ chunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, 
     lambda ctx, c, lo, hi: seen.append((c, lo, hi, threading.get_ident())))
 parallel_for = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_int64)(found)
-parallel_for(ctypes.cast(chunk, ctypes.c_void_p), None, 10, 3)
 me = threading.get_ident()
-assert seen == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
+
+def run(n, chunks):
+    seen.clear()
+    parallel_for(ctypes.cast(chunk, ctypes.c_void_p), None, n, chunks)
+    return sorted(seen)
+
+assert run(10, 1) == [(0, 0, 10, me)] and "numba" not in sys.modules, "one chunk: no pool"
+
+def broken(rt):
+    raise ValueError("no threading layer")
+started, runtime._start_pool = runtime._start_pool, broken
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert run(10, 3) == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
+    assert run(10, 3) == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
+assert len(caught) == 1 and "no threading layer" in str(caught[0].message), caught
+
+runtime._start_pool, runtime._pool_failed = started, False
+assert [s[:3] for s in run(10, 3)] == [(0, 0, 3), (1, 3, 6), (2, 6, 10)], seen
+assert "numba" in sys.modules and runtime._pool, "more than one chunk: the pool started"
 print("ok")
 """
 
 
-def test_without_the_pool_chunks_run_on_the_caller_and_numba_is_not_imported():
-    """A fresh process: ensure() compiles the runtime without importing numba, and
-    tj_rt_parallel_for runs the chunks one after the other on the calling thread until
-    ensure(parallel=True) starts the pool."""
+def test_the_pool_starts_with_the_first_call_of_more_than_one_chunk():
+    """A fresh process: ensure() compiles the runtime without importing numba; one chunk runs
+    on the caller without a pool; the first call of several chunks starts numba's pool, and
+    where it cannot start, warns once and runs the chunks on the caller."""
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

@@ -13,10 +13,11 @@ One small LLVM module, compiled once per process by `ensure()` (no numba import)
   `[0, n)`, `lo = c*n//chunks`, `hi = (c+1)*n//chunks`, on numba's thread pool (the one numba's
   own prange uses, through its `numba_parallel_for`), and returns when every chunk is done.
   It uses at most `min(chunks, numba.get_num_threads())` threads: the calling thread's numba
-  thread count, which threads.py sets to the call's budget. `chunks <= 1` runs on the calling
-  thread, as does every call before `ensure(parallel=True)` has started numba's pool. The
-  caller's GIL stays held: a program's table, size table and workspace serve all its calls,
-  and the GIL keeps two Python threads from running one program at once.
+  thread count, which threads.py sets to the call's budget; fewer than two run on the calling
+  thread. The first call with `chunks > 1` starts the pool (`_pool_wanted`, a Python callback:
+  numba is imported only by processes that run parallel loops). The caller's GIL stays held:
+  a program's table, size table and workspace serve all its calls, and the GIL keeps two
+  Python threads from running one program at once.
 
 numba's `parallel_for(kernel, args, dims, steps, data, inner_ndim=0, array_count=1, threads)`
 calls `kernel(args', dims', steps, data)` with `dims'[0]` iterations starting at iteration r,
@@ -36,6 +37,8 @@ from typing import Callable
 
 import llvmlite.binding as llvm
 import numpy as np
+
+from ...errors import warn_at_user
 
 METH_FASTCALL = 0x0080
 # the context's words, read by tj_rt_call
@@ -124,10 +127,14 @@ _PARALLEL_FOR = """
 
 @tj_rt_pool_for = global ptr null       ; numba_parallel_for, once the pool runs
 @tj_rt_pool_threads = global ptr null   ; numba's get_num_threads
+@tj_rt_pool_start = global ptr null     ; void(): starts the pool (Python, `_start_pool`)
 
 define void @tj_rt_parallel_for(ptr %fn, ptr %ctx, i64 %n, i64 %chunks) {
 entry:
   %job = alloca %job
+  %args = alloca ptr
+  %dims = alloca i64
+  %steps = alloca i64
   store ptr %fn, ptr %job
   %ctx.at = getelementptr %job, ptr %job, i32 0, i32 1
   store ptr %ctx, ptr %ctx.at
@@ -137,12 +144,20 @@ entry:
   %chunks.1 = select i1 %many, i64 %chunks, i64 1
   %chunks.at = getelementptr %job, ptr %job, i32 0, i32 3
   store i64 %chunks.1, ptr %chunks.at
-  %pool = load ptr, ptr @tj_rt_pool_for
-  %has.pool = icmp ne ptr %pool, null
-  %try = and i1 %many, %has.pool
-  br i1 %try, label %budget, label %here
+  br i1 %many, label %pool, label %here
+pool:
+  %pool.0 = load atomic ptr, ptr @tj_rt_pool_for acquire, align 8
+  %running = icmp ne ptr %pool.0, null
+  br i1 %running, label %budget, label %start
+start:
+  %start.fn = load atomic ptr, ptr @tj_rt_pool_start acquire, align 8
+  call void %start.fn()
+  %pool.1 = load atomic ptr, ptr @tj_rt_pool_for acquire, align 8
+  %started = icmp ne ptr %pool.1, null
+  br i1 %started, label %budget, label %here
 budget:
-  %get.threads = load ptr, ptr @tj_rt_pool_threads
+  %pool.for = phi ptr [%pool.0, %pool], [%pool.1, %start]
+  %get.threads = load atomic ptr, ptr @tj_rt_pool_threads acquire, align 8
   %own = call i32 %get.threads()
   %own.64 = sext i32 %own to i64
   %fewer = icmp slt i64 %own.64, %chunks
@@ -150,14 +165,11 @@ budget:
   %threaded = icmp sgt i64 %threads, 1
   br i1 %threaded, label %pooled, label %here
 pooled:
-  %args = alloca ptr
   store ptr %job, ptr %args
-  %dims = alloca i64
   store i64 %chunks, ptr %dims
-  %steps = alloca i64
   store i64 1, ptr %steps
   %threads.32 = trunc i64 %threads to i32
-  call void %pool(ptr @tj_rt_kernel, ptr %args, ptr %dims, ptr %steps, ptr %job,
+  call void %pool.for(ptr @tj_rt_kernel, ptr %args, ptr %dims, ptr %steps, ptr %job,
                   i64 0, i64 1, i32 %threads.32)
   ret void
 here:
@@ -226,12 +238,13 @@ class Runtime:
 _lock = threading.Lock()
 _runtime: Runtime | None = None
 _pool = False
+_pool_failed = False
 
 
 def ensure(parallel: bool = False) -> Runtime:
     """The runtime module, compiled on the first call in a process (a few milliseconds);
-    `parallel`: also start numba's thread pool (imports numba) and run the chunks of
-    `tj_rt_parallel_for` on it from then on."""
+    `parallel`: also start numba's thread pool now (imports numba), as the first call of
+    `tj_rt_parallel_for` with more than one chunk does."""
     global _runtime, _pool
     if _runtime is not None and (_pool or not parallel):
         return _runtime
@@ -263,7 +276,9 @@ def _compile() -> Runtime:
     symbols = {"tj_rt_parallel_for": engine.get_function_address("tj_rt_parallel_for")}
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
-    return Runtime(engine, engine.get_function_address("tj_rt_call"), symbols)
+    runtime = Runtime(engine, engine.get_function_address("tj_rt_call"), symbols)
+    _set(runtime, "tj_rt_pool_start", ctypes.cast(_pool_wanted, ctypes.c_void_p).value)
+    return runtime
 
 
 def _check_layout() -> None:
@@ -294,10 +309,29 @@ def _start_pool(runtime: Runtime) -> None:
              for name in ("numba_parallel_for", "get_num_threads")}
     if not all(found.values()):
         raise RuntimeError(f"numba's threading layer exported no {found}")
-    engine = runtime.engine
-    for name, value in (("tj_rt_pool_threads", found["get_num_threads"]),
-                        ("tj_rt_pool_for", found["numba_parallel_for"])):   # the gate last
-        ctypes.c_void_p.from_address(engine.get_global_value_address(name)).value = value
+    _set(runtime, "tj_rt_pool_threads", found["get_num_threads"])
+    _set(runtime, "tj_rt_pool_for", found["numba_parallel_for"])       # the gate, last
+
+
+def _set(runtime: Runtime, variable: str, value: int) -> None:
+    at = runtime.engine.get_global_value_address(variable)
+    ctypes.c_void_p.from_address(at).value = value
+
+
+@ctypes.CFUNCTYPE(None)
+def _pool_wanted() -> None:
+    """Called by tj_rt_parallel_for, with the GIL, while the pool is not running and a call
+    asks for more than one chunk (a budget above one: threads.py has imported numba by then).
+    Never raises into the caller: a pool that cannot start leaves the chunks on one thread."""
+    global _pool_failed
+    if _pool_failed:
+        return
+    try:
+        ensure(parallel=True)
+    except Exception as err:    # noqa: BLE001  (anything numba's threading layer raises)
+        _pool_failed = True
+        warn_at_user(f"tapejit's parallel loops run on one thread: numba's thread pool did "
+                     f"not start ({type(err).__name__}: {err})")
 
 
 class _Context(np.ndarray):
