@@ -21,11 +21,10 @@ import _harness as H  # first: pins the process (unless TAPEJIT_BENCH_CPUS=all)
 import ctypes  # noqa: E402
 import timeit  # noqa: E402
 
-import llvmlite.binding as llvm  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tapejit.codegen.llvm import runtime  # noqa: E402
+from tapejit.codegen.llvm import jit, runtime  # noqa: E402
 
 GOAL_S = 0.3e-6
 ARITIES = (1, 2, 8)
@@ -33,13 +32,11 @@ ENTRY = "define void @tj_entry(ptr %table, ptr %sizes) {\n  ret void\n}\n"
 NUMBA = "numba @njit"
 
 
-def empty_entry() -> tuple[int, llvm.ExecutionEngine]:
-    """The address of an entry that returns at once, and the engine that holds its code."""
-    runtime.ensure()
-    machine = llvm.Target.from_default_triple().create_target_machine(jit=True)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ENTRY), machine)
-    engine.finalize_object()
-    return engine.get_function_address("tj_entry"), engine
+def empty_entry() -> tuple[int, jit.Program]:
+    """The address of an entry that returns at once, and the program that holds its code
+    (compiled and loaded as generated programs are)."""
+    code = jit.Program(jit.compile_object(ENTRY), ("tj_entry",))
+    return code.address("tj_entry"), code
 
 
 def callers(k: int, entry: int) -> tuple[dict[str, object], np.ndarray]:
@@ -83,7 +80,7 @@ def main() -> None:
     H.print_header("bench/llvm_call.py: calling an LLVM program from Python", args,
                    rows="trampoline, ctypes, numba @njit, python",
                    extra=f"each round loops each call for ~{min_run_s * 1e3:.0f} ms")
-    entry, engine = empty_entry()
+    entry, code = empty_entry()
     times = {}
     for k in ARITIES:
         arrays = [np.ones(10) for _ in range(k)]
@@ -106,7 +103,7 @@ def main() -> None:
                  times[2]["trampoline"].median, GOAL_S, goal=1.0,
                  record={"workload": "llvm call: empty program, 2 arrays", "row": "trampoline",
                          "reference": f"the {GOAL_S * 1e6:.1f} us goal"})
-    del engine
+    code.close()
 
 
 if __name__ == "__main__":

@@ -368,3 +368,54 @@ def test_the_pool_starts_with_the_first_call_of_more_than_one_chunk():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+# a program as the generator makes them: compiled and loaded by jit.py (which resolves
+# tj_rt_parallel_for through runtime.py's registration), called through the trampoline;
+# args: the data (f64, S[0] of them) and each chunk's sum (S[1] chunks)
+CHUNKED_SUM = """
+declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)
+
+define void @chunk(ptr %args, i64 %c, i64 %lo, i64 %hi) {
+entry:
+  %data = load ptr, ptr %args
+  %sums.at = getelementptr ptr, ptr %args, i64 1
+  %sums = load ptr, ptr %sums.at
+  %empty = icmp sge i64 %lo, %hi
+  br i1 %empty, label %done, label %loop
+loop:
+  %i = phi i64 [%lo, %entry], [%i.next, %loop]
+  %sum = phi double [0.0, %entry], [%sum.next, %loop]
+  %x.at = getelementptr double, ptr %data, i64 %i
+  %x = load double, ptr %x.at
+  %sum.next = fadd double %sum, %x
+  %i.next = add i64 %i, 1
+  %more = icmp slt i64 %i.next, %hi
+  br i1 %more, label %loop, label %done
+done:
+  %total = phi double [0.0, %entry], [%sum.next, %loop]
+  %s.at = getelementptr double, ptr %sums, i64 %c
+  store double %total, ptr %s.at
+  ret void
+}
+
+define void @tj_entry(ptr %args, ptr %S) {
+  %n = load i64, ptr %S
+  %chunks.at = getelementptr i64, ptr %S, i64 1
+  %chunks = load i64, ptr %chunks.at
+  call void @tj_rt_parallel_for(ptr @chunk, ptr %args, i64 %n, i64 %chunks)
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("n,chunks", [(1000, 2), (7, 3), (0, 2), (100, 1)])
+def test_a_jit_program_runs_its_chunks_through_the_trampoline(pool, n, chunks):
+    from tapejit.codegen.llvm import jit
+    code = jit.Program(jit.compile_object(CHUNKED_SUM), ("tj_entry",))
+    table, sizes = np.zeros(2, np.int64), np.array([n, chunks], np.int64)
+    call = runtime.bind(code.address("tj_entry"), table, sizes, 2, keep=code)
+    data, sums = np.random.default_rng(0).normal(size=n), np.full(chunks, np.nan)
+    call(data, sums)
+    bounds = [k * n // chunks for k in range(chunks + 1)]
+    np.testing.assert_allclose(sums, [data[lo:hi].sum() for lo, hi in zip(bounds, bounds[1:])])

@@ -1,7 +1,8 @@
 """The call path of the LLVM programs: a trampoline from Python into `tj_entry`, and the parallel
 loop runtime their chunked nests call.
 
-One small LLVM module, compiled once per process by `ensure()` (no numba import):
+One small LLVM module, loaded once per process by `ensure()` (its object code compiled once
+per machine and cached by jit.py; no numba import):
 - `tj_rt_call`, a CPython METH_FASTCALL function. `bind(entry, table, sizes, count)` makes it a
   builtin function per program, whose `self` is a context (`_Context`, an int64 array of the
   words `W_*`) that keeps the table, the size table and the PyMethodDef alive. A call checks
@@ -24,8 +25,9 @@ calls `kernel(args', dims', steps, data)` with `dims'[0]` iterations starting at
 where `args'[0] = args[0] + r * steps[0]` (each threading layer splits the range its own way):
 `tj_rt_kernel` is given `args[0] = data` (the job) and `steps[0] = 1`, so r is `args'[0] - data`.
 
-Generated modules `declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)`: `ensure` registers
-the symbol with `llvmlite.binding.add_symbol` (and lists it in `Runtime.symbols`).
+Generated modules `declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)`: importing this module
+registers it with jit.py (`add_external`: a program that uses it loads the runtime), and
+`ensure` with `llvmlite.binding.add_symbol` (and lists it in `Runtime.symbols`).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ...errors import warn_at_user
+from . import jit
 
 METH_FASTCALL = 0x0080
 # the context's words, read by tj_rt_call
@@ -48,6 +51,8 @@ W_ENTRY, W_TABLE, W_SIZES, W_COUNT, W_NDARRAY, W_ERROR, W_NAME = range(len(_WORD
 OB_TYPE = object.__basicsize__ - ctypes.sizeof(ctypes.c_void_p)
 ARRAY_DATA = object.__basicsize__
 
+EXPORTS = ("tj_rt_call", "tj_rt_parallel_for", "tj_rt_pool_for", "tj_rt_pool_threads",
+           "tj_rt_pool_start")
 _TEXTS = {
     "miscount": b"%s takes %zd arrays (%zd given): call the program through its transform",
     "not_array": b"%s: argument %zd of %zd has type %R, expected a numpy.ndarray",
@@ -228,9 +233,10 @@ define internal i64 @tj_rt_bound(i64 %c, i64 %n, i64 %chunks) {
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
-    """The compiled runtime module: its engine (kept alive), the trampoline's address and the
-    symbols generated code may declare (name -> address, also registered with llvmlite)."""
-    engine: llvm.ExecutionEngine
+    """The loaded runtime module: its code (kept for the process's life), the trampoline's
+    address and the symbols generated code may declare (name -> address, also registered
+    with llvmlite and jit.py)."""
+    code: jit.Program
     trampoline: int
     symbols: dict[str, int]
 
@@ -242,7 +248,8 @@ _pool_failed = False
 
 
 def ensure(parallel: bool = False) -> Runtime:
-    """The runtime module, compiled on the first call in a process (a few milliseconds);
+    """The runtime module, loaded on the first call in a process (compiled on the first in a
+    machine: a few milliseconds each);
     `parallel`: also start numba's thread pool now (imports numba), as the first call of
     `tj_rt_parallel_for` with more than one chunk does."""
     global _runtime, _pool
@@ -259,26 +266,28 @@ def ensure(parallel: bool = False) -> Runtime:
 
 def _compile() -> Runtime:
     _check_layout()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
     api = ctypes.pythonapi
     for name in ("PyType_IsSubtype", "PyErr_Format", "Py_IncRef"):
         llvm.add_symbol(name, ctypes.cast(getattr(api, name), ctypes.c_void_p).value)
     llvm.add_symbol("_Py_NoneStruct", id(None))
-    module = llvm.parse_assembly(source())
-    module.verify()
-    target = llvm.Target.from_default_triple()
-    # a few dozen instructions: fast instruction selection (opt=0) compiles in a quarter of
-    # the time and calls as fast (measured: 33 ns for 2 arrays either way)
-    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(), opt=0, jit=True)
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
-    symbols = {"tj_rt_parallel_for": engine.get_function_address("tj_rt_parallel_for")}
+    ir = source()
+    obj, _ = jit.cached_bytes("runtime", ir, lambda: _object(ir))
+    code = jit.Program(obj, EXPORTS)
+    symbols = {"tj_rt_parallel_for": code.address("tj_rt_parallel_for")}
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
-    runtime = Runtime(engine, engine.get_function_address("tj_rt_call"), symbols)
+    runtime = Runtime(code, code.address("tj_rt_call"), symbols)
     _set(runtime, "tj_rt_pool_start", ctypes.cast(_pool_wanted, ctypes.c_void_p).value)
     return runtime
+
+
+def _object(ir: str) -> bytes:
+    """The runtime's object code: no IR passes (it is a few dozen instructions, written as
+    they should run), the host's instruction selection."""
+    module = jit.parse(ir, llvm.create_context())
+    machine = jit.target_machine()
+    module.triple, module.data_layout = machine.triple, str(machine.target_data)
+    return machine.emit_object(module)
 
 
 def _check_layout() -> None:
@@ -314,8 +323,7 @@ def _start_pool(runtime: Runtime) -> None:
 
 
 def _set(runtime: Runtime, variable: str, value: int) -> None:
-    at = runtime.engine.get_global_value_address(variable)
-    ctypes.c_void_p.from_address(at).value = value
+    ctypes.c_void_p.from_address(runtime.code.address(variable)).value = value
 
 
 @ctypes.CFUNCTYPE(None)
@@ -332,6 +340,9 @@ def _pool_wanted() -> None:
         _pool_failed = True
         warn_at_user(f"tapejit's parallel loops run on one thread: numba's thread pool did "
                      f"not start ({type(err).__name__}: {err})")
+
+
+jit.add_external("tj_rt_parallel_for", lambda: ensure().symbols["tj_rt_parallel_for"])
 
 
 class _Context(np.ndarray):
