@@ -150,6 +150,12 @@ def test_bind_refuses_tables_it_cannot_write(table, count):
         runtime.bind(COPY, table, np.zeros(2, np.int64), count)
 
 
+@pytest.mark.parametrize("entry", [0, None, 1.0])
+def test_bind_refuses_an_entry_that_is_no_address(entry):
+    with pytest.raises(ValueError, match="bind: entry"):
+        runtime.bind(entry, np.zeros(2, np.int64), np.zeros(2, np.int64), 1)
+
+
 # ---- tj_rt_parallel_for ----------------------------------------------------------------------
 # ctx words: 0 the visits per index (i64), 1 the chunk of each index, 2 the data (f64),
 # 3 each chunk's sum, 4 the thread that ran each chunk (pthread_self)

@@ -249,9 +249,8 @@ _pool_failed = False
 
 def ensure(parallel: bool = False) -> Runtime:
     """The runtime module, loaded on the first call in a process (compiled on the first in a
-    machine: a few milliseconds each);
-    `parallel`: also start numba's thread pool now (imports numba), as the first call of
-    `tj_rt_parallel_for` with more than one chunk does."""
+    machine: a few milliseconds each); `parallel`: also start numba's thread pool now (imports
+    numba), as the first call of `tj_rt_parallel_for` with more than one chunk does."""
     global _runtime, _pool
     if _runtime is not None and (_pool or not parallel):
         return _runtime
@@ -365,7 +364,7 @@ def bind(entry: int, table: np.ndarray, sizes: np.ndarray, count: int,
     for k < count (the slots after them were filled by the caller), then calls
     `entry(table, sizes)`; raises TypeError unless it is given `count` numpy arrays.
     `name` names it in errors; `keep` (the program's code) lives as long as it."""
-    _check_tables(table, sizes, count)
+    _check(entry, table, sizes, count)
     runtime = ensure()
     label = ctypes.create_string_buffer(name.encode())
     method = _MethodDef(ctypes.addressof(label), runtime.trampoline, METH_FASTCALL, None)
@@ -379,7 +378,9 @@ def bind(entry: int, table: np.ndarray, sizes: np.ndarray, count: int,
     return _new_function(ctypes.addressof(method), context, None)
 
 
-def _check_tables(table: np.ndarray, sizes: np.ndarray, count: int) -> None:
+def _check(entry: int, table: np.ndarray, sizes: np.ndarray, count: int) -> None:
+    if isinstance(entry, bool) or not isinstance(entry, int) or entry <= 0:
+        raise ValueError(f"bind: entry {entry!r} must be the address of the program's entry")
     for what, a in (("table", table), ("sizes", sizes)):
         if not (isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 1
                 and a.flags.c_contiguous and a.flags.writeable):
