@@ -105,6 +105,31 @@ def test_exp_loop_gives_numpys_results_and_vectorises(dtype, call):
         assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.parametrize("call,reference",
+                         [("math.lgamma(a0)", "gammaln"), ("np.cbrt(a0)", "cbrt")])
+def test_kernels_calling_libm(call, reference):
+    """numba's math.lgamma and np.cbrt call libm: the symbols resolve from the process."""
+    import scipy.special
+    kernel = library.scalar_kernel(call, (F8,))
+    program = jit.Program(jit.compile_object(loop_ir(kernel, (F8,), F8)), ("tj_entry",))
+    x = np.concatenate([[np.inf, np.nan], np.linspace(-30.5, 170.5, 998)])   # not -inf: +inf
+    want = getattr(scipy.special, reference)(x)
+    np.testing.assert_allclose(run_loop(program, np.empty_like(x), x), want, rtol=1e-13)
+
+
+def test_modules_compile_on_threads_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+    kernel = library.scalar_kernel(EXP, (F8,))
+    texts = [loop_ir(kernel, (F8,), F8) + f"; copy {c}\n" for c in range(6)]
+    with ThreadPoolExecutor(3) as pool:
+        objects = list(pool.map(jit.compile_object, texts))
+    x = values(F8)
+    for obj in objects:
+        got = run_loop(jit.Program(obj, ("tj_entry",)), np.empty_like(x), x)
+        with np.errstate(over="ignore", under="ignore"):
+            np.testing.assert_allclose(got, np.exp(x), rtol=4e-16, atol=0)
+
+
 def test_bool_argument_and_result():
     choose = library.scalar_kernel("tj_vmath.exp(a1) if a0 else a1", (B1, F8))
     big = library.scalar_kernel("a0 > 1.0", (F8,))
