@@ -130,6 +130,11 @@ def test_modules_compile_on_threads_at_once():
             np.testing.assert_allclose(got, np.exp(x), rtol=4e-16, atol=0)
 
 
+def test_a_kernel_needing_numbas_memory_manager_is_refused():
+    with pytest.raises(jit.JitError, match="memory manager.*NRT_MemInfo"):
+        library.scalar_kernel("np.empty(3).sum() + a0", (F8,))
+
+
 def test_bool_argument_and_result():
     choose = library.scalar_kernel("tj_vmath.exp(a1) if a0 else a1", (B1, F8))
     big = library.scalar_kernel("a0 > 1.0", (F8,))
@@ -197,32 +202,32 @@ def test_matmul_of_other_dtypes_is_refused():
 # ---- the disk cache --------------------------------------------------------------------------
 
 FRESH = textwrap.dedent("""
-    import json, sys, ctypes
+    import json, sys
     import numpy as np
     sys.path.insert(0, {tests!r})
-    from test_llvm_jit import loop_ir, run_loop, values, F8, EXP
+    from test_llvm_jit import loop_ir, run_loop, F8
     from tapejit.codegen.llvm import jit, library
-    kernels = [library.scalar_kernel(EXP, (F8,)), library.scalar_kernel("tj_vmath.log(a0)", (F8,))]
-    compiled_here = "numba" in sys.modules
-    ir = loop_ir(kernels[0], (F8,), F8) + kernels[1].declaration + "\\n"
+    kernels = [library.scalar_kernel(call, (F8,)) for call in {calls!r}]
+    ir = loop_ir(kernels[0], (F8,), F8) + "".join(k.declaration + "\\n" for k in kernels[1:])
     obj, from_disk = jit.cached_object(ir, lambda: jit.compile_object(ir))
-    x = values(F8)
+    x = np.frombuffer(bytes.fromhex({x!r}), np.float64)
     got = run_loop(jit.Program(obj, ("tj_entry",)), np.empty_like(x), x)
-    with np.errstate(over="ignore", under="ignore"):
-        ok = bool(np.allclose(got, np.exp(x), rtol=4e-16, atol=0, equal_nan=True))
-    print(json.dumps([compiled_here, from_disk, ok, "numba" in sys.modules]))
+    registry = sys.modules.get("numba.core.registry")      # numba's compiler made a target?
+    compiled = registry is not None and "_toplevel_target_context" in vars(registry.cpu_target)
+    print(json.dumps([compiled, from_disk, got.tolist(), "numba" in sys.modules]))
 """)
 
 
-def fresh_process(base) -> list[bool]:
-    """[kernels compiled by numba, object code from disk, results right, numba imported]
-    of a new process loading two kernels and a program."""
-    script = FRESH.format(tests=os.path.dirname(__file__))
+def fresh_process(base, calls: list[str], x: np.ndarray) -> tuple[bool, bool, np.ndarray, bool]:
+    """(numba compiled, object code from disk, the results, numba imported) of a new process
+    making `calls`' kernels and a loop of the first on `x`."""
+    script = FRESH.format(tests=os.path.dirname(__file__), calls=calls, x=x.tobytes().hex())
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(base)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    compiled, from_disk, got, imported = json.loads(done.stdout.splitlines()[-1])
+    return compiled, from_disk, np.array(got, np.float64), imported
 
 
 def files(base, folder: str) -> list:
@@ -236,13 +241,34 @@ def flip_a_byte(path) -> None:
 
 
 def test_a_new_process_loads_kernels_and_object_code_without_numba(cache_dir):
-    fresh_process(cache_dir)                            # fills the cache (or finds it full)
-    assert fresh_process(cache_dir) == [False, True, True, False]
+    x = values(F8)
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.exp(x)
+    calls = [EXP, "tj_vmath.log(a0)"]
+
+    def fresh() -> tuple[bool, bool, bool]:
+        compiled, from_disk, got, imported = fresh_process(cache_dir, calls, x)
+        np.testing.assert_allclose(got, want, rtol=4e-16, atol=0)
+        return compiled, from_disk, imported
+
+    fresh()                                             # fills the cache (or finds it full)
+    assert fresh() == (False, True, False)              # numba not even imported
     kernel = next(f for f in files(cache_dir, "lib")
                   if library.scalar_kernel(EXP, (F8,)).symbol.encode() in f.read_bytes())
-    flip_a_byte(kernel)                                 # numba compiles it again
-    assert fresh_process(cache_dir) == [True, True, True, True]
-    assert fresh_process(cache_dir) == [False, True, True, False]    # ... and kept it
+    flip_a_byte(kernel)
+    assert fresh() == (True, True, True)                # numba compiled the kernel again
+    assert fresh() == (False, True, False)              # ... and kept it
+
+
+def test_kernels_calling_numbas_helpers_load_without_its_compiler(cache_dir):
+    """math.gamma is numba's C helper numba_gamma: loading it imports numba, compiles nothing."""
+    import scipy.special
+    x = np.concatenate([[np.inf, np.nan, 0.0, -2.5, -0.5], np.linspace(0.1, 171.5, 995)])
+    for first in (True, False):
+        compiled, from_disk, got, imported = fresh_process(cache_dir, ["math.gamma(a0)"], x)
+        np.testing.assert_allclose(got, scipy.special.gamma(x), rtol=1e-13)
+        if not first:
+            assert (compiled, from_disk, imported) == (False, True, True)
 
 
 def test_a_damaged_or_linked_object_file_is_rebuilt(cache_dir, tmp_path):

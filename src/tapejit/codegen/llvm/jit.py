@@ -18,9 +18,10 @@ vectorise under `-force-ordered-reductions`, set here as vmath.py sets it for nu
 
 `Program` loads object code into the process's ORC LLJIT as a library of its own, whose
 resource tracker frees the code when the program is closed or collected. Its undefined symbols
-(read from the ELF symbol table) resolve from `add_external`'s table (BLAS by address), then
-from symbols registered with `llvmlite.binding.add_symbol` (runtime.py's `tj_rt_*`, numba's
-helpers: LLJIT does not look there by itself), then from the process (libm, the Python C API).
+(read from the ELF symbol table) resolve from `add_external`'s table (BLAS, runtime.py's
+`tj_rt_*`), then from symbols registered with `llvmlite.binding.add_symbol` (LLJIT does not look
+there by itself), then from numba's C helpers (`numba_gamma`, ...: the first one needed imports
+numba, not its compiler), then from the process (libm, the Python C API).
 
 `cached_bytes` keeps what it builds under `<cache root>/llvm/<folder>/`, one file per key, sealed
 with the user's key (cache_trust.py): a file that is not authentic, not the user's or not a
@@ -206,7 +207,7 @@ def _address(symbol: str) -> int:
     """Where `symbol` is in this process (the module docstring's order); raises JitError."""
     if symbol in _externals:
         return _externals[symbol]()
-    address = llvm.address_of_symbol(symbol)
+    address = llvm.address_of_symbol(symbol) or _numba_helper(symbol)
     if not address:
         try:
             address = ctypes.cast(_process()[symbol], ctypes.c_void_p).value
@@ -215,6 +216,15 @@ def _address(symbol: str) -> int:
                            f"process (runtime.py and library.py register tapejit's own: is "
                            f"the module one of theirs?)") from None
     return address
+
+
+def _numba_helper(symbol: str) -> int | None:
+    """numba's C helper `symbol` (numba_gamma, ...: kernels numba compiled call them), from
+    its helper library: the first one needed imports numba (not its compiler)."""
+    if not symbol.startswith("numba_"):
+        return None
+    from numba import _helperlib
+    return _helperlib.c_helpers.get(symbol[len("numba_"):])
 
 
 @functools.cache

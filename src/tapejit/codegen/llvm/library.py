@@ -12,7 +12,9 @@ read (math, np and cache.MODULES: tj_vmath, tj_special, tj_threefry, ...), compi
 calls, numba's final module) gets a C-ABI wrapper named `symbol`, marked alwaysinline; every
 other definition is made internal and what the wrapper does not reach is dropped. The bitcode
 is kept on disk (jit.cached_bytes, folder `lib`: sealed, per host CPU and versions), so a new
-process loads it without importing numba. Registers hold bool as i1: a kernel's bool
+process loads it without importing numba (one calling numba's C helpers, as math.gamma does,
+imports numba's package when loaded, never its compiler). A call that needs numba's memory
+manager or Python is refused (JitError). Registers hold bool as i1: a kernel's bool
 parameters and result are i1 (the wrapper converts numba's i8). A kernel that raises inside
 numba (none of the library's scalar functions do) returns an unspecified value.
 
@@ -44,6 +46,7 @@ _kernels: dict[str, "Kernel"] = {}
 _INTS = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
 GRAIN, SIDE = 1 << 21, 32       # codegen/blas.py's: a block's multiply-adds, rows (columns)
 PARALLEL_FOR = "tj_rt_parallel_for"
+_RUNTIMES = ("NRT_", "Py", "_Py")     # numba's memory manager, Python: no kernel needs them
 
 
 class Kernel(NamedTuple):
@@ -110,7 +113,7 @@ def _compile(call: str, argtypes: tuple[np.dtype, ...], symbol: str) -> bytes:
     numba_ret = str(models[result.signature.return_type].get_return_type())
     wrapper = _wrapper(symbol, result.fndesc.llvm_func_name, argtypes, numba_args,
                        restype, numba_ret)
-    bitcode = _extract(result.library.get_llvm_str(), wrapper, symbol,
+    bitcode = _extract(call, result.library.get_llvm_str(), wrapper, symbol,
                        result.fndesc.llvm_func_name)
     return restype.str.encode() + b"\n" + bitcode
 
@@ -137,8 +140,10 @@ def _wrapper(symbol: str, target: str, argtypes: tuple[np.dtype, ...], numba_arg
         "attributes #0 = { alwaysinline nounwind }", ""])
 
 
-def _extract(numba_ir: str, wrapper: str, symbol: str, target: str) -> bytes:
-    """Bitcode of numba's module with `wrapper` linked in, `symbol` its only export."""
+def _extract(call: str, numba_ir: str, wrapper: str, symbol: str, target: str) -> bytes:
+    """Bitcode of numba's module with `wrapper` linked in, `symbol` its only export; raises
+    JitError where what is left calls numba's memory manager or Python (a kernel stands
+    alone: it calls libm's functions or numba's C helpers at most)."""
     context = llvm.create_context()
     module = jit.parse(numba_ir, context)
     module.link_in(jit.parse(wrapper, context))
@@ -152,6 +157,11 @@ def _extract(numba_ir: str, wrapper: str, symbol: str, target: str) -> bytes:
     passes.add_strip_dead_prototype_pass()
     tuning = llvm.create_pipeline_tuning_options(speed_level=0)
     passes.run(module, llvm.create_pass_builder(jit.target_machine(), tuning))
+    runtime = [f.name for f in (*module.functions, *module.global_variables)
+               if f.is_declaration and f.name.startswith(_RUNTIMES)]
+    if runtime:
+        raise jit.JitError(f"the kernel {call!r} calls numba's memory manager or Python "
+                           f"({', '.join(runtime)}): it cannot be a library kernel")
     return module.as_bitcode()
 
 
