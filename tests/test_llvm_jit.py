@@ -105,6 +105,31 @@ def test_exp_loop_gives_numpys_results_and_vectorises(dtype, call):
         assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
+def test_an_in_order_sum_of_kernel_values_vectorises():
+    """jit.py sets -force-ordered-reductions (as vmath.py does for numba): the loop summing
+    exp(x[i]) in order runs exp on vectors and gives the sequential sum bit for bit."""
+    kernel = library.scalar_kernel(EXP, (F8,))
+    ir = "\n".join([
+        kernel.declaration, "define double @tj_entry(ptr %x, i64 %n) {", "entry:",
+        "  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%next, %loop]",
+        "  %acc = phi double [0.0, %entry], [%sum, %loop]",
+        "  %p = getelementptr double, ptr %x, i64 %i", "  %v = load double, ptr %p",
+        f"  %e = call double @{kernel.symbol}(double %v)", "  %sum = fadd double %acc, %e",
+        "  %next = add i64 %i, 1", "  %more = icmp slt i64 %next, %n",
+        "  br i1 %more, label %loop, label %done", "done:", "  ret double %sum", "}", ""])
+    assert packed(jit.assembly(ir))
+    program = jit.Program(jit.compile_object(ir), ("tj_entry",))   # kept: its code lives on
+    total = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_void_p, ctypes.c_int64)(
+        program.address("tj_entry"))
+    x = np.random.default_rng(2).uniform(-5, 5, 1001)
+    each = run_loop(jit.Program(jit.compile_object(loop_ir(kernel, (F8,), F8)),
+                                ("tj_entry",)), np.empty_like(x), x)
+    expected = 0.0
+    for value in each:
+        expected += value
+    assert total(x.ctypes.data, x.size) == expected
+
+
 @pytest.mark.parametrize("call,reference",
                          [("math.lgamma(a0)", "gammaln"), ("np.cbrt(a0)", "cbrt")])
 def test_kernels_calling_libm(call, reference):
