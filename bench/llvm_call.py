@@ -8,6 +8,9 @@ For 1, 2 and 8 float64 arrays of 10 elements, each row calls an entry that does 
                     argtypes calls entry(table, sizes)
   numba @njit       an empty @njit function of k arrays (how programs are called today)
   python (floor)    an empty Python function of k arguments
+and, for a program of one array that returns two new arrays of 10 float64: the trampoline
+making them (`fresh=`), `np.empty` in Python then the trampoline, and @njit returning two
+`np.empty`.
 Rows run in interleaved rounds (each round times every row once, so load from other jobs falls
 on all alike); the time is the median over rounds of the per-call time of a loop of calls
 (timeit, no lambda in between). Goal: the trampoline <= 0.3 us for 2 arrays.
@@ -55,6 +58,23 @@ def callers(k: int, entry: int) -> tuple[dict[str, object], np.ndarray]:
             "python (floor)": scope["empty"]}, ours
 
 
+def fresh_callers(entry: int) -> dict[str, object]:
+    """The rows of a program of one array that returns two new arrays of 10 float64."""
+    table, sizes = np.zeros(3, np.int64), np.zeros(4, np.int64)
+    made = runtime.bind(entry, table, sizes, 1, fresh=[((10,), np.float64)] * 2)
+    plain = runtime.bind(entry, np.zeros(3, np.int64), sizes, 3)
+
+    def np_empty(a0):
+        outs = (np.empty(10), np.empty(10))
+        plain(a0, *outs)
+        return outs
+
+    def numba_empty(a0):
+        return np.empty(10), np.empty(10)
+    return {"trampoline, fresh=": made, "np.empty, then the trampoline": np_empty,
+            NUMBA: numba.njit(numba_empty)}
+
+
 def interleaved(fns: dict[str, object], arrays: list[np.ndarray], repeats: int,
                 min_run_s: float) -> dict[str, H.Timing]:
     """Per-call seconds of `fn(*arrays)` for each row, in interleaved rounds."""
@@ -96,9 +116,17 @@ def main() -> None:
                     (label, k) == ("trampoline", 2) else "")
         out.print()
         times[k] = timing
+    fresh = interleaved(fresh_callers(entry), [np.ones(10)], args.repeats, min_run_s)
+    out = H.Table("an empty program of 1 array returning 2 new arrays of 10 float64 -- time "
+                  "per call", ref=NUMBA)
+    for label, t in fresh.items():
+        out.add(label, t)
+    out.print()
     for k in ARITIES:
         H.ratio_line(f"trampoline / numba @njit, {k} arrays", times[k]["trampoline"].median,
                      times[k][NUMBA].median)
+    H.ratio_line("trampoline making 2 new arrays / np.empty then the trampoline",
+                 fresh["trampoline, fresh="].median, fresh["np.empty, then the trampoline"].median)
     H.ratio_line(f"trampoline 2 arrays / goal {GOAL_S * 1e6:.1f} us",
                  times[2]["trampoline"].median, GOAL_S, goal=1.0,
                  record={"workload": "llvm call: empty program, 2 arrays", "row": "trampoline",

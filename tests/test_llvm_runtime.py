@@ -142,6 +142,62 @@ def test_the_function_keeps_its_tables_alive_and_drops_them_with_it():
     assert all(w() is None for w in watched)
 
 
+FRESH = [((4,), np.float64), ((), np.float32), ((2, 3), np.bool_), ((0, 5), np.int64)]
+
+
+@pytest.mark.parametrize("shape,dtype", FRESH, ids=["f8", "0-d f4", "2-d bool", "empty i8"])
+def test_fresh_arrays_are_new_each_call_and_their_pointers_go_after_the_arguments(shape, dtype):
+    table, sizes = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    workspace = np.empty(2)
+    table[2] = workspace.ctypes.data
+    call = runtime.bind(COPY, table, sizes, 1, fresh=[(shape, dtype)])
+    a = np.arange(3.0)
+    first = call(a)
+    assert isinstance(first, tuple) and len(first) == 1
+    made = first[0]
+    assert type(made) is np.ndarray and made.shape == shape and made.dtype == dtype
+    assert made.flags.c_contiguous and made.flags.writeable and made.flags.owndata
+    assert list(sizes) == [a.ctypes.data, made.ctypes.data, workspace.ctypes.data]
+    again = call(a)[0]
+    assert again is not made and (made.size == 0 or again.ctypes.data != made.ctypes.data)
+    assert sizes[1] == again.ctypes.data
+
+
+def test_fresh_arrays_leak_no_references_and_are_freed_with_their_tuple():
+    call = runtime.bind(COPY, np.zeros(3, np.int64), np.zeros(3, np.int64), 1,
+                        fresh=[((4,), np.float64), ((2,), np.float32)])
+    a, f8 = np.ones(2), np.dtype(np.float64)
+    before = sys.getrefcount(f8), sys.getrefcount(a)
+    for _ in range(1000):
+        made = call(a)
+    counts = sys.getrefcount(made), sys.getrefcount(made[0])
+    assert counts == (2, 2)                       # the name's and the tuple's alone
+    watched = weakref.ref(made[0])
+    del made
+    assert watched() is None
+    assert (sys.getrefcount(f8), sys.getrefcount(a)) == before     # each array's dtype freed
+
+
+def test_a_fresh_array_numpy_cannot_make_raises_its_error_and_skips_the_entry():
+    table, sizes = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    call = runtime.bind(COPY, table, sizes, 1,
+                        fresh=[((2,), np.float32), ((2**62, 2**62), np.float64)])
+    f4 = np.dtype(np.float32)     # the first array's (numpy itself leaks the failing one's)
+    before = sys.getrefcount(f4)
+    for _ in range(100):
+        try:
+            call(np.ones(1))
+        except (ValueError, MemoryError):
+            pass
+        else:
+            raise AssertionError("numpy made a 2**124-element array")
+    after = sys.getrefcount(f4)
+    assert after == before, "the first array, made before the error, leaked"
+    assert not sizes.any()
+    with pytest.raises(ValueError, match="with the fresh arrays"):
+        runtime.bind(COPY, table, sizes, 2, fresh=[((2,), np.float64)] * 2)
+
+
 @pytest.mark.parametrize("table,count", [
     (np.zeros(3, np.int32), 1), (np.zeros((3, 1), np.int64), 1), (np.zeros(3, np.int64), 4),
     (np.zeros(3, np.int64), -1), (np.zeros(6, np.int64)[::2], 1)])
