@@ -49,6 +49,7 @@ LAYERS = [
 NOT_OP_TABLES = {
     ("variables", "lt"): "Python's comparison operators, for Variable's dunder methods",
     ("trace", "lt"): "Python's comparison operators, for Tracer's dunder methods",
+    ("expr", "eq"): "Python's comparison operators, as LLVM's icmp conditions",
 }
 
 

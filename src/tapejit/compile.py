@@ -23,13 +23,17 @@ and raises `CompiledMismatchError` unless the two agree (the test suite runs thi
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import threads
-from .cache import CachedModule, load_module
-from .codegen.cpu import ENTRY, entry_args, generate
+from .cache import load_module
+from .codegen.cpu import ENTRY, Generated, entry_args, generate
+from .codegen.llvm.emit import NotCovered
+from .codegen.llvm.lower import lower
+from .codegen.llvm.program import Program as LlvmProgram
 from .config import config
 from .cuda_support import CudaCompiled, CudaUnavailableError, problem
 from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, at_source,
@@ -77,13 +81,15 @@ DirectCall = tuple[Callable[..., Sequence[Any]], tuple]
 
 
 class Compiled:
-    """A tape compiled to one numba function; `program` counts compiles and disk loads.
+    """A tape compiled to one native function; `program` counts compiles and disk loads.
     Programs with parallel work run each call in a thread window (threads.py).
 
-    The calling convention: the entry function takes the tape's inputs (C-contiguous arrays,
-    0-d ones for scalars; `entry_args`), its constants, the size table `S` and the workspace,
-    and returns the outputs; a nonzero status slot of `S` after the call is an index out of
-    range (`_checked`)."""
+    The program is tapejit's own LLVM lowering of the generated module (codegen/llvm/) where
+    it covers the module and TAPEJIT_CODEGEN is "llvm" (`codegen` says "llvm"), else numba's
+    compile of it ("numba"). The calling convention: the entry function takes the tape's
+    inputs (C-contiguous arrays, 0-d ones for scalars; `entry_args`) and its constants, and
+    for numba also the size table `S` and the workspace (`tail`), and returns the outputs; a
+    nonzero status slot of `S` after the call is an index out of range (`_checked`)."""
 
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
@@ -92,11 +98,16 @@ class Compiled:
         self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
         self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
-        self.program: CachedModule = load_module(self.source, ENTRY)
-        dump(self.program.path.stem, tape, self.source, self.sizes)   # TAPEJIT_DUMP
+        self.program: Any = _llvm_program(tape, generated, self.workspace)
+        self.codegen = "numba" if self.program is None else "llvm"
+        self.tail: tuple = ()      # what the entry takes after the inputs and constants
+        if self.program is None:
+            self.program = load_module(self.source, ENTRY)
+            self.tail = (self.sizes, self.workspace)
+        dump(self.program.modname, tape, self.source, self.sizes)   # TAPEJIT_DUMP
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
-        args = (*entry_args(self.tape, leaves), self.sizes, self.workspace)
+        args = (*entry_args(self.tape, leaves), *self.tail)
         outs = self.program(*args) if self.threads_slot is None else \
             threads.run(self.program, args, self.sizes, self.threads_slot)
         if self.status is not None and self.sizes[self.status]:
@@ -112,7 +123,7 @@ class Compiled:
         the disk cache's recovery wrapper, which matters only on a first call), converting
         only what needs it (scalars; arrays that are not C-contiguous)."""
         fn, tape = self.program.fn, self.tape
-        tail = (*entry_args(tape, list(leaves))[len(tape.invars):], self.sizes, self.workspace)
+        tail = (*entry_args(tape, list(leaves))[len(tape.invars):], *self.tail)
         if self.threads_slot is not None:     # calls run in a thread window (threads.py)
             fn = functools.partial(_windowed, fn, self.sizes, self.threads_slot)
         if self.status is not None:
@@ -136,6 +147,23 @@ class Compiled:
         self.sizes[slot] = 0
         op, src, axis = self.checks[number - 1]
         return IndexOutOfBoundsError(index, axis, size, op, src)
+
+
+def _llvm_program(tape: Tape, generated: Generated,
+                  workspace: Sequence[np.ndarray]) -> LlvmProgram | None:
+    """The program tapejit's LLVM lowering makes of the generated module; None where
+    TAPEJIT_CODEGEN=numba or the lowering does not cover it (logged at debug level)."""
+    if config().codegen != "llvm":
+        return None
+    inputs = tuple(zip(generated.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
+    spaces = tuple(zip(generated.workspace_shapes, (a.dtype for a in generated.workspace)))
+    try:
+        lowered = lower(generated.source, inputs, spaces, generated.status, generated.threads)
+    except NotCovered as why:
+        logging.getLogger("tapejit").debug(f"tapejit: numba compiles this program: the LLVM "
+                                           f"lowering does not cover {why}")
+        return None
+    return LlvmProgram(lowered, generated.sizes, workspace, [v.aval.shape for v in tape.outvars])
 
 
 def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,

@@ -34,6 +34,10 @@
 - `TAPEJIT_BOUNDSCHECK=0`: generated code does not check traced indices (on by default: an
   index out of range raises IndexError). Off, such an index reads or writes outside its array:
   a wrong result or a crash. The source differs, so the two kinds of program never mix.
+- `TAPEJIT_CODEGEN=llvm|numba`: how the numba backend makes machine code. "llvm" (the
+  default): tapejit lowers the program to LLVM IR itself (codegen/llvm/) and compiles it in
+  milliseconds, falling back to numba for what it does not cover; "numba": numba compiles
+  every program (the reference).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -64,6 +68,7 @@ class Config:
     cuda_products: str = "auto"
     cuda_tf32: bool = False
     boundscheck: bool = True
+    codegen: str = "llvm"
 
 
 def _flag(name: str) -> bool:
@@ -121,6 +126,7 @@ def _read() -> Config:
         cuda_products=_choice("TAPEJIT_CUDA_PRODUCTS", ("auto", "cublas", "kernel")),
         cuda_tf32=_flag("TAPEJIT_CUDA_TF32"),
         boundscheck=os.environ.get("TAPEJIT_BOUNDSCHECK", "1").strip().lower() not in _FALSE,
+        codegen=_choice("TAPEJIT_CODEGEN", ("llvm", "numba")),
     )
 
 

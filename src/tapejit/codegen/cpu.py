@@ -67,6 +67,7 @@ class _Function:
         # to every call, for the values no output can alias
         self.workspace = workspace
         self.slots: dict[str, Aval] = {}  # the names that took them, in order
+        self.slot_shapes: list[str] = []  # ... and their shapes over S, as source
         self.in_workspace: set[str] = set()   # names whose buffer is one of them (reused too)
 
     def own(self, var: Var) -> None:
@@ -98,6 +99,7 @@ class _Function:
             # a new array per call costs page faults: 14% of an MLP gradient's time
             self.w.line(f"{name} = W[{len(self.slots)}]    # the workspace's array")
             self.slots[name] = aval
+            self.slot_shapes.append(self.sizes.shape(self.sizes.of(var)))
             self.in_workspace.add(var.name)
         else:
             self.w.line(f"{name} = np.empty({self.sizes.shape(self.sizes.of(var))}, "
@@ -137,6 +139,8 @@ class Module:
         self.functions: list[str] = []
         self.names: dict[Any, str] = {}
         self.workspace: tuple[Aval, ...] = ()
+        self.shapes: tuple[str, ...] = ()            # the entry's arrays' shapes over S
+        self.workspace_shapes: tuple[str, ...] = ()  # ... and the workspace's
         self.largest_product = 0     # multiply-adds of its largest matrix product
         self.parallel = False        # whether a loop nest runs on threads
         self.checks: list[tuple[str, Any, int]] = []   # index checks: (op, line, axis)
@@ -173,6 +177,8 @@ class Generated(NamedTuple):
                                    # (threads.py); None: they run as they are
     status: int | None = None      # the status slots of S (index checks; None: it has none)
     checks: tuple = ()             # each check's (op, user's line, axis), by number - 1
+    shapes: tuple[str, ...] = ()   # the shapes over S of the entry's array parameters
+    workspace_shapes: tuple[str, ...] = ()   # ... and of the workspace's arrays
 
 
 def generate(tape: Tape) -> Generated:
@@ -187,7 +193,8 @@ def generate(tape: Tape) -> Generated:
     return Generated("\n\n".join(part.strip("\n") + "\n" for part in parts),
                      module.sizes.values(), module.workspace,
                      module.sizes.threads_slot() if windowed else None,
-                     module.sizes.status_slot(), tuple(module.checks))
+                     module.sizes.status_slot(), tuple(module.checks), module.shapes,
+                     module.workspace_shapes)
 
 
 def fixed_symbols(tape: Tape, dims: Dims) -> frozenset[int]:
@@ -246,6 +253,8 @@ def _function(module: Module, tape: Tape, fname: str, scalars: bool) -> str:
     w.line(f"return ({''.join(o + ', ' for o in outs)})")
     if not scalars:
         module.workspace = tuple(p.slots.values())
+        module.workspace_shapes = tuple(p.slot_shapes)
+        module.shapes = tuple(p.sizes.shape(p.sizes.of(v)) for v in tape.invars + tape.constvars)
     return w.source()
 
 

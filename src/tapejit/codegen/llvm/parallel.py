@@ -1,0 +1,152 @@
+"""A `numba.prange` loop of the entry as a chunked parallel loop: its body becomes a function
+`void @tj_nestN(ptr %ctx, i64 %chunk, i64 %lo, i64 %hi)` that runs iterations `lo..hi`, and
+the entry calls `tj_rt_parallel_for` (runtime.py: numba's thread pool) with
+`min(S[threads], n)` chunks (one where the program has no threads slot).
+
+The context is an array of 8-byte cells holding what the body reads: each scalar, each array's
+data pointer and lengths (constant lengths stay constants, so fixed sizes remain numbers in the
+chunk's code), the size table's address and, per reduction, the address of its partial sums.
+A reduction is a local the body updates from itself (`acc = acc + x`): each chunk sums into
+its own zero, and the entry adds the partial sums to the local's value in chunk order.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .emit import I64, Array, Function, Local, NotCovered, Scalar, constant, mem, reg
+from .expr import cast
+
+
+def parallel_loop(outer: Any, node: ast.For) -> None:
+    """Lower `for name in numba.prange(n): body` in `outer` (lower.py's `_Body`)."""
+    f, module = outer.fn, outer.module
+    n = cast(f, outer.scalar(node.iter.args[0]), I64)
+    name = node.target.id
+    names = {x.id for x in ast.walk(node) if isinstance(x, ast.Name)}
+    captured = [k for k in outer.env if k in names and k != name]
+    reductions = [k for k in captured if isinstance(outer.env[k], Local) and _reduced(node, k)]
+    number = module.nests = module.nests + 1
+    symbol = f"tj_nest{number}"
+
+    cells: list[str] = []          # i64 values, in the outer function
+    inner = type(outer)(module, Function(symbol, "ptr %ctx, i64 %chunk, i64 %lo, i64 %hi",
+                                         "internal "), "", top=False)
+    g = inner.fn
+
+    def cell(value: str, ty: str) -> str:
+        """Pass `value` (of LLVM type `ty`) in the next cell; its reading in the chunk."""
+        cells.append(_to_cell(f, value, ty))
+        ptr = g.early(f"getelementptr i64, ptr %ctx, i64 {len(cells) - 1}")
+        return _from_cell(g, g.early(f"load i64, ptr {ptr}"), ty)
+
+    inner.sizes_ptr = cell(outer.sizes_ptr, "ptr")
+    partials: dict[str, str] = {}
+    for k in captured:
+        value = outer.env[k]
+        if isinstance(value, Array):
+            dims = tuple(d if _is_constant(d) else Scalar(cell(d.ref, "i64"), I64)
+                         for d in value.dims)
+            inner.env[k] = Array(cell(value.ptr, "ptr"), value.dtype, dims, value.root)
+        elif k in reductions:
+            local = Local(g.slot(reg(value.dtype)), value.dtype)
+            inner.env[k] = local
+            g.do(f"store {reg(value.dtype)} {constant(0, value.dtype).ref}, ptr {local.slot}")
+        else:
+            scalar = outer.lookup(k)
+            ref = scalar.ref if _is_constant(scalar) else cell(scalar.ref, reg(scalar.dtype))
+            if isinstance(value, Local):       # private: the body may assign it
+                local = Local(g.slot(reg(value.dtype)), value.dtype)
+                inner.env[k] = local
+                g.do(f"store {reg(value.dtype)} {ref}, ptr {local.slot}")
+            else:
+                inner.env[k] = Scalar(ref, scalar.dtype, scalar.sym)
+    chunks = _chunks(outer, n)
+    inside: dict[str, str] = {}    # reduction -> its partial sums' address, in the chunk
+    for k in reductions:
+        size = f.op(f"mul i64 {chunks}, {outer.env[k].dtype.itemsize}")
+        partials[k] = f.op(f"call ptr @malloc(i64 {size})")
+        inside[k] = cell(partials[k], "ptr")
+    inner.nonnegative = set(outer.nonnegative) | {name}
+
+    def body(i: Scalar) -> None:
+        inner.env[name] = i
+        inner.block(node.body)
+    inner.counted(Scalar("%lo", I64), Scalar("%hi", I64), body)
+    for k, ptr in inside.items():
+        local = inner.env[k]
+        value = g.op(f"load {reg(local.dtype)}, ptr {local.slot}")
+        at = g.op(f"getelementptr {mem(local.dtype)}, ptr {ptr}, i64 %chunk")
+        g.do(f"store {reg(local.dtype)} {value}, ptr {at}")
+    module.functions.append(g.text())
+
+    ctx = f.slot(f"[{max(1, len(cells))} x i64]")
+    for k, value in enumerate(cells):
+        f.do(f"store i64 {value}, ptr {f.op(f'getelementptr i64, ptr {ctx}, i64 {k}')}")
+    f.do(f"call void @tj_rt_parallel_for(ptr @{symbol}, ptr {ctx}, i64 {n.ref}, i64 {chunks})")
+    for k in reductions:
+        _combine(outer, outer.env[k], partials[k], chunks)
+
+
+def _reduced(node: ast.For, name: str) -> bool:
+    """Whether the loop updates local `name` from itself; only a sum may be (`x = x + e`)."""
+    updates = [a for a in ast.walk(node) if isinstance(a, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == name for t in a.targets)
+               and any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(a.value))]
+    for a in updates:
+        v = a.value
+        if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add)
+                and isinstance(v.left, ast.Name) and v.left.id == name):
+            raise NotCovered(f"a parallel loop's reduction other than a sum: {ast.unparse(a)}")
+    return bool(updates)
+
+
+def _chunks(outer: Any, n: Scalar) -> str:
+    f, slot = outer.fn, outer.module.threads
+    if slot is None:
+        return "1"
+    t = outer.size(slot).ref
+    c = f.op(f"select i1 {f.op(f'icmp slt i64 {t}, {n.ref}')}, i64 {t}, i64 {n.ref}")
+    return f.op(f"select i1 {f.op(f'icmp slt i64 {c}, 1')}, i64 1, i64 {c}")
+
+
+def _combine(outer: Any, local: Local, partials: str, chunks: str) -> None:
+    """local += partials[0] + partials[1] + ... (in chunk order), then free them."""
+    f, ty = outer.fn, reg(local.dtype)
+    add = "fadd" if local.dtype.kind == "f" else "add"
+
+    def body(c: Scalar) -> None:
+        part = f.op(f"load {ty}, ptr {f.op(f'getelementptr {ty}, ptr {partials}, i64 {c.ref}')}")
+        total = f.op(f"{add} {ty} {f.op(f'load {ty}, ptr {local.slot}')}, {part}")
+        f.do(f"store {ty} {total}, ptr {local.slot}")
+    outer.counted(constant(0, I64), Scalar(chunks, I64), body)
+    f.do(f"call void @free(ptr {partials})")
+
+
+def _is_constant(x: Scalar) -> bool:
+    return x.ref.lstrip("-").isdigit() or x.ref.startswith("0x") or x.ref in ("true", "false")
+
+
+def _to_cell(f: Function, value: str, ty: str) -> str:
+    if ty == "ptr":
+        return f.op(f"ptrtoint ptr {value} to i64")
+    if ty == "i64":
+        return value
+    if ty == "double":
+        return f.op(f"bitcast double {value} to i64")
+    if ty == "float":
+        return f.op(f"zext i32 {f.op(f'bitcast float {value} to i32')} to i64")
+    return f.op(f"zext {ty} {value} to i64")
+
+
+def _from_cell(g: Function, cell: str, ty: str) -> str:
+    if ty == "ptr":
+        return g.early(f"inttoptr i64 {cell} to ptr")
+    if ty == "i64":
+        return cell
+    if ty == "double":
+        return g.early(f"bitcast i64 {cell} to double")
+    if ty == "float":
+        return g.early(f"bitcast i32 {g.early(f'trunc i64 {cell} to i32')} to float")
+    return g.early(f"trunc i64 {cell} to {ty}")
+

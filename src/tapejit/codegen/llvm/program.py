@@ -1,0 +1,84 @@
+"""A lowered program, loaded and ready to call: `program(*arrays) -> outputs`.
+
+The object code comes from the disk cache (jit.py `cached_object`, keyed by the IR text: the
+IR has no concrete sizes, so programs that differ only in sizes share it) or is compiled
+now. The pointer table holds, after the inputs, the frames the caller allocates (lower.py):
+fresh ones per call where an output is made of them, the others once, with the workspace;
+a call stores the inputs' and fresh frames' data pointers and runs the entry through the
+trampoline (runtime.py `bind`).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import jit, runtime
+from .lower import ENTRY_SYMBOL, Lowered
+
+
+_loaded: "weakref.WeakValueDictionary[str, jit.Program]" = weakref.WeakValueDictionary()
+_lock = threading.Lock()
+
+
+def _code(ir: str) -> tuple[jit.Program, str]:
+    """The loaded code of `ir`, shared by the programs using it while any lives (then freed),
+    and where it came from: "memory", "disk" or "compiled"."""
+    with _lock:
+        code = _loaded.get(ir)
+        if code is not None:
+            return code, "memory"
+        obj, from_disk = jit.cached_object(ir, lambda: jit.compile_object(ir))
+        code = _loaded[ir] = jit.Program(obj, (ENTRY_SYMBOL,))
+        return code, "disk" if from_disk else "compiled"
+
+
+class Program:
+    """Calls a lowered program. Its code is compiled or loaded on the first call (as numba's
+    is): `compiles` / `disk_loads` then say which (0 and 0: another program had loaded the
+    same code); `modname` names it by its IR's digest."""
+
+    def __init__(self, lowered: Lowered, sizes: np.ndarray, workspace: Sequence[np.ndarray],
+                 out_shapes: Sequence[tuple[int, ...]]) -> None:
+        self.lowered, self.sizes, self.workspace = lowered, sizes, workspace
+        self.out_shapes = tuple(out_shapes)
+        self.modname = f"tj_llvm_{hashlib.sha256(lowered.ir.encode()).hexdigest()[:16]}"
+        self.compiles = self.disk_loads = 0
+        self.fn = self._first
+
+    def _first(self, *arrays: Any) -> list[np.ndarray]:
+        """The first call: compile or load, bind, then call."""
+        self.fn = self._bind()
+        return self.fn(*arrays)
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        return self.fn(*arrays)
+
+    def _bind(self) -> Any:
+        lowered, sizes = self.lowered, self.sizes
+        code, source = _code(lowered.ir)
+        self.compiles, self.disk_loads = int(source == "compiled"), int(source == "disk")
+        frames = lowered.frames
+        env = {"S": [int(v) for v in sizes]}
+        shapes = [tuple(int(eval(d, {}, env)) for d in f.shape) for f in frames]  # noqa: S307
+        fresh = [(shapes[k], f.dtype) for k, f in enumerate(frames) if f.fresh]
+        kept = [np.empty(shapes[k], f.dtype) for k, f in enumerate(frames) if not f.fresh]
+        table = np.zeros(lowered.inputs + len(frames) + lowered.workspace, np.int64)
+        for k, a in enumerate(kept + list(self.workspace[:lowered.workspace])):
+            table[lowered.inputs + len(fresh) + k] = a.ctypes.data
+        call = runtime.bind(code.address(ENTRY_SYMBOL), table, sizes,
+                            lowered.inputs + len(fresh), self.modname, keep=(code, kept))
+        # each output: the input or fresh frame it is (a reshape of one where shapes differ)
+        outputs = [(kind == "input", k, shape) for (kind, k), shape
+                   in zip(lowered.outputs, self.out_shapes)]
+
+        def run(*arrays: Any) -> list[np.ndarray]:
+            made = [np.empty(shape, dtype) for shape, dtype in fresh]
+            call(*arrays, *made)
+            outs = [arrays[k] if given else made[k] for given, k, _ in outputs]
+            return [a if a.shape == shape else a.reshape(shape)
+                    for a, (_, _, shape) in zip(outs, outputs)]
+        return run
