@@ -194,13 +194,13 @@ def test_a_fresh_array_numpy_cannot_make_raises_its_error_and_skips_the_entry():
     after = sys.getrefcount(f4)
     assert after == before, "the first array, made before the error, leaked"
     assert not sizes.any()
-    with pytest.raises(ValueError, match="with the fresh arrays"):
+    with pytest.raises(ValueError, match="less the 2 fresh arrays"):
         runtime.bind(COPY, table, sizes, 2, fresh=[((2,), np.float64)] * 2)
 
 
 @pytest.mark.parametrize("table,count", [
     (np.zeros(3, np.int32), 1), (np.zeros((3, 1), np.int64), 1), (np.zeros(3, np.int64), 4),
-    (np.zeros(3, np.int64), -1), (np.zeros(6, np.int64)[::2], 1)])
+    (np.zeros(3, np.int64), -1), (np.zeros(3, np.int64), "2"), (np.zeros(6, np.int64)[::2], 1)])
 def test_bind_refuses_tables_it_cannot_write(table, count):
     with pytest.raises(ValueError, match="bind"):
         runtime.bind(COPY, table, np.zeros(2, np.int64), count)

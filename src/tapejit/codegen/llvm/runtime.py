@@ -186,12 +186,12 @@ _new_function.argtypes = (ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
 def bind(entry: int, table: np.ndarray, sizes: np.ndarray, count: int, name: str = "tj_entry",
          keep: object = None, fresh: Sequence[tuple[tuple[int, ...], Any]] = ()) -> Callable:
     """A builtin function `call(*arrays)`: stores `arrays[k]`'s data pointer into `table[k]`
-    for k < count, makes a new C-contiguous array for each (shape, dtype) of `fresh` and stores
-    its data pointer into the slots after those (the slots after them were filled by the
-    caller), calls `entry(table, sizes)` and returns the tuple of the new arrays (None without
-    `fresh`); raises TypeError unless it is given `count` numpy arrays. `name` names it in
-    errors; `keep` (the program's code) lives as long as it."""
-    _check(entry, table, sizes, count + len(fresh))
+    for k < count, makes a new C-contiguous array for each (shape, dtype) of `fresh` with its
+    data pointer in `table[count + j]` (the caller fills the slots after those once), calls
+    `entry(table, sizes)` and returns the tuple of the new arrays (None without `fresh`);
+    raises TypeError unless it is given `count` numpy arrays. `name` names it in errors;
+    `keep` (the program's code) lives as long as it."""
+    _check(entry, table, sizes, count, len(fresh))
     runtime = ensure()
     label = ctypes.create_string_buffer(name.encode())
     method = _MethodDef(ctypes.addressof(label), runtime.trampoline, METH_FASTCALL, None)
@@ -209,7 +209,7 @@ def bind(entry: int, table: np.ndarray, sizes: np.ndarray, count: int, name: str
     return _new_function(ctypes.addressof(method), context, None)
 
 
-def _check(entry: int, table: np.ndarray, sizes: np.ndarray, slots: int) -> None:
+def _check(entry: int, table: np.ndarray, sizes: np.ndarray, count: int, fresh: int) -> None:
     if isinstance(entry, bool) or not isinstance(entry, int) or entry <= 0:
         raise ValueError(f"bind: entry {entry!r} must be the address of the program's entry")
     for what, a in (("table", table), ("sizes", sizes)):
@@ -217,6 +217,7 @@ def _check(entry: int, table: np.ndarray, sizes: np.ndarray, slots: int) -> None
                 and a.flags.c_contiguous and a.flags.writeable):
             raise ValueError(f"bind: {what} must be a writeable 1-d C-contiguous int64 array, "
                              f"got {type(a).__name__} {getattr(a, 'dtype', '')}")
-    if isinstance(slots, bool) or not isinstance(slots, int) or not 0 <= slots <= len(table):
-        raise ValueError(f"bind: count {slots!r} (with the fresh arrays) must be an int in "
-                         f"[0, {len(table)}] (the table's length)")
+    if isinstance(count, bool) or not isinstance(count, int) or \
+            not 0 <= count <= len(table) - fresh:
+        raise ValueError(f"bind: count {count!r} must be an int in [0, {len(table) - fresh}] "
+                         f"(the table's length less the {fresh} fresh arrays)")
