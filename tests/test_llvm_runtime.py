@@ -339,9 +339,14 @@ def test_chunks_run_at_once_on_numba_pool(pool):
     ctx = np.zeros(3, np.int64)
     met = np.zeros(chunks, np.int64)
     ctx[1], ctx[2] = chunks, met.ctypes.data
-    RUN_MEET(ctx.ctypes.data, chunks)
+    before = numba.get_num_threads()
+    numba.set_num_threads(chunks)             # the budget threads.py would set
+    try:
+        RUN_MEET(ctx.ctypes.data, chunks)
+        seen = _visit(1000, chunks)
+    finally:
+        numba.set_num_threads(before)
     assert ctx[0] == chunks and met.all(), f"chunks met the others: {met}"
-    seen = _visit(1000, chunks)
     assert len(set(seen["who"])) >= 2, "every chunk ran on one thread"
 
 
