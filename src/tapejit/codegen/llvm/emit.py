@@ -42,6 +42,27 @@ class Local:
     dtype: np.dtype
 
 
+@dataclasses.dataclass(frozen=True)
+class ArrayVar:
+    """An array variable assigned more than once (a loop's carry): stack slots for its data
+    pointer, whether it owns that buffer (allocated by a called function) and its lengths;
+    `syms` are the lengths' Python expressions over S from its first binding."""
+    ptr: str
+    owned: str
+    dims: tuple[str, ...]
+    dtype: np.dtype
+    syms: tuple[str | None, ...]
+
+
+@dataclasses.dataclass
+class Frame:
+    """An array the caller allocates: its shape (Python expressions over S) and dtype; `fresh`
+    when an output is made of it (a new one per call), else one per program."""
+    shape: tuple[str, ...]
+    dtype: np.dtype
+    fresh: bool = False
+
+
 def reg(dtype: np.dtype) -> str:
     """The LLVM type of a value of `dtype` in a register."""
     dtype = np.dtype(dtype)
@@ -123,6 +144,10 @@ class Function:
         name = self.fresh("s")
         self.slots.append(f"  {name} = alloca {ty}")
         return name
+
+    def init(self, text: str) -> None:
+        """An instruction run once at the function's start (initialising a stack slot)."""
+        self.slots.append(f"  {text}")
 
     def early(self, text: str) -> str:
         """`%tN = text` in the entry block, after the stack slots (its operands must be

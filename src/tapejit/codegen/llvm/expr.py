@@ -120,18 +120,23 @@ class Expressions:
 
     nonnegative: set[str]
 
+    def linear(self, array: Array, parts: list[ast.expr]) -> str:
+        """The position of `array[parts]` in its buffer, in elements (C order)."""
+        offset = "0"
+        for k, (part, dim) in enumerate(zip(parts, array.dims)):
+            i = self.index(part, dim).ref
+            offset = i if k == 0 else self.fn.op(
+                f"add i64 {self.fn.op(f'mul i64 {offset}, {dim.ref}')}, {i}")
+        return offset
+
     def element(self, array: Array, parts: list[ast.expr]) -> str:
         """The address of `array[parts]` (a full index)."""
         if len(parts) != len(array.dims):
             raise NotCovered(f"{len(parts)} indices into a {len(array.dims)}-d array")
-        offset: str | None = None
-        for part, dim in zip(parts, array.dims):
-            i = self.index(part, dim).ref
-            offset = i if offset is None else self.fn.op(
-                f"add i64 {self.fn.op(f'mul i64 {offset}, {dim.ref}')}, {i}")
-        if offset is None:
+        if not parts:
             return array.ptr
-        return self.fn.op(f"getelementptr {mem(array.dtype)}, ptr {array.ptr}, i64 {offset}")
+        return self.fn.op(f"getelementptr {mem(array.dtype)}, ptr {array.ptr}, "
+                          f"i64 {self.linear(array, parts)}")
 
     def load(self, array: Array, parts: list[ast.expr]) -> Scalar:
         ptr = self.element(array, parts)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .emit import I64, Array, Function, Local, NotCovered, Scalar, constant, mem, reg
+from .emit import I64, Array, ArrayVar, Function, Local, NotCovered, Scalar, constant, mem, reg
 from .expr import cast
 
 
@@ -31,19 +31,24 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
 
     cells: list[str] = []          # i64 values, in the outer function
     inner = type(outer)(module, Function(symbol, "ptr %ctx, i64 %chunk, i64 %lo, i64 %hi",
-                                         "internal "), "", top=False)
+                                         "internal "), "", top=False, in_nest=True)
+    inner.multi = outer.multi
     g = inner.fn
 
     def cell(value: str, ty: str) -> str:
         """Pass `value` (of LLVM type `ty`) in the next cell; its reading in the chunk."""
-        cells.append(_to_cell(f, value, ty))
+        cells.append(to_cell(f, value, ty))
         ptr = g.early(f"getelementptr i64, ptr %ctx, i64 {len(cells) - 1}")
-        return _from_cell(g, g.early(f"load i64, ptr {ptr}"), ty)
+        return from_cell(g, g.early(f"load i64, ptr {ptr}"), ty)
 
     inner.sizes_ptr = cell(outer.sizes_ptr, "ptr")
     partials: dict[str, str] = {}
     for k in captured:
         value = outer.env[k]
+        if isinstance(value, ArrayVar):
+            value = outer.lookup(k)
+        if not isinstance(value, (Array, Local, Scalar)):
+            raise NotCovered(f"a parallel loop reading {k}, a call's results")
         if isinstance(value, Array):
             dims = tuple(d if _is_constant(d) else Scalar(cell(d.ref, "i64"), I64)
                          for d in value.dims)
@@ -127,7 +132,8 @@ def _is_constant(x: Scalar) -> bool:
     return x.ref.lstrip("-").isdigit() or x.ref.startswith("0x") or x.ref in ("true", "false")
 
 
-def _to_cell(f: Function, value: str, ty: str) -> str:
+def to_cell(f: Function, value: str, ty: str) -> str:
+    """`value` (of LLVM type `ty`) as the bits of an i64."""
     if ty == "ptr":
         return f.op(f"ptrtoint ptr {value} to i64")
     if ty == "i64":
@@ -139,14 +145,17 @@ def _to_cell(f: Function, value: str, ty: str) -> str:
     return f.op(f"zext {ty} {value} to i64")
 
 
-def _from_cell(g: Function, cell: str, ty: str) -> str:
+def from_cell(g: Function, cell: str, ty: str, early: bool = True) -> str:
+    """The value of LLVM type `ty` whose bits `cell` (an i64) holds; computed in the entry
+    block where `early`."""
+    op = g.early if early else g.op
     if ty == "ptr":
-        return g.early(f"inttoptr i64 {cell} to ptr")
+        return op(f"inttoptr i64 {cell} to ptr")
     if ty == "i64":
         return cell
     if ty == "double":
-        return g.early(f"bitcast i64 {cell} to double")
+        return op(f"bitcast i64 {cell} to double")
     if ty == "float":
-        return g.early(f"bitcast i32 {g.early(f'trunc i64 {cell} to i32')} to float")
-    return g.early(f"trunc i64 {cell} to {ty}")
+        return op(f"bitcast i32 {op(f'trunc i64 {cell} to i32')} to float")
+    return op(f"trunc i64 {cell} to {ty}")
 
