@@ -10,6 +10,7 @@ trampoline (runtime.py `bind`).
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import weakref
 from typing import Any, Sequence
@@ -65,20 +66,30 @@ class Program:
         env = {"S": [int(v) for v in sizes]}
         shapes = [tuple(int(eval(d, {}, env)) for d in f.shape) for f in frames]  # noqa: S307
         fresh = [(shapes[k], f.dtype) for k, f in enumerate(frames) if f.fresh]
+        for (kind, k), shape in zip(lowered.outputs, self.out_shapes):
+            if kind == "frame" and fresh[k][0] != shape and \
+                    math.prod(fresh[k][0]) == math.prod(shape):
+                fresh[k] = (shape, fresh[k][1])    # made in the output's shape
         kept = [np.empty(shapes[k], f.dtype) for k, f in enumerate(frames) if not f.fresh]
         table = np.zeros(lowered.inputs + len(frames) + lowered.workspace, np.int64)
         for k, a in enumerate(kept + list(self.workspace[:lowered.workspace])):
             table[lowered.inputs + len(fresh) + k] = a.ctypes.data
-        call = runtime.bind(code.address(ENTRY_SYMBOL), table, sizes,
-                            lowered.inputs + len(fresh), self.modname, keep=(code, kept))
-        # each output: the input or fresh frame it is (a reshape of one where shapes differ)
-        outputs = [(kind == "input", k, shape) for (kind, k), shape
-                   in zip(lowered.outputs, self.out_shapes)]
+        call = runtime.bind(code.address(ENTRY_SYMBOL), table, sizes, lowered.inputs,
+                            self.modname, keep=(code, kept), fresh=fresh)
+        outputs = [(kind == "input", k) for kind, k in lowered.outputs]
+        if all(not given and fresh[k][0] == shape
+               for (given, k), shape in zip(outputs, self.out_shapes)):
+            if [k for _, k in outputs] == list(range(len(fresh))):
+                return call                   # the outputs are the new arrays, in order
 
-        def run(*arrays: Any) -> list[np.ndarray]:
-            made = [np.empty(shape, dtype) for shape, dtype in fresh]
-            call(*arrays, *made)
-            outs = [arrays[k] if given else made[k] for given, k, _ in outputs]
+            def run(*arrays: Any) -> list[np.ndarray]:
+                made = call(*arrays)
+                return [made[k] for _, k in outputs]
+            return run
+
+        def run_general(*arrays: Any) -> list[np.ndarray]:
+            made = call(*arrays) if fresh else (call(*arrays), ())[1]
+            outs = [arrays[k] if given else made[k] for given, k in outputs]
             return [a if a.shape == shape else a.reshape(shape)
-                    for a, (_, _, shape) in zip(outs, outputs)]
-        return run
+                    for a, shape in zip(outs, self.out_shapes)]
+        return run_general
