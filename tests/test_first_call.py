@@ -1,5 +1,7 @@
-"""Tiers: by default a new numba program's first call runs on the numpy interpreter and its
-second call compiles (dispatch.py `interpret_first`, `TAPEJIT_FIRST_CALL`).
+"""Tiers: by default a new program that tapejit's LLVM lowering covers compiles on its first
+call; one numba must compile runs its first call on the numpy interpreter and compiles on its
+second (first_call.py `interpret_first`, `TAPEJIT_FIRST_CALL`). Most tests here check numba's
+tier (TAPEJIT_CODEGEN=numba); the `llvm` ones the default.
 
 The rest of the suite sets TAPEJIT_FIRST_CALL=compile (conftest.py) so that its numba tests
 check compiled code from the first call on; here it is set per test. Counted by events
@@ -23,6 +25,7 @@ from tapejit.first_call import INTERPRET_FIRST_MAX_BYTES, interpret_first
 def _settings(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "tjcache"))
     monkeypatch.setenv("TAPEJIT_FIRST_CALL", "interpret")
+    monkeypatch.setenv("TAPEJIT_CODEGEN", "numba")
     config.reload()
     yield
     monkeypatch.undo()
@@ -137,6 +140,48 @@ def test_a_one_gradient_script_never_imports_numba():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ["False", "(3,)"]
+
+
+def _llvm(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_CODEGEN", "llvm")
+    monkeypatch.setenv("TAPEJIT_VERIFY", "0")     # the bare fast path, not a verifying one
+    config.reload()
+
+
+def test_llvm_a_covered_program_compiles_on_its_first_call(monkeypatch):
+    _llvm(monkeypatch)
+    f = tj.value_and_grad(_loss, backend="numba")
+    w, x = _args(np.random.default_rng(6))
+    want = tj.value_and_grad(_loss, backend="interpret")(w, x)
+    for calls in (1, 2):
+        value, grad = f(w, x)
+        np.testing.assert_allclose(value, want[0], rtol=1e-13)
+        np.testing.assert_allclose(grad, want[1], rtol=1e-12, atol=1e-15)
+        assert _counts(f) == {"traces": 1, "interpreted": 0, "compiles": 1, "disk_loads": 0,
+                              "hits": calls - 1}
+    [entry] = f._fast.values()
+    assert not isinstance(entry[1], numba.core.dispatcher.Dispatcher)
+
+
+def test_llvm_a_program_numba_compiles_is_still_interpreted_first(monkeypatch):
+    _llvm(monkeypatch)
+    f = tj.grad(lambda x: np.sum(np.sort(x) * np.arange(5.0)), backend="numba")
+    x = np.array([3.0, 1.0, 4.0, 1.5, 5.0])
+    want = tj.grad(lambda x: np.sum(np.sort(x) * np.arange(5.0)), backend="interpret")(x)
+    np.testing.assert_array_equal(f(x), want)
+    assert _counts(f)["interpreted"] == 1 and _counts(f)["compiles"] == 0
+
+
+def test_llvm_a_warm_process_never_imports_numba(tmp_path):
+    script = ("import sys, numpy as np, tapejit as tj\n"
+              "g = tj.grad(lambda x: np.sum(np.tanh(x) ** 2))(np.ones(3))\n"
+              "print('numba' in sys.modules, g.shape)")
+    env = {**os.environ, "TAPEJIT_CODEGEN": "llvm", "TAPEJIT_CACHE_DIR": str(tmp_path / "c")}
+    env.pop("TAPEJIT_FIRST_CALL", None)
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, check=True).stdout.split() for _ in range(2)]
+    assert runs[0][1:] == ["(3,)"]           # the first builds the tanh kernel with numba
+    assert runs[1] == ["False", "(3,)"]      # the second loads it, and the program, from disk
 
 
 # ---- what a compile says (the `tapejit` logger, TAPEJIT_LOG) ------------------------------------

@@ -91,7 +91,8 @@ class Compiled:
     for numba also the size table `S` and the workspace (`tail`), and returns the outputs; a
     nonzero status slot of `S` after the call is an index out of range (`_checked`)."""
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Tape, numba: bool = True) -> None:
+        """`numba=False`: raise NotCovered rather than compile with numba."""
         self.tape = tape
         generated = generate(tape)
         self.source, self.sizes, workspace, self.threads_slot = generated[:4]
@@ -102,6 +103,8 @@ class Compiled:
         self.codegen = "numba" if self.program is None else "llvm"
         self.tail: tuple = ()      # what the entry takes after the inputs and constants
         if self.program is None:
+            if not numba:
+                raise NotCovered("the LLVM lowering does not cover this program")
             self.program = load_module(self.source, ENTRY)
             self.tail = (self.sizes, self.workspace)
         dump(self.program.modname, tape, self.source, self.sizes)   # TAPEJIT_DUMP
@@ -147,6 +150,17 @@ class Compiled:
         self.sizes[slot] = 0
         op, src, axis = self.checks[number - 1]
         return IndexOutOfBoundsError(index, axis, size, op, src)
+
+
+def llvm_executable(tape: Tape) -> Compiled | None:
+    """The compiled program for `tape` where tapejit's LLVM lowering covers it, else None
+    (nothing is compiled by numba)."""
+    if config().codegen != "llvm":
+        return None
+    try:
+        return Compiled(tape, numba=False)
+    except NotCovered:
+        return None
 
 
 def _llvm_program(tape: Tape, generated: Generated,

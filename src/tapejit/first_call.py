@@ -1,11 +1,12 @@
 """The first-call tier: how a new program gets its runner and its first outputs.
 
-On the numba backend a new program's first call runs on the numpy interpreter (its tape is
-already optimized; nothing is generated or compiled), and the program compiles on its second
-call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=compile` turns it off). A
-script that needs one gradient never waits for numba, and which calls ran where does not depend
-on timing or on what the disk cache holds: call 1 interpreted, the rest compiled. Such a
-program's runner is `PENDING` until its second call calls `compile_and_run`.
+On the numba backend a new program that tapejit's own LLVM lowering covers (codegen/llvm/;
+milliseconds to compile) compiles on its first call. One that numba must compile runs its
+first call on the numpy interpreter (its tape is already optimized; nothing is compiled) and
+compiles on its second call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=
+compile` turns it off): a script that needs one gradient never waits for numba. Which calls ran
+where does not depend on timing or on what the disk cache holds. A program whose first call
+was interpreted has the runner `PENDING` until its second call calls `compile_and_run`.
 
 A program the numba backend cannot compile runs on the interpreter, with a warning, rather
 than failing. A compile still running after a second is announced on the `tapejit` logger
@@ -23,7 +24,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .compile import Compiled, Interpreted, executable
+from .compile import Compiled, Interpreted, executable, llvm_executable
 from .config import config
 from .control import primitives as C
 from .errors import warn_at_user
@@ -79,6 +80,9 @@ def start(tape: Tape, leaves: Sequence[Any], backend: str, counts: dict[str, int
     """The runner for a new program of the function `name` on `backend`, and its outputs on
     `leaves`: `PENDING` and the interpreter's outputs when the tier says so."""
     if backend == "numba" and interpret_first(tape):
+        runner = llvm_executable(tape)
+        if runner is not None:
+            return runner, _first_call(runner, leaves, counts, name)
         counts["interpreted"] += 1
         return PENDING, interpret(tape, leaves)
     return compile_and_run(tape, leaves, backend, counts, name)
