@@ -45,7 +45,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from .cache_trust import Root, UntrustedCacheError, checked_dir, open_root, read_own_file
+from .cache_trust import (Root, UntrustedCacheError, checked_dir, open_root, read_own_file,
+                          unseal)
 from .config import config
 from .errors import warn_at_user
 
@@ -62,6 +63,9 @@ GLOBALS: dict[str, Any] = {}
 # ... and modules it reads by a name (tj_vmath, tj_blas): imported when the first program loads,
 # so that `import tapejit` does not import numba
 MODULES: dict[str, str] = {}
+
+
+OBJECTS = Path("llvm", "obj")    # the llvm generator's programs (codegen/llvm/jit.py)
 
 
 class CacheEntry(NamedTuple):
@@ -354,8 +358,16 @@ def load_module(source: str, entry: str, key: str | None = None) -> CachedModule
 
 
 def cache_entries() -> list[CacheEntry]:
-    """The programs in the cache, most recently written first."""
+    """The programs in the cache, most recently written first: numba's modules and the llvm
+    generator's object files (`llvm/obj`, valid when their seal checks)."""
     root, out = cache_root(), []
+    for obj in (root / OBJECTS).glob("*") if (root / OBJECTS).is_dir() else ():
+        try:
+            data, stat = obj.read_bytes(), obj.stat()
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        valid = unseal(_open_root().key, str(obj), data) is not None
+        out.append(CacheEntry(obj.name, obj, stat.st_size, stat.st_mtime, valid))
     for py in root.glob("tj_*.py"):
         try:
             files = [py, *(root / "__pycache__").glob(py.stem + ".*")]
@@ -378,7 +390,13 @@ def clear_cache() -> int:
         except OSError:
             return 0
         count = len(list(root.glob("tj_*.py")))
+        objects = root / OBJECTS
+        if objects.is_dir() and not objects.is_symlink():
+            count += sum(1 for _ in objects.iterdir())
+            shutil.rmtree(objects, ignore_errors=True)
         for child in root.iterdir():
+            if child.name == OBJECTS.parts[0]:
+                continue          # the llvm kernels are library code, kept (compiled once)
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:

@@ -42,7 +42,7 @@ def call(body: Any, node: ast.Call) -> Results:
     nodes = node.args[:-1] if node.args and getattr(node.args[-1], "id", "") == "S" \
         else node.args
     args = [body.value(a) for a in nodes]
-    symbol, layout = define(body.module, node.func.id, tuple(_kind(a) for a in args))
+    symbol, layout = define(body, node.func.id, tuple(_kind(a) for a in args))
     count = sum(2 + o.ndim if o.array else 1 for o in layout)
     cells = f.slot(f"[{max(1, count)} x i64]")
     f.init(f"store [{max(1, count)} x i64] zeroinitializer, ptr {cells}")
@@ -106,9 +106,10 @@ def release(body: Any, results: Results) -> None:
             f.do(f"call void @free(ptr {f.op(f'inttoptr i64 {address} to ptr')})")
 
 
-def define(module: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...]]:
-    """The symbol and output layout of function `name` for arguments of `kinds`."""
-    key = (name, kinds)
+def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...]]:
+    """The symbol and output layout of function `name` for arguments of `kinds` (lowered by
+    a body of the caller's kind, where new)."""
+    module, key = caller.module, (name, kinds)
     if key in module.defined:
         return module.defined[key]
     node = module.defs.get(name)
@@ -120,8 +121,7 @@ def define(module: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...
     symbol = f"tj_fn{len(module.defined) + 1}"
     module.defined[key] = None                    # recursion is not supported
     text = []
-    from .body import Body
-    inner = Body(module, Function(symbol, "", "internal "), "%S", top=False,
+    inner = type(caller)(module, Function(symbol, "", "internal "), "%S", top=False,
                  statements=node.body)
     for k, (param, kind) in enumerate(zip(params, kinds)):
         if kind[0] == "array":

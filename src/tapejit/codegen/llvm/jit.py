@@ -138,7 +138,8 @@ def _optimised(ir: str) -> llvm.ModuleRef:
     module = parse(ir, context)
     module.triple, module.data_layout = tm.triple, str(tm.target_data)
     for symbol in [f.name for f in module.functions
-                   if f.is_declaration and f.name.startswith(KERNEL)]:
+                   if f.is_declaration and f.name.startswith(KERNEL)
+                   and f.name not in _externals]:         # array kernels: by address
         module.link_in(_kernel_module(symbol, context))
     for value in (*module.functions, *module.global_variables):
         if not value.is_declaration and not value.name.startswith(ENTRY):
@@ -220,7 +221,11 @@ def _address(symbol: str) -> int:
 
 def _numba_helper(symbol: str) -> int | None:
     """numba's C helper `symbol` (numba_gamma, ...: kernels numba compiled call them), from
-    its helper library: the first one needed imports numba (not its compiler)."""
+    its helper library, or its memory manager's `NRT_*` (array kernels call them): the first
+    one needed imports numba (not its compiler)."""
+    if symbol.startswith("NRT_"):
+        from numba.core.runtime import _nrt_python
+        return _nrt_python.c_helpers.get(symbol[len("NRT_"):])
     if not symbol.startswith("numba_"):
         return None
     from numba import _helperlib
@@ -289,4 +294,4 @@ def cached_bytes(folder: str, key: str, build: Callable[[], bytes]) -> tuple[byt
 def cached_object(key: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
     """(object code for `key`, whether it came from disk): `cached_bytes` in folder `obj`.
     Key it by what decides the code: the IR text (kernel symbols name their call and types)."""
-    return cached_bytes("obj", key, build)
+    return cached_bytes(cache.OBJECTS.name, key, build)
