@@ -41,7 +41,7 @@ def call(body: Any, node: ast.Call) -> Results:
     f = body.fn
     nodes = node.args[:-1] if node.args and getattr(node.args[-1], "id", "") == "S" \
         else node.args
-    args = [body.value(a) for a in nodes]
+    args = [body.array(a) if body._is_array(a) else body.value(a) for a in nodes]
     symbol, layout = define(body, node.func.id, tuple(_kind(a) for a in args))
     count = sum(2 + o.ndim if o.array else 1 for o in layout)
     cells = f.slot(f"[{max(1, count)} x i64]")
