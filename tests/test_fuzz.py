@@ -35,6 +35,15 @@ def test_compiled_agrees_with_numpy(k: int, values: int) -> None:
         pytest.fail(f"structure {k}, values {values}: {failure.text()}", pytrace=False)
 
 
+def test_selfcheck_runs_on_the_llvm_lowering() -> None:
+    """By default the random programs compile with tapejit's LLVM lowering (codegen/llvm/):
+    a small seeded batch agrees with numpy, and its programs are the lowering's."""
+    report = selfcheck.run(programs=6, seed=34, shrinking=False)
+    assert report.ok, "\n".join(f.text() for f in report.failures)
+    assert report.compiled_calls > 0 and report.llvm_programs > 0
+    assert report.numba_programs < report.llvm_programs
+
+
 def test_generated_programs_are_valid_numpy() -> None:
     """Every program runs on numpy at its first and at new lengths (the generator's contract:
     a failure of tapejit is never the program's fault)."""

@@ -17,9 +17,11 @@ For each program, on arguments whose axes often have equal lengths by coincidenc
     report = run(programs=200, seed=0)
     print(report.summary()); report.failures[0].text()
 
-A tapejit error for a program numpy runs counts as *unsupported*; any other exception, a
-compile that falls back to the interpreter, or a wrong value counts as a failure. A failing
-program is shrunk to the shortest prefix of it (its dead statements removed) that still fails.
+The report counts the compiled programs tapejit's LLVM lowering made (codegen/llvm/) and
+those numba compiled because the lowering does not cover them. A tapejit error for a program
+numpy runs counts as *unsupported*; any other exception, a compile that falls back to the
+interpreter, or a wrong value counts as a failure. A failing program is shrunk to the
+shortest prefix of it (its dead statements removed) that still fails.
 """
 from __future__ import annotations
 
@@ -92,6 +94,8 @@ class Report:
     fd_checked: int = 0         # ... against finite differences (not at a kink)
     numba_calls: int = 0        # calls of numba-backend transforms ...
     compiled_calls: int = 0     # ... that ran compiled code (not the first-call interpreter)
+    llvm_programs: int = 0      # their compiled programs lowered to LLVM by tapejit ...
+    numba_programs: int = 0     # ... and compiled by numba (the lowering did not cover them)
     seconds: float = 0.0
     failures: list[Failure] = dataclasses.field(default_factory=list)
 
@@ -114,7 +118,8 @@ class Report:
                 f"{self.gradients} gradients checked ({self.fd_checked} against finite "
                 f"differences); {self.out_of_range} with an index out of range; "
                 f"{self.compiled_calls} of {self.numba_calls} numba calls ran compiled code; "
-                f"{self.seconds:.1f} s")
+                f"{self.llvm_programs} programs lowered to LLVM, {self.numba_programs} "
+                f"compiled by numba; {self.seconds:.1f} s")
 
 
 def compare(got: Any, want: Any, what: str) -> None:
@@ -206,6 +211,14 @@ class Checker:
         """How many numba-backend calls ran on the interpreter (a new program's first)."""
         compiled = [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
         return sum(t.cache_info()["interpreted"] for t in compiled)
+
+    def codegens(self) -> list[str]:
+        """The generator of each program the numba-backend transforms compiled: "llvm" (the
+        LLVM lowering, codegen/llvm/) or "numba" (where the lowering does not cover it)."""
+        transforms = [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
+        return [p.run.codegen for t in transforms
+                for p in getattr(t, "__wrapped_transform__", t)._cache.values()
+                if hasattr(p.run, "codegen")]
 
     def check_call(self, label: str, args: list[np.ndarray], first: bool) -> None:
         """jit (and grad) on both backends against numpy for one call."""
@@ -338,6 +351,9 @@ def run(programs: int, seed: int = 0, structures: int | None = None, shrinking: 
         report.fd_checked += checker.fd_checked
         report.numba_calls += checker.numba_calls
         report.compiled_calls += checker.numba_calls - checker.interpreted_calls()
+        made = checker.codegens()
+        report.llvm_programs += made.count("llvm")
+        report.numba_programs += made.count("numba")
         report.add(failure)
         report.seconds = time.perf_counter() - start
         if progress is not None:
