@@ -449,10 +449,9 @@ def test_loop_carries_that_trade_buffers():
                                        ("swap", "copy", "rotate", "scan", "keep")], out.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="not covered yet: a scan over the rows of a 2-d array "
-                   "passes `xs[k]` to its body, as the reverse scan of a loop's gradient does "
-                   "(`body1(c, v18[k], v19[k], S)`: '1 indices into a 2-d array')")
 def test_a_scan_over_rows_and_the_gradient_of_a_loop_lower():
+    """The body reads `xs[k]`, a row of a 2-d array (the reverse scan of a loop's gradient
+    too)."""
     x = np.linspace(-1.0, 1.0, 6)
     check(lambda x: np.sum(loop(x) ** 2), (x,), (x * 2,), exact=False, transform=tj.grad)
     check(lambda x: tj.scan(lambda c, v: (c + v, c * v), x[0], x), (x.reshape(2, 3),),
