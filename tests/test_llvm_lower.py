@@ -309,6 +309,24 @@ def test_parallel_reductions_into_a_scalar_and_an_array(settings, budget):
     check(reductions, (x, y), (x[:2], y), exact=False)      # fewer rows than threads
 
 
+def test_parallel_nests_of_integers_float32_and_checked_indices(settings):
+    settings(PARALLEL_MIN_SIZE="4", NUM_THREADS="2")
+    rng = np.random.default_rng(4)
+    x, i = rng.standard_normal((64, 8)), rng.integers(-64, 64, 200)
+    check(lambda x: (np.sum(x > 0), np.sum(x > 0, axis=0), np.sum(x * x, axis=0), x.mean(1)),
+          (x,), (x.astype(np.float32),), exact=False)
+    gather = tj.grad(lambda x, i: np.sum(np.sin(x[i])))
+    check(lambda x, i: np.sum(np.sin(x[i])), (x, i), exact=False, transform=tj.grad)
+    bad = i.copy()
+    bad[150] = 64
+    for call in range(2):          # an index out of range in one chunk of the parallel nest
+        with pytest.raises(tj.IndexOutOfBoundsError, match="index 64 is out of bounds"):
+            gather(x, bad)
+        gather(x, i)
+    program, = runners(gather)
+    assert program.codegen == "llvm" and "numba.prange" in program.source
+
+
 THREE_THREADS = textwrap.dedent("""
     import numpy as np, tapejit as tj
     from tapejit import config
@@ -350,6 +368,16 @@ def test_an_output_that_is_an_input_or_a_reshape_of_one():
     assert out[0][0] is x and out[1][0] is y
     check(lambda x: (x.reshape(2, 3), x, x * 2), (x,), (y,))
     check(lambda x, y: (y, x.reshape(3, 2).T), (x, y))
+
+
+def test_views_and_scalars_as_arguments():
+    """The trampoline reads data pointers: transposed, strided and reversed views are copied
+    to C order first, and Python and numpy scalars become 0-d arrays."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((4, 4)), rng.standard_normal((4, 8))
+    check(lambda a, b, s, k: (a @ b[:, ::2] * s + k, a.sum(axis=0)),
+          (a, b, 2.0, 3), (a.T, b, np.float64(0.5), np.int64(-1)),
+          (a[::-1], b[::-1], np.array(1.5), 2), exact=False)
 
 
 def test_each_call_returns_fresh_outputs():
