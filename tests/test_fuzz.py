@@ -12,7 +12,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from tapejit import cli, randprog, selfcheck
+from tapejit import cli, config, randprog, selfcheck
 from tapejit.selfcheck import generate
 
 SEED = 17            # issue 17
@@ -42,6 +42,26 @@ def test_selfcheck_runs_on_the_llvm_lowering() -> None:
     assert report.ok, "\n".join(f.text() for f in report.failures)
     assert report.compiled_calls > 0 and report.llvm_programs > 0
     assert report.numba_programs < report.llvm_programs
+
+
+def test_selfcheck_programs_with_parallel_nests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same batch with parallel nests from 4 elements on, on 2 threads: the lowering's
+    chunked loops and per-chunk sums agree with numpy."""
+    monkeypatch.setenv("TAPEJIT_PARALLEL_MIN_SIZE", "4")
+    monkeypatch.setenv("TAPEJIT_NUM_THREADS", "2")
+    config.reload()
+    try:
+        parallel = 0
+        for k in range(6):
+            failure, checker = selfcheck.check(generate(selfcheck.program_seed(34, k)), k, k)
+            assert failure is None, failure.text()
+            programs = checker.programs()
+            assert {p.codegen for p in programs} == {"llvm"}
+            parallel += sum("numba.prange" in p.source for p in programs)
+    finally:
+        monkeypatch.undo()
+        config.reload()
+    assert parallel >= 3
 
 
 def test_generated_programs_are_valid_numpy() -> None:

@@ -212,11 +212,11 @@ class Checker:
         compiled = [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
         return sum(t.cache_info()["interpreted"] for t in compiled)
 
-    def codegens(self) -> list[str]:
-        """The generator of each program the numba-backend transforms compiled: "llvm" (the
-        LLVM lowering, codegen/llvm/) or "numba" (where the lowering does not cover it)."""
+    def programs(self) -> list[Any]:
+        """The programs the numba-backend transforms compiled (compile.py's `Compiled`: its
+        `codegen` says "llvm" for the LLVM lowering's, "numba" where it did not cover one)."""
         transforms = [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
-        return [p.run.codegen for t in transforms
+        return [p.run for t in transforms
                 for p in getattr(t, "__wrapped_transform__", t)._cache.values()
                 if hasattr(p.run, "codegen")]
 
@@ -351,7 +351,7 @@ def run(programs: int, seed: int = 0, structures: int | None = None, shrinking: 
         report.fd_checked += checker.fd_checked
         report.numba_calls += checker.numba_calls
         report.compiled_calls += checker.numba_calls - checker.interpreted_calls()
-        made = checker.codegens()
+        made = [p.codegen for p in checker.programs()]
         report.llvm_programs += made.count("llvm")
         report.numba_programs += made.count("numba")
         report.add(failure)
