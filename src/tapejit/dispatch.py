@@ -37,7 +37,7 @@ import operator
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -208,9 +208,13 @@ class CachedTransform:
 
     def cache_info(self) -> dict[str, Any]:
         """Counts of traces, first calls run on the interpreter, compiles, disk loads, cache
-        hits and Python loops re-rolled into scans while tracing, how many programs are kept,
-        and why the last call missed the cache."""
-        return {**self._info, "programs": len(self._cache), "last_miss": self._last_miss}
+        hits and Python loops re-rolled into scans while tracing, how many programs are kept
+        and how many of those each code generator made (`codegen`: tapejit's LLVM lowering,
+        numba), and why the last call missed the cache."""
+        made = Counter(getattr(p.run, "codegen", None) for p in self._cache.values())
+        return {**self._info, "programs": len(self._cache),
+                "codegen": {"llvm": made["llvm"], "numba": made["numba"]},
+                "last_miss": self._last_miss}
 
     def clear(self) -> None:
         """Forget every program (the counts stay)."""
