@@ -420,6 +420,11 @@ class Builder:
         c = self.operand()
         w = self.operand(lambda u: broadcast(u.dims, c.dims) == c.dims)
         kind = self.pick(["fori", "scan", "cond"] if c.dims else ["fori", "cond"])
+        if kind == "fori" and c.dims and self.rng.random() < 0.5:
+            # two carries that trade arrays: the first takes the second's, the second a new one
+            text = (f"tj.fori_loop(0, 3, lambda i, c: (c[1], np.tanh(c[0]) * 0.5 + {w.name}), "
+                    f"({c.name}, {c.name} * 0.5 + {w.name}))[{self.pick([0, 1])}]")
+            return Made(text, c.dims, c.mag + w.mag + 0.5, (c.name, w.name))
         if kind == "fori":
             text = f"tj.fori_loop(0, 2, lambda i, c: np.tanh(c) * 0.5 + {w.name}, {c.name})"
             return Made(text, c.dims, 0.5 + w.mag, (c.name, w.name))
