@@ -81,8 +81,8 @@ def test_generated_programs_are_valid_numpy() -> None:
 
 def test_programs_cover_the_promised_features() -> None:
     """Equal lengths on different axes, broadcasts, reductions, layout, indexing, products,
-    control flow (loop carries that trade arrays too), linear algebra, order statistics and special functions all occur in a few
-    hundred programs."""
+    control flow (loop carries that trade arrays too), linear algebra, order statistics and
+    special functions all occur in a few hundred programs."""
     programs = [generate(selfcheck.program_seed(2, i)) for i in range(400)]
     text = "".join(p.source for p in programs)
     for feature in ("[None]", "[:, None]", "keepdims=True", "axis=", ".T", "reshape", "[1:]",
