@@ -90,8 +90,9 @@ def test_programs_cover_the_promised_features() -> None:
                     "np.dot", "np.where", "np.maximum", "np.exp", "np.log", "np.sqrt", "** 2",
                     "tj.fori_loop", "lambda i, c: (c[1]", "tj.scan", "tj.cond", "i0",
                     "np.take", ".max(", "np.mean", "np.sort", "np.median", "np.linalg.solve",
-                    "np.linalg.cholesky", "np.linalg.inv", "np.linalg.slogdet", "np.percentile", "np.quantile",
-                    "np.cumsum", "sp.erf", "sp.expit", "sp.gammaln", "sp.xlogy"):
+                    "np.linalg.cholesky", "np.linalg.inv", "np.linalg.slogdet",
+                    "np.percentile", "np.quantile", "np.cumsum", "sp.erf", "sp.expit",
+                    "sp.gammaln", "sp.xlogy"):
         assert feature in text, feature
     rng = np.random.default_rng(0)
     shapes = [program.describe(program.draw_sizes(rng)) for program in programs]
