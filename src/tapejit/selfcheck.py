@@ -207,16 +207,18 @@ class Checker:
                 raise RuntimeError(f"compile fell back to the interpreter: {w.message}")
         return out
 
+    def compiled(self) -> list[Any]:
+        """The numba-backend transforms."""
+        return [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
+
     def interpreted_calls(self) -> int:
         """How many numba-backend calls ran on the interpreter (a new program's first)."""
-        compiled = [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
-        return sum(t.cache_info()["interpreted"] for t in compiled)
+        return sum(t.cache_info()["interpreted"] for t in self.compiled())
 
     def programs(self) -> list[Any]:
         """The programs the numba-backend transforms compiled (compile.py's `Compiled`: its
         `codegen` says "llvm" for the LLVM lowering's, "numba" where it did not cover one)."""
-        transforms = [self.jits["numba"]] + ([self.grads["numba"]] if self.grads else [])
-        return [p.run for t in transforms
+        return [p.run for t in self.compiled()
                 for p in getattr(t, "__wrapped_transform__", t)._cache.values()
                 if hasattr(p.run, "codegen")]
 
@@ -351,9 +353,10 @@ def run(programs: int, seed: int = 0, structures: int | None = None, shrinking: 
         report.fd_checked += checker.fd_checked
         report.numba_calls += checker.numba_calls
         report.compiled_calls += checker.numba_calls - checker.interpreted_calls()
-        made = [p.codegen for p in checker.programs()]
-        report.llvm_programs += made.count("llvm")
-        report.numba_programs += made.count("numba")
+        for transform in checker.compiled():
+            made = transform.cache_info()["codegen"]
+            report.llvm_programs += made["llvm"]
+            report.numba_programs += made["numba"]
         report.add(failure)
         report.seconds = time.perf_counter() - start
         if progress is not None:
