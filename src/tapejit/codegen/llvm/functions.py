@@ -109,7 +109,7 @@ def release(body: Any, results: Results) -> None:
 def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...]]:
     """The symbol and output layout of function `name` for arguments of `kinds` (lowered by
     a body of the caller's kind, where new)."""
-    module, key = caller.module, (name, kinds)
+    module, key = caller.module, (name, kinds, caller.in_nest)
     if key in module.defined:
         return module.defined[key]
     node = module.defs.get(name)
@@ -122,7 +122,7 @@ def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...
     module.defined[key] = None                    # recursion is not supported
     text = []
     inner = type(caller)(module, Function(symbol, "", "internal "), "%S", top=False,
-                 statements=node.body)
+                         statements=node.body, in_nest=caller.in_nest)
     for k, (param, kind) in enumerate(zip(params, kinds)):
         if kind[0] == "array":
             dims = tuple(Scalar(f"%a{k}d{d}", I64) for d in range(kind[2]))

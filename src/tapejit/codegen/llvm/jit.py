@@ -51,7 +51,8 @@ from ...cache_trust import UntrustedCacheError, read_own_file, seal, unseal, wri
 from ...config import config
 from ...errors import TapejitError
 
-ENTRY = "tj_entry"            # exported definitions start so; every other one is internal
+ENTRY = "tj_entry"            # exported definitions start so; every other one is internal,
+NEST = "tj_nest"              # but a parallel loop's chunk function compiled apart (lower.py)
 KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
 _log = logging.getLogger("tapejit")
 _kernels: dict[str, bytes] = {}                 # symbol -> bitcode (library.py adds them)
@@ -142,7 +143,7 @@ def _optimised(ir: str) -> llvm.ModuleRef:
                    and f.name not in _externals]:         # array kernels: by address
         module.link_in(_kernel_module(symbol, context))
     for value in (*module.functions, *module.global_variables):
-        if not value.is_declaration and not value.name.startswith(ENTRY):
+        if not value.is_declaration and not value.name.startswith((ENTRY, NEST)):
             value.linkage = llvm.Linkage.internal
     parsed = time.perf_counter()
     optimise(module)
@@ -176,10 +177,15 @@ class Program:
     """Object code loaded into this process; `address(name)` of each export; `close()` frees
     the code (so does garbage collection), after which no address may be called."""
 
-    def __init__(self, obj: bytes, exports: tuple[str, ...]) -> None:
+    def __init__(self, obj: bytes | list[bytes], exports: tuple[str, ...]) -> None:
+        """`obj`: one object file, or several that call each other (one library)."""
         start = time.perf_counter()
-        builder = llvm.JITLibraryBuilder().add_object_img(obj)
-        for symbol in undefined_symbols(obj):
+        objs = [obj] if isinstance(obj, bytes) else obj
+        builder = llvm.JITLibraryBuilder()
+        for o in objs:
+            builder.add_object_img(o)
+        own = {s for o in objs for s in defined_symbols(o)}
+        for symbol in sorted({s for o in objs for s in undefined_symbols(o)} - own):
             builder.import_symbol(symbol, _address(symbol))
         for symbol in exports:
             builder.export_symbol(symbol)
@@ -208,7 +214,7 @@ def _address(symbol: str) -> int:
     """Where `symbol` is in this process (the module docstring's order); raises JitError."""
     if symbol in _externals:
         return _externals[symbol]()
-    address = llvm.address_of_symbol(symbol) or _numba_helper(symbol)
+    address = llvm.address_of_symbol(symbol) or numba_helper(symbol)
     if not address:
         try:
             address = ctypes.cast(_process()[symbol], ctypes.c_void_p).value
@@ -219,7 +225,7 @@ def _address(symbol: str) -> int:
     return address
 
 
-def _numba_helper(symbol: str) -> int | None:
+def numba_helper(symbol: str) -> int | None:
     """numba's C helper `symbol` (numba_gamma, ...: kernels numba compiled call them), from
     its helper library, or its memory manager's `NRT_*` (array kernels call them): the first
     one needed imports numba (not its compiler)."""
@@ -239,6 +245,15 @@ def _process() -> ctypes.CDLL:
 
 def undefined_symbols(obj: bytes) -> list[str]:
     """The names an ELF64 little-endian object file uses but does not define."""
+    return _symbols(obj, defined=False)
+
+
+def defined_symbols(obj: bytes) -> list[str]:
+    """The global names an ELF64 little-endian object file defines."""
+    return _symbols(obj, defined=True)
+
+
+def _symbols(obj: bytes, defined: bool) -> list[str]:
     if obj[:6] != b"\x7fELF\x02\x01":
         raise JitError("tapejit's llvm generator loads 64-bit little-endian ELF object code "
                        "only (Linux on x86-64 or AArch64)")
@@ -251,8 +266,9 @@ def undefined_symbols(obj: bytes) -> list[str]:
             continue
         strings = sections[link][4]
         for at in range(offset + entsize, offset + length, entsize):
-            name, _, _, index = struct.unpack_from("<IBBH", obj, at)
-            if index == 0 and name:         # SHN_UNDEF
+            name, info, _, index = struct.unpack_from("<IBBH", obj, at)
+            # SHN_UNDEF, or a global or weak binding defined in a section
+            if name and (index != 0 and info >> 4 in (1, 2) if defined else index == 0):
                 found.append(obj[strings + name:obj.index(b"\0", strings + name)].decode())
     return found
 

@@ -40,6 +40,8 @@ class Lowered(NamedTuple):
     frames: tuple[Frame, ...]        # then the fresh frames, then the others
     workspace: int                   # then the workspace arrays
     outputs: tuple[tuple[str, int], ...]   # per output: ("input", k) or ("frame", k)
+    parts: tuple[str, ...] = ()      # `ir` as modules to compile apart (on threads): the
+                                     # entry's, then one per parallel loop's chunk function
 
 
 class _Module:
@@ -112,13 +114,45 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
     order = sorted(range(len(module.frames)), key=lambda k: not module.frames[k].fresh)
     position = {k: inputs + n for n, k in enumerate(order)}
     first_w = inputs + len(module.frames)
-    text = "\n".join(sorted(module.declarations)) + "\n\n" + "\n\n".join(module.functions)
-    text = re.sub(r"@@F(\d+)@@", lambda m: str(position[int(m.group(1))]), text)
-    text = re.sub(r"@@W(\d+)@@", lambda m: str(first_w + int(m.group(1))), text)
+    def numbered(text: str) -> str:
+        text = re.sub(r"@@F(\d+)@@", lambda m: str(position[int(m.group(1))]), text)
+        return re.sub(r"@@W(\d+)@@", lambda m: str(first_w + int(m.group(1))), text)
+    head = "\n".join(sorted(module.declarations)) + "\n\n"
+    text = numbered(head + "\n\n".join(module.functions))
+    parts = tuple(numbered(head + part) for part in _parts(module.functions))
     frames = tuple(module.frames[k] for k in order)
     renumber = {k: n for n, k in enumerate(order)}
     outs = tuple((kind, renumber[k] if kind == "frame" else k) for kind, k in outputs)
     workspace = max(module.workspace) + 1 if module.workspace else 0
-    return Lowered(text + "\n", inputs, frames, workspace, outs)
+    return Lowered(text + "\n", inputs, frames, workspace, outs, parts)
+
+
+_NEST = "tj_nest"
+
+
+def _parts(functions: list[str]) -> list[str]:
+    """The functions as modules that compile apart: the entry with the functions it calls;
+    each parallel loop's chunk function (exported) with those it calls (internal copies). The
+    entry's module declares the chunk functions it hands to the runtime."""
+    named = {re.search(r"@(\w+)\(", f).group(1): f for f in functions}   # type: ignore
+    nests = [n for n in named if n.startswith(_NEST)]
+    if not nests:
+        return ["\n\n".join(functions)]
+
+    def closure(name: str) -> list[str]:
+        found, todo = [], [name]
+        while todo:
+            n = todo.pop()
+            if n not in found:
+                found.append(n)
+                todo += [m for m in re.findall(r"@(tj_fn\d+)\b", named[n]) if m in named]
+        return found
+    declare = [f"declare void @{n}(ptr, i64, i64, i64)" for n in nests]
+    entry = [named[n] for n in closure(ENTRY_SYMBOL)]
+    parts = ["\n".join(declare) + "\n\n" + "\n\n".join(entry)]
+    for nest in nests:
+        own = named[nest].replace(f"define internal void @{nest}(", f"define void @{nest}(", 1)
+        parts.append("\n\n".join([own] + [named[n] for n in closure(nest)[1:]]))
+    return parts
 
 

@@ -9,8 +9,10 @@ trampoline (runtime.py `bind`).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import math
+import os
 import threading
 import weakref
 from typing import Any, Sequence
@@ -25,16 +27,27 @@ _loaded: "weakref.WeakValueDictionary[str, jit.Program]" = weakref.WeakValueDict
 _lock = threading.Lock()
 
 
-def _code(ir: str) -> tuple[jit.Program, str]:
-    """The loaded code of `ir`, shared by the programs using it while any lives (then freed),
-    and where it came from: "memory", "disk" or "compiled"."""
+def _code(lowered: Lowered) -> tuple[jit.Program, str]:
+    """The loaded code of a lowered program, shared by the programs using it while any lives
+    (then freed), and where it came from: "memory", "disk" or "compiled". Its parts (the
+    entry's module, each parallel loop's) compile on threads at once: LLVM releases the GIL."""
+    ir = lowered.ir
     with _lock:
         code = _loaded.get(ir)
         if code is not None:
             return code, "memory"
-        obj, from_disk = jit.cached_object(ir, lambda: jit.compile_object(ir))
-        code = _loaded[ir] = jit.Program(obj, (ENTRY_SYMBOL,))
-        return code, "disk" if from_disk else "compiled"
+        parts = lowered.parts or (ir,)
+
+        def build(part: str) -> tuple[bytes, bool]:
+            return jit.cached_object(part, lambda: jit.compile_object(part))
+        workers = min(len(parts), os.cpu_count() or 1)
+        if workers > 1:
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                built = list(pool.map(build, parts))
+        else:
+            built = [build(part) for part in parts]
+        code = _loaded[ir] = jit.Program([obj for obj, _ in built], (ENTRY_SYMBOL,))
+        return code, "disk" if all(disk for _, disk in built) else "compiled"
 
 
 class Program:
@@ -60,7 +73,7 @@ class Program:
 
     def _bind(self) -> Any:
         lowered, sizes = self.lowered, self.sizes
-        code, source = _code(lowered.ir)
+        code, source = _code(lowered)
         self.compiles, self.disk_loads = int(source == "compiled"), int(source == "disk")
         frames = lowered.frames
         env = {"S": [int(v) for v in sizes]}
