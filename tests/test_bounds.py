@@ -6,7 +6,8 @@ let an index touch memory (tests/bounds_memcheck.py runs them under valgrind);
 `TAPEJIT_BOUNDSCHECK=0` leaves them out of the generated source.
 
 Each program runs in both first-call tiers (`tier`): "compile" (the suite's default: the first
-call compiles) and "interpret" (the first call runs on the interpreter, the second compiles).
+call compiles, with the LLVM lowering) and "interpret" (numba's tier, TAPEJIT_CODEGEN=numba:
+the first call runs on the interpreter, the second compiles with numba).
 """
 import os
 import pickle
@@ -27,6 +28,8 @@ from tapejit.ops import sort as ST
 @pytest.fixture(params=["compile", "interpret"])
 def tier(request, monkeypatch):
     monkeypatch.setenv("TAPEJIT_FIRST_CALL", request.param)
+    if request.param == "interpret":
+        monkeypatch.setenv("TAPEJIT_CODEGEN", "numba")
     config.reload()
     yield request.param
     monkeypatch.undo()
