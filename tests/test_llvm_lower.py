@@ -369,6 +369,8 @@ def test_an_output_that_is_an_input_or_a_reshape_of_one():
     assert out[0][0] is x and out[1][0] is y
     check(lambda x: (x.reshape(2, 3), x, x * 2), (x,), (y,))
     check(lambda x, y: (y, x.reshape(3, 2).T), (x, y))
+    check(lambda x: ((x * 2).reshape(3, 2), np.sum(x).reshape(1), (x + 1)[None, :, None],
+                     tj.fori_loop(0, 2, lambda k, c: c + 1.0, x).reshape(2, 3)), (x,), (y,))
 
 
 def test_views_and_scalars_as_arguments():
