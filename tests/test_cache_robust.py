@@ -125,9 +125,10 @@ print(max(errors), info["compiles"], info["disk_loads"])
 """
 
 
-def test_flipped_bit_in_machine_code_recompiles_in_a_new_process(tmp_path):
+@pytest.mark.parametrize("codegen", ["numba", "llvm"])
+def test_flipped_bit_in_machine_code_recompiles_in_a_new_process(tmp_path, codegen):
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path), TAPEJIT_FIRST_CALL="compile",
-               TAPEJIT_BACKEND="numba")
+               TAPEJIT_BACKEND="numba", TAPEJIT_CODEGEN=codegen)
 
     def run() -> tuple[float, int, int]:
         done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True,
@@ -137,7 +138,8 @@ def test_flipped_bit_in_machine_code_recompiles_in_a_new_process(tmp_path):
         return float(error), int(compiles), int(loads)
 
     assert run()[1:] == (1, 0)
-    objects = list(tmp_path.glob("*/__pycache__/tj_*.nbc"))
+    objects = list(tmp_path.glob("*/__pycache__/tj_*.nbc" if codegen == "numba" else
+                                 "*/llvm/obj/*"))
     assert objects
     for path in objects:
         data = bytearray(path.read_bytes())

@@ -61,6 +61,9 @@ class Mkdir:
 class Victim:
     """The user's ordinary program, run in new processes on one cache base."""
 
+    codegen = "numba"    # numba's files are the ones planted (the llvm generator's sealed
+                         # files: tests/test_llvm_jit.py)
+
     def __init__(self, base: Path, markers: Path, prelude: str = "") -> None:
         self.base, self.markers, self.prelude = base, markers, prelude
 
@@ -68,7 +71,7 @@ class Victim:
         """(compiles, disk loads, TapejitWarnings, their text) of a run with right results
         in which no planted pickle ran."""
         env = dict(os.environ, TAPEJIT_CACHE_DIR=str(self.base), TAPEJIT_BACKEND="numba",
-                   TAPEJIT_FIRST_CALL="compile")
+                   TAPEJIT_FIRST_CALL="compile", TAPEJIT_CODEGEN=self.codegen)
         env.pop("TAPEJIT_VERIFY", None)
         done = subprocess.run([sys.executable, "-c", self.prelude + VICTIM], env=env,
                               capture_output=True, text=True, timeout=300)
