@@ -31,6 +31,7 @@ import numpy as np
 from . import threads
 from .cache import load_module
 from .codegen.cpu import ENTRY, Generated, entry_args, generate
+from .codegen.llvm import library_calls
 from .codegen.llvm.emit import NotCovered
 from .codegen.llvm.lower import lower
 from .codegen.llvm.program import Program as LlvmProgram
@@ -143,11 +144,14 @@ class Compiled:
                                    for c, i in zip(convert, positions)], *tail)), ()
 
 
-    def out_of_bounds(self) -> IndexOutOfBoundsError:
-        """The error a call's failed index check recorded (its status slots, cleared)."""
+    def out_of_bounds(self) -> BaseException:
+        """The error a call's failed index check recorded (its status slots, cleared), or
+        that a LAPACK/sorting call of the LLVM lowering's raised (number -1: library_calls.py)."""
         slot = self.status
         number, index, size = (int(v) for v in self.sizes[slot:slot + 3])
         self.sizes[slot] = 0
+        if number == library_calls.FAILED:
+            return library_calls.raised(index)
         op, src, axis = self.checks[number - 1]
         return IndexOutOfBoundsError(index, axis, size, op, src)
 

@@ -146,12 +146,15 @@ class Kit:
 
     def lapack(self, function: str, args: list[str]) -> None:
         """Write a call of codegen/lapack.py's `function` (np.linalg on each matrix of a
-        stack, into the output arrays given)."""
+        stack, into the output arrays given). The program gets status slots: tapejit's
+        LLVM lowering records a failure there (codegen/llvm/library_calls.py)."""
+        self.sizes.status()
         self.line(f"{LAPACK}.{function}({', '.join(args)})")
 
     def sorting(self, function: str, args: list[str]) -> None:
         """Write a call of codegen/sorting.py's `function` (a stable sort of each line, a
-        binary search), writing into the output arrays given."""
+        binary search), writing into the output arrays given; status slots as `lapack`)."""
+        self.sizes.status()
         self.line(f"{SORTING}.{function}({', '.join(args)})")
 
 

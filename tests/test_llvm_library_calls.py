@@ -1,0 +1,176 @@
+"""LAPACK and sorting calls on the llvm path (codegen/llvm/library_calls.py, array_kernels.py):
+programs calling codegen/lapack.py's and sorting.py's functions are lowered by tapejit's own
+LLVM lowering (`Compiled.codegen == "llvm"`), run compiled from the first call, and equal the
+interpreter (here, and through conftest.py's TAPEJIT_VERIFY on every call).
+
+Covered: every lapack function (solve, slogdet, cholesky, eigh, svd reduced and full, qr,
+pinv) on stacks of float64 and float32 matrices, first and later calls and a new batch size;
+their gradients; 1x1 matrices and empty batches; numba's LinAlgError with numba's message
+(a matrix not positive definite, a singular one, an SVD of NaN) on the first and later calls,
+the program still right afterwards; sort and searchsorted with NaN, ties, signed zeros,
+integers; a kernel in a new process, loaded from the disk cache.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit.compile import Compiled
+
+from test_linalg import _everything, _inputs, _weighted
+
+LinAlgError = np.linalg.LinAlgError
+pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
+    monkeypatch.setenv("TAPEJIT_CODEGEN", "llvm")
+    from tapejit import config
+    config.reload()
+    yield
+    monkeypatch.undo()
+    config.reload()
+
+
+def _on_llvm(transform) -> None:
+    """Every program `transform` holds is the LLVM lowering's, and no call was interpreted."""
+    transform = getattr(transform, "__wrapped_transform__", transform)
+    programs = [p.run for p in transform._cache.values()]
+    assert programs and all(isinstance(p, Compiled) for p in programs)
+    assert {p.codegen for p in programs} == {"llvm"}
+    assert transform.cache_info()["interpreted"] == 0
+
+
+def _same(got, want, rtol: float) -> None:
+    got, want = tj.pytree.flatten(got)[0], tj.pytree.flatten(want)[0]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True)
+
+
+def _check(fn, calls, rtol, transform=tj.jit):
+    compiled, interpreted = transform(fn), transform(fn, backend="interpret")
+    for args in calls:
+        _same(compiled(*args), interpreted(*args), rtol)
+    _on_llvm(compiled)
+
+
+# ---- np.linalg -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_lapack_function_on_stacks(dtype):
+    """solve, slogdet, cholesky, eigh, svd, qr, pinv (and what numpy_api builds of them) on
+    (2, 3) stacks: the interpreter's values on the first and a later call, and for a new batch
+    size, from the program the lowering made."""
+    rtol = 1e-9 if dtype == np.float64 else 2e-4
+    _check(_everything, [_inputs((2, 3), dtype), _inputs((2, 3), dtype, seed=1),
+                         _inputs((5, 1), dtype, seed=2)], rtol)
+
+
+def test_full_svd_and_gradients():
+    """svd with full_matrices=True (a scalar argument of the kernel) and the gradient of every
+    primitive, compiled on llvm, equal the interpreter's."""
+    def full(t):
+        u, s, vt = np.linalg.svd(t, full_matrices=True)
+        return np.abs(u), s, np.abs(vt)
+    _check(full, [_inputs((2,))[2:3]] * 2, 1e-9)
+    _check(_weighted, [_inputs((2,))] * 2, 1e-8,
+           transform=lambda f, **kw: tj.value_and_grad(f, argnums=(0, 1, 2, 3), **kw))
+
+
+def test_one_by_one_and_empty_batches():
+    """1x1 matrices, and stacks of no matrices (the kernel runs no LAPACK call)."""
+    def fn(a, b):
+        sign, logdet = np.linalg.slogdet(a)
+        return np.linalg.solve(a, b), np.linalg.cholesky(a), np.linalg.eigh(a)[0], sign, logdet
+    one = (np.full((3, 1, 1), 2.0), np.ones((3, 1, 2)))
+    empty = (np.zeros((0, 2, 2)), np.zeros((0, 2, 1)))
+    _check(fn, [one, one], 1e-12)
+    _check(fn, [empty, empty], 0)
+
+
+@pytest.mark.parametrize("fn, bad, message", [
+    (np.linalg.cholesky, -np.eye(3), "Matrix is not positive definite."),
+    (lambda a: np.linalg.solve(a, np.ones(2)), np.array([[1.0, 2.0], [2.0, 4.0]]),
+     "Matrix is singular to machine precision."),
+    (lambda a: np.linalg.svd(a)[1], np.array([[1.0, np.nan], [0.0, 1.0]]),
+     "Array must not contain infs or NaNs.")])
+def test_linalg_errors_are_numbas(fn, bad, message):
+    """A failing LAPACK call raises numba's LinAlgError with numba's message on the first and
+    a later call; the same program then computes right (its status slot was cleared)."""
+    compiled = tj.jit(fn)
+    good = np.array([[4.0, 2.0, 0.0], [2.0, 3.0, 0.5], [0.0, 0.5, 2.0]])[:bad.shape[0], :bad.shape[1]]
+    for _ in range(2):
+        with pytest.raises(LinAlgError) as caught:
+            compiled(bad)
+        assert str(caught.value) == message
+        _same(compiled(good), fn(good), 1e-12)
+    _on_llvm(compiled)
+
+
+def test_failure_among_several_calls():
+    """Of three choleskys (a Python loop, unrolled), the second fails: the call raises (the
+    third never runs), and later calls of the program are right."""
+    def fn(a):
+        total = 0.0
+        for k in range(a.shape[0]):
+            total = total + np.sum(np.linalg.cholesky(a[k] * (k + 1.0)))
+        return total
+    compiled = tj.jit(fn)
+    good = np.stack([np.eye(2) * (k + 2) for k in range(3)])
+    bad = good.copy()
+    bad[1] = -np.eye(2)
+    for _ in range(2):
+        with pytest.raises(LinAlgError, match="positive definite"):
+            compiled(bad)
+        np.testing.assert_allclose(compiled(good), fn(good), rtol=1e-12)
+    _on_llvm(compiled)
+
+
+# ---- sorting ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_sort_and_searchsorted(dtype):
+    """Sorts along each axis, argsort (stable: ties keep their order), searchsorted on both
+    sides, on values with ties (and for floats NaN, inf and both zeros)."""
+    def fn(x, v):
+        s = np.sort(x[0, :, 0])
+        return (np.sort(x, axis=1), np.argsort(x, axis=0, kind="stable"), np.sort(x, axis=None),
+                np.searchsorted(s, v), np.searchsorted(s, v, side="right"))
+    rng = np.random.default_rng(0)
+    x = rng.integers(-3, 4, (3, 5, 4)).astype(dtype)
+    v = np.array([-3, 0, 1, 2, 5, -9], dtype)
+    if x.dtype.kind == "f":
+        x[0, 1, 2], x[1, 0, 0], x[2, 3, 1], x[0, 4, 3] = np.nan, -0.0, np.inf, -np.inf
+        v = np.append(v, [np.nan, -0.0, np.inf]).astype(dtype)
+    _check(fn, [(x, v), (x[:, ::-1].copy(), v[::-1].copy())], 0)
+
+
+def test_kernels_load_in_a_new_process(tmp_path):
+    """A second process finds the kernels on disk: its program runs compiled on llvm with no
+    numba compile (numba's compiler never builds its CPU target)."""
+    script = textwrap.dedent("""
+        import numpy as np, tapejit as tj
+        f = tj.jit(lambda a, b: (np.linalg.solve(a, b), np.sort(b)))
+        a, b = np.eye(3) * 2.0, np.array([3.0, 1.0, 2.0])
+        x, s = f(a, b)
+        assert np.allclose(x, b / 2) and list(s) == [1.0, 2.0, 3.0]
+        import sys
+        registry = sys.modules.get("numba.core.registry")    # numba's compiler made a target?
+        print([p.run.codegen for p in f._cache.values()],
+              registry is not None and "_toplevel_target_context" in vars(registry.cpu_target))
+    """)
+    env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path), TAPEJIT_FIRST_CALL="compile",
+               TAPEJIT_VERIFY="0", TAPEJIT_CODEGEN="llvm")
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
+    assert runs[1].stdout.split() == ["['llvm']", "False"], runs[1].stdout
