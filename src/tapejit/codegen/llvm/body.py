@@ -21,7 +21,7 @@ from . import functions
 from .emit import (BOOL, I64, Array, ArrayVar, Frame, Function, Local, NotCovered, Scalar, constant,
                    mem, reg)
 from .expr import Expressions, cast, parse_dtype
-from .library_calls import is_library_call, library_call
+from .library_calls import is_library_call, library_call, return_if_failed
 from .parallel import parallel_loop
 
 Shaped = tuple[tuple[str, np.dtype], ...]    # per array: its shape over S (source), dtype
@@ -41,6 +41,7 @@ class Body(Expressions):
                          if isinstance(t, ast.Name))
         self.multi = {name for name, c in counts.items() if c > 1}
         self.results: list[functions.Results] = []   # call sites (their outputs are freed)
+        self.drops: list[tuple[str, str, str]] = []   # (buffer, i1: owned and let go, var)
         self.nonnegative: set[str] = set()
         self.loaded: dict[int, Scalar] = {}
         self.loops: list[tuple[str, str, list[str]]] = []   # (continue to, break to, mallocs)
@@ -119,9 +120,6 @@ class Body(Expressions):
         if isinstance(value, ast.Call) and ast.unparse(value.func) == "tj_blas.matmul":
             self.matmul(value.args)
             return
-        if is_library_call(value):
-            library_call(self, value)
-            return
         raise NotCovered(f"call {ast.unparse(value)[:60]}")
 
     def _stmt_AugAssign(self, node: ast.AugAssign) -> None:
@@ -142,6 +140,7 @@ class Body(Expressions):
         if isinstance(target, ast.Name) and isinstance(value, ast.Call) \
                 and getattr(value.func, "id", None) in self.module.defs:
             self.env[target.id] = functions.call(self, value)
+            return_if_failed(self, value, self.env[target.id])
             return
         if isinstance(target, ast.Name) and self._is_array(value):
             if target.id in self.multi:
@@ -169,7 +168,8 @@ class Body(Expressions):
         old, was = f.op(f"load ptr, ptr {var.ptr}"), f.op(f"load i1, ptr {var.owned}")
         same = f.op(f"icmp eq ptr {old}, {value.ptr}")
         drop = f.op(f"and i1 {was}, {f.op(f'xor i1 {same}, true')}")
-        f.do(f"call void @free(ptr {f.op(f'select i1 {drop}, ptr {old}, ptr null')})")
+        self.drops.append((old, drop, name))      # freed, or handed over: `_settle_drops`
+        f.do(f";@@DROP{len(self.drops) - 1}")
         kept = f.op(f"and i1 {same}, {was}")
         f.do(f"store i1 {f.op(f'or i1 {owned}, {kept}')}, ptr {var.owned}")
         f.do(f"store ptr {value.ptr}, ptr {var.ptr}")
@@ -194,16 +194,56 @@ class Body(Expressions):
             return "false"
         raise NotCovered(f"a function returning a view or temporary ({root})")
 
+    def _settle_drops(self) -> None:
+        """Where an array variable let go of a buffer it owned: another variable or a call's
+        result that holds the same buffer takes it over (carries that trade buffers: a swap,
+        a rotation, a body returning its argument); where none does, it is freed. Written once
+        the function's variables and call sites are all known."""
+        f = self.fn
+        holders = [(n, v) for n, v in self.env.items() if isinstance(v, ArrayVar)]
+        for k, (old, drop, name) in enumerate(self.drops):
+            at = f.lines.index(f"  ;@@DROP{k}")
+            lines, terminated = f.lines, f.terminated
+            f.lines, f.terminated, found = [], False, "false"
+            for other, var in holders:
+                if other != name:
+                    found = self._hand(var.ptr, var.owned, old, drop, found)
+            for results in self.results:
+                found = functions.adopt(self, results, old, drop, found)
+            free = f.op(f"and i1 {drop}, {f.op(f'xor i1 {found}, true')}")
+            f.do(f"call void @free(ptr {f.op(f'select i1 {free}, ptr {old}, ptr null')})")
+            lines[at:at + 1] = f.lines
+            f.lines, f.terminated = lines, terminated
+
+    def _hand(self, ptr_slot: str, owned_slot: str, old: str, drop: str, found: str) -> str:
+        """The variable whose slots are given takes over `old` if it holds it and nobody took
+        it yet; returns whether somebody has."""
+        f = self.fn
+        held = f.op(f"icmp eq ptr {f.op(f'load ptr, ptr {ptr_slot}')}, {old}")
+        free = f.op(f"xor i1 {found}, true")
+        hit = f.op(f"and i1 {drop}, {f.op(f'and i1 {held}, {free}')}")
+        owned = f.op(f"or i1 {f.op(f'load i1, ptr {owned_slot}')}, {hit}")
+        f.do(f"store i1 {owned}, ptr {owned_slot}")
+        return f.op(f"or i1 {found}, {hit}")
+
     def finish(self) -> None:
         """Free what the function still owns: array variables' and calls' buffers, and its
         top-level allocations."""
+        self._settle_drops()
+        self.free_owned()
+
+    def free_owned(self, skip: Any = None) -> None:
+        """Free the array variables' and call sites' buffers (but call site `skip`'s) and the
+        top-level allocations: at the end, or where the function returns early (a failed
+        library call: library_calls.py)."""
         f = self.fn
         for var in [v for v in self.env.values() if isinstance(v, ArrayVar)]:
             owned = f.op(f"load i1, ptr {var.owned}")
             ptr = f.op(f"load ptr, ptr {var.ptr}")
             f.do(f"call void @free(ptr {f.op(f'select i1 {owned}, ptr {ptr}, ptr null')})")
         for results in self.results:
-            functions.release(self, results)
+            if results is not skip:
+                functions.release(self, results)
         for ptr in self.mallocs.values():
             f.do(f"call void @free(ptr {ptr})")
 

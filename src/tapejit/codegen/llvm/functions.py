@@ -94,6 +94,24 @@ def take(body: Any, root: str) -> str:
     return owned
 
 
+def adopt(body: Any, results: Results, old: str, drop: str, found: str) -> str:
+    """A call site's array output that holds `old` takes it over (owns it) where `drop` and
+    nobody took it yet (`found`); returns whether somebody has (an i1)."""
+    f = body.fn
+    for out in results.layout:
+        if not out.array:
+            continue
+        ptr = f.op(f"load i64, ptr {_cell(f, results.cells, out.cell)}")
+        held = f.op(f"icmp eq i64 {ptr}, {f.op(f'ptrtoint ptr {old} to i64')}")
+        free = f.op(f"xor i1 {found}, true")
+        hit = f.op(f"and i1 {drop}, {f.op(f'and i1 {held}, {free}')}")
+        at = _cell(f, results.cells, out.cell + 1)
+        owned = f.op(f"or i64 {f.op(f'load i64, ptr {at}')}, {f.op(f'zext i1 {hit} to i64')}")
+        f.do(f"store i64 {owned}, ptr {at}")
+        found = f.op(f"or i1 {found}, {hit}")
+    return found
+
+
 def release(body: Any, results: Results) -> None:
     """Free the call site's owned array outputs (free(NULL) where not owned)."""
     f = body.fn

@@ -83,6 +83,7 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
         value = g.op(f"load {reg(local.dtype)}, ptr {local.slot}")
         at = g.op(f"getelementptr {mem(local.dtype)}, ptr {ptr}, i64 %chunk")
         g.do(f"store {reg(local.dtype)} {value}, ptr {at}")
+    inner.finish()
     module.functions.append(g.text())
 
     ctx = f.slot(f"[{max(1, len(cells))} x i64]")
