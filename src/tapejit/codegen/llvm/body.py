@@ -120,6 +120,9 @@ class Body(Expressions):
         if isinstance(value, ast.Call) and ast.unparse(value.func) == "tj_blas.matmul":
             self.matmul(value.args)
             return
+        if is_library_call(value):
+            library_call(self, value)
+            return
         raise NotCovered(f"call {ast.unparse(value)[:60]}")
 
     def _stmt_AugAssign(self, node: ast.AugAssign) -> None:
