@@ -7,7 +7,8 @@ Covered: every lapack function (solve, slogdet, cholesky, eigh, svd reduced and 
 pinv) on stacks of float64 and float32 matrices, first and later calls and a new batch size;
 their gradients; 1x1 matrices and empty batches; numba's LinAlgError with numba's message
 (a matrix not positive definite, a singular one, an SVD of NaN) on the first and later calls,
-the program still right afterwards; sort and searchsorted with NaN, ties, signed zeros,
+the program still right afterwards, also where the call is in a scan's body, a fori loop's
+or a branch; sort and searchsorted with NaN, ties, signed zeros,
 integers; a kernel in a new process, loaded from the disk cache.
 """
 from __future__ import annotations
@@ -133,6 +134,38 @@ def test_failure_among_several_calls():
         with pytest.raises(LinAlgError, match="positive definite"):
             compiled(bad)
         np.testing.assert_allclose(compiled(good), fn(good), rtol=1e-12)
+    _on_llvm(compiled)
+
+
+def test_failures_in_loop_bodies_and_branches():
+    """Library calls in functions of the module (a scan's body, a fori loop's, a branch) are
+    lowered too: values equal the interpreter's; a cholesky failing in the 3rd of 4 scan steps
+    raises numba's LinAlgError from every caller on the first and later calls, and the
+    program is right afterwards."""
+    def chol_scan(a):
+        def step(c, x):
+            return c + np.sum(np.linalg.cholesky(x) * c), np.linalg.slogdet(x)[1]
+        return tj.scan(step, 1.0, a)
+
+    def iterate(a, b):        # x <- x + solve(a, b - a x) / 2, three times (an array carry)
+        return tj.fori_loop(0, 3, lambda i, x: x + np.linalg.solve(a, b - a @ x) * 0.5,
+                            np.zeros_like(b))
+
+    def branch(a, flag):
+        return tj.cond(flag > 0, lambda m: np.sort(m[0]), lambda m: np.linalg.eigh(m)[0],
+                       a)
+    good = np.stack([np.eye(2) * (k + 2) + 0.5 for k in range(4)])
+    _check(chol_scan, [(good,), (good[:3],)], 1e-12)
+    a = np.array([[4.0, 1.0], [1.0, 3.0]])
+    _check(iterate, [(a, np.array([1.0, 2.0])), (a * 2, np.array([3.0, 1.0]))], 1e-12)
+    _check(branch, [(a, 1), (a, 0), (a, 1)], 1e-12)
+    compiled, bad = tj.jit(chol_scan), good.copy()
+    bad[2] = -np.eye(2)
+    for _ in range(2):
+        with pytest.raises(LinAlgError) as caught:
+            compiled(bad)
+        assert str(caught.value) == "Matrix is not positive definite."
+        _same(compiled(good), chol_scan(good), 1e-12)
     _on_llvm(compiled)
 
 
