@@ -41,6 +41,7 @@ class Body(Expressions):
                          if isinstance(t, ast.Name))
         self.multi = {name for name, c in counts.items() if c > 1}
         self.results: list[functions.Results] = []   # call sites (their outputs are freed)
+        self.drops: list[tuple[str, str, str]] = []   # (buffer, i1: owned and let go, var)
         self.nonnegative: set[str] = set()
         self.loaded: dict[int, Scalar] = {}
         self.loops: list[tuple[str, str, list[str]]] = []   # (continue to, break to, mallocs)
@@ -170,7 +171,8 @@ class Body(Expressions):
         old, was = f.op(f"load ptr, ptr {var.ptr}"), f.op(f"load i1, ptr {var.owned}")
         same = f.op(f"icmp eq ptr {old}, {value.ptr}")
         drop = f.op(f"and i1 {was}, {f.op(f'xor i1 {same}, true')}")
-        f.do(f"call void @free(ptr {f.op(f'select i1 {drop}, ptr {old}, ptr null')})")
+        self.drops.append((old, drop, name))      # freed, or handed over: `_settle_drops`
+        f.do(f";@@DROP{len(self.drops) - 1}")
         kept = f.op(f"and i1 {same}, {was}")
         f.do(f"store i1 {f.op(f'or i1 {owned}, {kept}')}, ptr {var.owned}")
         f.do(f"store ptr {value.ptr}, ptr {var.ptr}")
@@ -195,9 +197,42 @@ class Body(Expressions):
             return "false"
         raise NotCovered(f"a function returning a view or temporary ({root})")
 
+    def _settle_drops(self) -> None:
+        """Where an array variable let go of a buffer it owned: another variable or a call's
+        result that holds the same buffer takes it over (carries that trade buffers: a swap,
+        a rotation, a body returning its argument); where none does, it is freed. Written once
+        the function's variables and call sites are all known."""
+        f = self.fn
+        holders = [(n, v) for n, v in self.env.items() if isinstance(v, ArrayVar)]
+        for k, (old, drop, name) in enumerate(self.drops):
+            at = f.lines.index(f"  ;@@DROP{k}")
+            lines, terminated = f.lines, f.terminated
+            f.lines, f.terminated, found = [], False, "false"
+            for other, var in holders:
+                if other != name:
+                    found = self._hand(var.ptr, var.owned, old, drop, found)
+            for results in self.results:
+                found = functions.adopt(self, results, old, drop, found)
+            free = f.op(f"and i1 {drop}, {f.op(f'xor i1 {found}, true')}")
+            f.do(f"call void @free(ptr {f.op(f'select i1 {free}, ptr {old}, ptr null')})")
+            lines[at:at + 1] = f.lines
+            f.lines, f.terminated = lines, terminated
+
+    def _hand(self, ptr_slot: str, owned_slot: str, old: str, drop: str, found: str) -> str:
+        """The variable whose slots are given takes over `old` if it holds it and nobody took
+        it yet; returns whether somebody has."""
+        f = self.fn
+        held = f.op(f"icmp eq ptr {f.op(f'load ptr, ptr {ptr_slot}')}, {old}")
+        free = f.op(f"xor i1 {found}, true")
+        hit = f.op(f"and i1 {drop}, {f.op(f'and i1 {held}, {free}')}")
+        owned = f.op(f"or i1 {f.op(f'load i1, ptr {owned_slot}')}, {hit}")
+        f.do(f"store i1 {owned}, ptr {owned_slot}")
+        return f.op(f"or i1 {found}, {hit}")
+
     def finish(self) -> None:
         """Free what the function still owns: array variables' and calls' buffers, and its
         top-level allocations."""
+        self._settle_drops()
         self.free_owned()
 
     def free_owned(self, skip: Any = None) -> None:
