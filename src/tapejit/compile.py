@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import threads
-from .cache import load_module
+from .cache import load_module, program_hash
 from .codegen.cpu import ENTRY, Generated, entry_args, generate
 from .codegen.llvm import library_calls
 from .codegen.llvm.emit import NotCovered
@@ -108,7 +108,7 @@ class Compiled:
                 raise NotCovered("the LLVM lowering does not cover this program")
             self.program = load_module(self.source, ENTRY)
             self.tail = (self.sizes, self.workspace)
-        dump(self.program.modname, tape, self.source, self.sizes)   # TAPEJIT_DUMP
+        dump(f"tj_{program_hash(self.source)}", tape, self.source, self.sizes)   # TAPEJIT_DUMP
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
         args = (*entry_args(self.tape, leaves), *self.tail)

@@ -94,8 +94,9 @@ def _restore(cls: type, token: str, state: dict[str, Any]) -> "CachedTransform":
 def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
     """What calls of a transform did, from its `cache_info()` before and after them."""
     new = {k: after[k] - before[k] for k in ("traces", "interpreted", "compiles", "disk_loads")}
+    by_llvm = after["codegen"]["llvm"] > before["codegen"]["llvm"]
     done = [what for k, what in (("interpreted", "run on the numpy interpreter"),
-                                 ("compiles", "numba compile"),
+                                 ("compiles", "LLVM compile" if by_llvm else "numba compile"),
                                  ("disk_loads", "loaded from the disk cache")) if new[k]]
     if new["traces"]:
         done = ["trace + differentiate"] + (done or ["a program compiled before"])
