@@ -524,10 +524,8 @@ def test_a_while_loop_with_an_array_in_its_carry_lowers():
                                   (0, v))[1], (x,), (x * 2,), exact=False)
 
 
-@pytest.mark.xfail(strict=True, reason="not covered yet: a cumulative sum's gradient loops "
-                   "backwards (`range(n - 1, -1, -1)`: 'a range with a step that is not a "
-                   "positive constant'); the only fallback left in 300 random programs")
 def test_the_gradient_of_a_cumulative_sum_lowers():
+    """Its backward pass loops backwards (`range(n - 1, -1, -1)`)."""
     x = np.linspace(-1.0, 1.0, 5)
     check(lambda x: np.sum(np.cumsum(x) ** 2), (x,), exact=False, transform=tj.grad)
 

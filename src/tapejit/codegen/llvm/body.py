@@ -437,7 +437,8 @@ class Body(Expressions):
         f.start(head)
         i, nxt = f.fresh("i"), f.fresh("n")
         f.do(f"{i} = phi i64 [{lo.ref}, %{before}], [{nxt}, %{latch}]")
-        f.cond_branch(f.op(f"icmp slt i64 {i}, {hi.ref}"), inside, done)
+        f.cond_branch(f.op(f"icmp {'slt' if step > 0 else 'sgt'} i64 {i}, {hi.ref}"),
+                      inside, done)
         f.start(inside)
         allocated: list[str] = [] if mallocs is None else mallocs
         self.loops.append((latch, done, allocated))
@@ -467,10 +468,10 @@ class Body(Expressions):
         lo, hi = (constant(0, I64), bounds[0]) if len(bounds) == 1 else bounds[:2]
         step = 1
         if len(bounds) == 3:
-            if not (bounds[2].ref.isdigit() and int(bounds[2].ref) > 0):
-                raise NotCovered("a range with a step that is not a positive constant")
+            if not (bounds[2].ref.lstrip("-").isdigit() and int(bounds[2].ref) != 0):
+                raise NotCovered("a range with a step that is not a constant")
             step = int(bounds[2].ref)
-        if lo.ref.isdigit():
+        if lo.ref.isdigit() and step > 0:
             self.nonnegative.add(name)
         else:
             self.nonnegative.discard(name)

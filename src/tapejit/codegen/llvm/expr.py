@@ -180,6 +180,9 @@ class Expressions:
         return self.load(array, _parts(node.slice))
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Scalar:
+        if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+                and type(node.operand.value) in (int, float):      # a negative literal
+            return self._Constant(ast.Constant(-node.operand.value))
         x = self.scalar(node.operand)
         if isinstance(node.op, ast.Not):
             b = cast(self.fn, x, BOOL)
