@@ -516,9 +516,8 @@ def test_buffers_made_in_loops_are_freed():
     assert _resident_mb() - before < 8      # a leak: >= 15 MB per program
 
 
-@pytest.mark.xfail(strict=True, reason="not covered yet: a helper called in a while test "
-                   "(`while body0(c0, c1, S)[0]:`, 'an array where a scalar is read')")
 def test_a_while_loop_with_an_array_in_its_carry_lowers():
+    """Its test calls a function of the module (`while body0(c0, c1, S)[0]:`)."""
     x = np.linspace(-1.0, 1.0, 5)
     check(lambda v: tj.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 1.1),
                                   (0, v))[1], (x,), (x * 2,), exact=False)

@@ -360,6 +360,9 @@ class Body(Expressions):
 
     def _Subscript(self, node: ast.Subscript) -> Scalar:
         base = self.env.get(getattr(node.value, "id", None))
+        if isinstance(node.value, ast.Call) and \
+                getattr(node.value.func, "id", None) in self.module.defs:
+            base = functions.call(self, node.value)     # `f(...)[k]`: a while loop's test
         if isinstance(base, functions.Results):
             value = functions.output(self, base, _constant(node.slice))
             if not isinstance(value, Scalar):
