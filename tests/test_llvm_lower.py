@@ -111,7 +111,8 @@ INT64_MIN_BY_MINUS_ONE = textwrap.dedent("""
 
 
 @pytest.mark.xfail(strict=True, reason="int64 min // -1 kills the process with SIGFPE on both "
-                   "generators (numba's floor_divide and lower.py's sdiv); numpy gives int64 min")
+                   "generators (numba's floor_divide kernel, which the lowering calls too; "
+                   "expr.py's `//` divides the same way); numpy gives int64 min")
 def test_int64_min_floor_divided_by_minus_one_is_numpys():
     out = _child(INT64_MIN_BY_MINUS_ONE)
     assert out.returncode == 0 and out.stdout.split() == ["[-9223372036854775808,", "3]",
