@@ -12,6 +12,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("TAPEJIT_BACKEND", "numba")
 os.environ.setdefault("TAPEJIT_FIRST_CALL", "compile")
 os.environ.setdefault("TAPEJIT_VERIFY", "1")
+# The LLVM lowering's kernels are compiled by numba once per machine: one library for the whole
+# run (both xdist workers, their child processes), whatever cache directory a test uses
+os.environ.setdefault("TAPEJIT_LIBRARY_DIR", os.path.join(
+    __import__("tempfile").gettempdir(), f"tapejit-test-library-{os.getuid()}"))
 
 
 @pytest.fixture

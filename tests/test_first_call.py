@@ -212,7 +212,8 @@ def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
         "tapejit: compiling value_and_grad(_loss) — 21 ops (TAPEJIT_LOG=info shows each compile)"]
 
 
-def test_a_quick_compile_is_not_announced(caplog):
+def test_a_quick_compile_is_not_announced(caplog, monkeypatch):
+    _llvm(monkeypatch)                   # milliseconds, whatever the machine's load
     f = tj.jit(lambda x: x + 1.0)
     with caplog.at_level("INFO"):        # an application logging at INFO sees each compile
         f(np.ones(3))
@@ -223,9 +224,9 @@ def test_a_quick_compile_is_not_announced(caplog):
 
 def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
     _compile_once(_loss, monkeypatch, "info")
-    err = capfd.readouterr().err
-    assert err.startswith("tapejit: compiled value_and_grad(_loss) — 21 ops in ") and \
-        err.endswith(" s\n"), err
+    err = capfd.readouterr().err       # (a compile slower than a second announces itself first)
+    assert err.splitlines()[-1].startswith("tapejit: compiled value_and_grad(_loss) — 21 ops "
+                                           "in ") and err.endswith(" s\n"), err
     script = ("import numpy as np, tapejit as tj\n"
               "def loss(w, x):\n    return np.sum(np.cos(x @ w) * 3.0)\n"
               "tj.grad(loss)(np.ones((3, 2)), np.ones((4, 3)))\n")

@@ -31,6 +31,7 @@ def cache_dir(tmp_path_factory, monkeypatch):
     """One cache directory for the module's tests (kernels compile once)."""
     base = tmp_path_factory.getbasetemp() / "llvm-jit-cache"
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(base))
+    monkeypatch.delenv("TAPEJIT_LIBRARY_DIR", raising=False)    # the kernels under `base`
     reload_config()
     yield base
     monkeypatch.undo()
@@ -248,6 +249,7 @@ def fresh_process(base, calls: list[str], x: np.ndarray) -> tuple[bool, bool, np
     making `calls`' kernels and a loop of the first on `x`."""
     script = FRESH.format(tests=os.path.dirname(__file__), calls=calls, x=x.tobytes().hex())
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(base)}
+    env.pop("TAPEJIT_LIBRARY_DIR", None)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -121,6 +121,13 @@ def sealed_dir(*inner: str) -> Root:
     return Root(_checked(*inner), _open_root().key)
 
 
+def library_dir(*inner: str) -> Root:
+    """`sealed_dir` for library code compiled once per machine (the llvm generator's kernels
+    and runtime): under TAPEJIT_LIBRARY_DIR where it is set, else the cache's."""
+    base = config().library_dir or config().cache_dir
+    return Root(checked_dir(base, _tag(), *inner), open_root(base, _tag()).key)
+
+
 def _writable(folder: Path) -> bool:
     try:
         tempfile.TemporaryFile(dir=folder).close()

@@ -38,6 +38,9 @@
   default): tapejit lowers the program to LLVM IR itself (codegen/llvm/) and compiles it in
   milliseconds, falling back to numba for what it does not cover; "numba": numba compiles
   every program (the reference).
+- `TAPEJIT_LIBRARY_DIR=dir`: where the LLVM lowering's library (its kernels, compiled by numba
+  once per machine, and its runtime) is kept, so that several cache directories share it
+  (default: inside `TAPEJIT_CACHE_DIR`); checked and sealed like the cache.
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -69,6 +72,7 @@ class Config:
     cuda_tf32: bool = False
     boundscheck: bool = True
     codegen: str = "llvm"
+    library_dir: Path | None = None
 
 
 def _flag(name: str) -> bool:
@@ -110,6 +114,7 @@ def _default_cache_dir() -> Path:
 def _read() -> Config:
     cache = os.environ.get("TAPEJIT_CACHE_DIR")
     dump = os.environ.get("TAPEJIT_DUMP", "").strip()
+    library = os.environ.get("TAPEJIT_LIBRARY_DIR", "").strip()
     return Config(
         cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
         disable_jit=_flag("TAPEJIT_DISABLE_JIT"),
@@ -127,6 +132,7 @@ def _read() -> Config:
         cuda_tf32=_flag("TAPEJIT_CUDA_TF32"),
         boundscheck=os.environ.get("TAPEJIT_BOUNDSCHECK", "1").strip().lower() not in _FALSE,
         codegen=_choice("TAPEJIT_CODEGEN", ("llvm", "numba")),
+        library_dir=Path(library).expanduser() if library else None,
     )
 
 

@@ -52,6 +52,7 @@ from ...config import config
 from ...errors import TapejitError
 
 ENTRY = "tj_entry"            # exported definitions start so; every other one is internal,
+LIBRARY = ("lib", "runtime")   # cached_bytes folders of library code (TAPEJIT_LIBRARY_DIR)
 NEST = "tj_nest"              # but a parallel loop's chunk function compiled apart (lower.py)
 KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
 _log = logging.getLogger("tapejit")
@@ -287,7 +288,7 @@ def cached_bytes(folder: str, key: str, build: Callable[[], bytes]) -> tuple[byt
     `<cache root>/llvm/<folder>/` where a sealed file holds it, else built and written there."""
     name = hashlib.sha256(_stamp() + key.encode()).hexdigest()[:40]
     try:
-        root = cache.sealed_dir("llvm", folder)
+        root = (cache.library_dir if folder in LIBRARY else cache.sealed_dir)("llvm", folder)
     except OSError as err:
         cache.warn_memory_only(config().cache_dir, err)
         return build(), False
