@@ -32,6 +32,7 @@ from . import threads
 from .cache import load_module, program_hash
 from .codegen.cpu import ENTRY, Generated, entry_args, generate
 from .codegen.llvm import library_calls
+from .codegen.llvm import jit
 from .codegen.llvm.emit import NotCovered
 from .codegen.llvm.lower import lower
 from .codegen.llvm.program import Program as LlvmProgram
@@ -159,7 +160,7 @@ class Compiled:
 def llvm_executable(tape: Tape) -> Compiled | None:
     """The compiled program for `tape` where tapejit's LLVM lowering covers it, else None
     (nothing is compiled by numba)."""
-    if config().codegen != "llvm":
+    if config().codegen != "llvm" or not jit.SUPPORTED:
         return None
     try:
         return Compiled(tape, numba=False)
@@ -171,7 +172,7 @@ def _llvm_program(tape: Tape, generated: Generated,
                   workspace: Sequence[np.ndarray]) -> LlvmProgram | None:
     """The program tapejit's LLVM lowering makes of the generated module; None where
     TAPEJIT_CODEGEN=numba or the lowering does not cover it (logged at debug level)."""
-    if config().codegen != "llvm":
+    if config().codegen != "llvm" or not jit.SUPPORTED:
         return None
     inputs = tuple(zip(generated.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
     spaces = tuple(zip(generated.workspace_shapes, (a.dtype for a in generated.workspace)))

@@ -52,6 +52,9 @@ from ...config import config
 from ...errors import TapejitError
 
 ENTRY = "tj_entry"            # exported definitions start so; every other one is internal,
+# the llvmlite this generator is written for (opaque pointers, ORC LLJIT, the new pass manager);
+# with an older one numba compiles every program (compile.py)
+SUPPORTED = tuple(int(p) for p in llvmlite.__version__.split(".")[:2]) >= (0, 50)
 LIBRARY = ("lib", "runtime")   # cached_bytes folders of library code (TAPEJIT_LIBRARY_DIR)
 NEST = "tj_nest"              # but a parallel loop's chunk function compiled apart (lower.py)
 KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
