@@ -9,10 +9,11 @@ their gradients; 1x1 matrices and empty batches; numba's LinAlgError with numba'
 (a matrix not positive definite, a singular one, an SVD of NaN) on the first and later calls,
 the program still right afterwards, also where the call is in a scan's body, a fori loop's
 or a branch; sort and searchsorted with NaN, ties, signed zeros,
-integers; a kernel in a new process, loaded from the disk cache.
+integers; numba's exceptions with run-time arguments; a kernel in a new process, loaded from the disk cache.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit.codegen.llvm import array_kernels
 from tapejit.compile import Compiled
 
 from test_linalg import _everything, _inputs, _weighted
@@ -177,6 +179,22 @@ def test_failures_in_loop_bodies_and_branches():
         assert str(caught.value) == "Matrix is not positive definite."
         _same(compiled(good), chol_scan(good), 1e-12)
     _on_llvm(compiled)
+
+
+def test_exceptions_with_run_time_values(monkeypatch):
+    """An exception numba builds when it is raised (arguments holding the call's values) comes
+    back from a kernel with its class and constant arguments, the others marked (numba boxes
+    them with its environment, which kernels do not have); a kernel that did not raise runs."""
+    monkeypatch.setitem(array_kernels._MODULES, "tj_test", "llvm_kernel_helpers")
+    kernel = array_kernels.array_kernel("tj_test.fail", (("array", "f8", 1), ("scalar", "i8")))
+    address = array_kernels._programs[kernel.symbol].address(kernel.symbol)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(address)
+    x = np.zeros(3)
+    assert fn(x.ctypes.data, 3, 1) == 0 and list(x) == [0.0, 1.0, 0.0]
+    for k in (7, 3):
+        error = array_kernels.raised(fn(x.ctypes.data, 3, k))
+        run_time = array_kernels.RUN_TIME
+        assert type(error) is ValueError and error.args == ("no row", run_time, run_time)
 
 
 # ---- sorting ---------------------------------------------------------------------------------

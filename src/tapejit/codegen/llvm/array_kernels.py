@@ -10,7 +10,8 @@ A kernel takes per array argument (C-contiguous) its data pointer and lengths, p
 value (bool: i1), and returns 0, or where the numba function raised (LinAlgError: a matrix not
 positive definite, a singular one, an SVD that does not converge) the address of numba's
 description of the exception (its `excinfo`: the pickled class, arguments and place), from
-which `raised` makes the same exception numba's own compile of the program raises.
+which `raised` makes the same exception numba's own compile of the program raises (arguments
+numba knows only at run time, which none of these functions' exceptions has, read RUN_TIME).
 
 Unlike library.py's scalar kernels these need numba's memory manager (np.linalg allocates), so
 they cannot be inlined: each is `def kernel(...)` building the arrays with numba.carray and
@@ -42,6 +43,7 @@ _kernels: dict[str, Kernel] = {}
 _programs: dict[str, jit.Program] = {}     # loaded once, kept for the process's life
 _MODULES = {"tj_lapack": "tapejit.codegen.lapack", "tj_sorting": "tapejit.codegen.sorting"}
 UNKNOWN = 1                                # the code of a failure numba gave no excinfo for
+RUN_TIME = "<a value known at run time>"    # in place of an exception's run-time argument
 
 Kind = tuple          # ("array", dtype, ndim) or ("scalar", dtype)
 
@@ -86,12 +88,19 @@ def raised(code: int) -> BaseException:
                             "why; backend=\"interpret\" runs the program on numpy")
     # the kernel's own constant (numba's pickle of the class, arguments and place)
     exc, args, _ = pickle.loads(ctypes.string_at(info.data, info.size))  # noqa: S301
-    if info.dynamic:      # values known at run time: numba's function makes them a tuple
-        values = iter(ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p)(info.unwrap)(
-            info.hash))
-        args = tuple(next(values) if isinstance(a, llvmlite.ir.Value) else a for a in args)
-        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.numba_helper("NRT_Free"))(code)
+    if info.dynamic:      # arguments known at run time: placeholders here
+        args = _run_time_values(info, args)
     return exc(*args)
+
+
+def _run_time_values(info: _ExcInfo, args: tuple) -> tuple:
+    """`args` with each placeholder numba pickled for a value known at run time replaced by
+    RUN_TIME (numba's function that boxes the values needs its environment, which the kernel
+    does not have); frees the values and `info` (numba's memory manager allocated them)."""
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.numba_helper("NRT_Free"))
+    free(info.hash)
+    free(ctypes.addressof(info))
+    return tuple(RUN_TIME if isinstance(a, llvmlite.ir.Value) else a for a in args)
 
 
 def _source(call: str, kinds: tuple[Kind, ...]) -> str:
