@@ -2,13 +2,14 @@
 
 Runs peers.py in both configurations (default threading, then one thread: each in a child
 process of its own, see peers.py), then elementwise.py, dispatch.py, mlp.py, lennard_jones.py,
-compile.py, first_call.py and vmap.py (full sizes, `--repeats 5` by default), one after the other, each
+first_call.py and vmap.py (full sizes, `--repeats 5` by default), one after the other, each
 in its own process pinned to one CPU (the harness's sched_setaffinity and one-thread settings;
 this process pins itself and its children inherit the pin; TAPEJIT_BENCH_CPUS=all runs them
 unpinned): their goals compare tapejit with single-threaded hand-written loops, so their table
-is a one-thread table. Then unrolled.py (issue 20: re-rolled loops, compile time and memory),
-which unpins itself (default threading; its table rows say so) unless TAPEJIT_BENCH_CPUS is
-set, and dask_scaling.py (issue 23: local Dask clusters against one process) and
+is a one-thread table (compile.py, issue 34's first compiled calls against JAX's, runs between
+lennard_jones.py and first_call.py and unpins itself as unrolled.py does). Then unrolled.py
+(issue 20: re-rolled loops, compile time and memory), which unpins itself (default threading;
+its table rows say so) unless TAPEJIT_BENCH_CPUS is set, and dask_scaling.py (issue 23: local Dask clusters against one process) and
 contention.py (issue 33: tapejit and JAX beside CPU-bound processes), which always unpin
 themselves (they measure every core). Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
 "tapejit [numba]" first call is a real compile; pass --keep-cache to use the environment's
@@ -195,7 +196,8 @@ def main() -> None:
         "tapejit's thread budget 1. `peers.py` measures both, each in a process of its own, "
         "and the first table shows each row's speed-up from one thread to all cores; the "
         "compiler goals and the other scripts ran pinned only (their references are "
-        "single-threaded loops): one thread, but for `unrolled.py` (issue 20's re-rolled "
+        "single-threaded loops): one thread, but for `compile.py` (issue 34's first "
+        "compiled calls), `unrolled.py` (issue 20's re-rolled "
         "loops), `dask_scaling.py` (issue 23's local clusters) and `contention.py` (issue "
         "33's busy machine), which run with default threading, as their rows say.",
         "",
@@ -211,7 +213,7 @@ def main() -> None:
     ]
     if peers:
         md += ["## Peers (`peers.py`): default threading, then one thread", "", *peers, ""]
-    md += ["## Compiler goals: one thread (pinned to one CPU; unrolled.py's, "
+    md += ["## Compiler goals: one thread (pinned to one CPU; compile.py's, unrolled.py's, "
            "dask_scaling.py's and contention.py's: default threading)",
            "", *table(entries), ""]
     failed = [s for s, _, _, rc in outputs if rc != 0]
