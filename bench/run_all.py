@@ -9,8 +9,8 @@ unpinned): their goals compare tapejit with single-threaded hand-written loops, 
 is a one-thread table (compile.py, issue 34's first compiled calls against JAX's, runs between
 lennard_jones.py and first_call.py and unpins itself as unrolled.py does). Then unrolled.py
 (issue 20: re-rolled loops, compile time and memory), which unpins itself (default threading;
-its table rows say so) unless TAPEJIT_BENCH_CPUS is set, and dask_scaling.py (issue 23: local Dask clusters against one process) and
-contention.py (issue 33: tapejit and JAX beside CPU-bound processes), which always unpin
+its table rows say so) unless TAPEJIT_BENCH_CPUS is set, and dask_scaling.py (issue 23: local
+Dask clusters against one process) and contention.py (issue 33: tapejit and JAX beside CPU-bound processes), which always unpin
 themselves (they measure every core). Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
 "tapejit [numba]" first call is a real compile; pass --keep-cache to use the environment's
 cache instead). It benchmarks the *committed* src/ at git HEAD (exported with `git archive`
