@@ -2,20 +2,20 @@
 
 Runs peers.py in both configurations (default threading, then one thread: each in a child
 process of its own, see peers.py), then elementwise.py, dispatch.py, mlp.py, lennard_jones.py,
-first_call.py and vmap.py (full sizes, `--repeats 5` by default), one after the other, each
-in its own process pinned to one CPU (the harness's sched_setaffinity and one-thread settings;
+first_call.py and vmap.py (full sizes, `--repeats 5` by default), one after the other, each in
+its own process pinned to one CPU (the harness's sched_setaffinity and one-thread settings;
 this process pins itself and its children inherit the pin; TAPEJIT_BENCH_CPUS=all runs them
 unpinned): their goals compare tapejit with single-threaded hand-written loops, so their table
 is a one-thread table (compile.py, issue 34's first compiled calls against JAX's, runs between
 lennard_jones.py and first_call.py and unpins itself as unrolled.py does). Then unrolled.py
 (issue 20: re-rolled loops, compile time and memory), which unpins itself (default threading;
 its table rows say so) unless TAPEJIT_BENCH_CPUS is set, and dask_scaling.py (issue 23: local
-Dask clusters against one process) and contention.py (issue 33: tapejit and JAX beside CPU-bound processes), which always unpin
-themselves (they measure every core). Every script gets a fresh empty TAPEJIT_CACHE_DIR (so every
-"tapejit [numba]" first call is a real compile; pass --keep-cache to use the environment's
-cache instead). It benchmarks the *committed* src/ at git HEAD (exported with `git archive`
-into a temp dir, first on PYTHONPATH), so edits in progress in the working tree do not leak
-into the numbers; --working-tree benchmarks src/ as it is.
+Dask clusters against one process) and contention.py (issue 33: tapejit and JAX beside
+CPU-bound processes), which always unpin themselves (they measure every core). Every script gets a
+fresh empty TAPEJIT_CACHE_DIR (so every "tapejit [numba]" first call is a real compile; pass
+--keep-cache to use the environment's cache instead). It benchmarks the *committed* src/ at git
+HEAD (exported with `git archive` into a temp dir, first on PYTHONPATH), so edits in progress
+in the working tree do not leak into the numbers; --working-tree benchmarks src/ as it is.
 
 RESULTS.md gets, after the date, the machine (CPU model, nproc, load average) and the versions:
 peers.py's default-threading table first, with each row's speed-up from one thread to all
