@@ -9,7 +9,8 @@ their gradients; 1x1 matrices and empty batches; numba's LinAlgError with numba'
 (a matrix not positive definite, a singular one, an SVD of NaN) on the first and later calls,
 the program still right afterwards, also where the call is in a scan's body, a fori loop's
 or a branch; sort and searchsorted with NaN, ties, signed zeros,
-integers; numba's exceptions with run-time arguments; a kernel in a new process, loaded from the disk cache.
+integers; numba's exceptions with run-time arguments; numba's generator where a kernel
+cannot be built; a kernel in a new process, loaded from the disk cache.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit.codegen.llvm import array_kernels
+from tapejit.codegen.llvm import array_kernels, library_calls
+from tapejit.codegen.llvm.jit import JitError
 from tapejit.compile import Compiled
 
 from test_linalg import _everything, _inputs, _weighted
@@ -213,6 +215,19 @@ def test_sort_and_searchsorted(dtype):
         x[0, 1, 2], x[1, 0, 0], x[2, 3, 1], x[0, 4, 3] = np.nan, -0.0, np.inf, -np.inf
         v = np.append(v, [np.nan, -0.0, np.inf]).astype(dtype)
     _check(fn, [(x, v), (x[:, ::-1].copy(), v[::-1].copy())], 0)
+
+
+def test_a_kernel_numba_cannot_build_leaves_the_program_to_numba(monkeypatch):
+    """Where numba cannot compile a kernel, the lowering does not cover the program: numba's
+    generator compiles it, and it computes right."""
+    def refuse(call, kinds):
+        raise JitError(f"numba cannot compile the kernel {call} (this test)")
+    monkeypatch.setattr(library_calls, "array_kernel", refuse)
+    compiled = tj.jit(lambda x: np.sort(x) * 2.0)
+    x = np.array([3.0, -1.0, 2.0, -1.0])
+    _same(compiled(x), np.sort(x) * 2.0, 0)
+    transform = getattr(compiled, "__wrapped_transform__", compiled)
+    assert {p.run.codegen for p in transform._cache.values()} == {"numba"}
 
 
 def test_kernels_load_in_a_new_process(tmp_path):

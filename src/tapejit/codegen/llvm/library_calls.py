@@ -20,6 +20,7 @@ from typing import Any
 
 from .array_kernels import array_kernel, raised  # noqa: F401  (raised: compile.py's)
 from .emit import Array, NotCovered, Scalar
+from .jit import JitError
 
 MODULES = ("tj_lapack", "tj_sorting")
 FAILED = -1          # S[status] after a failed call (index checks write their number, >= 1)
@@ -45,7 +46,10 @@ def library_call(body: Any, node: ast.Call) -> None:
             value: Scalar = body.scalar(arg)
             kinds.append(("scalar", value.dtype))
             parts.append(value)
-    kernel = array_kernel(ast.unparse(node.func), tuple(kinds))
+    try:
+        kernel = array_kernel(ast.unparse(node.func), tuple(kinds))
+    except JitError as err:       # numba cannot compile it (float16, ...): numba's path decides
+        raise NotCovered(f"a kernel for {ast.unparse(node.func)}: {err}") from None
     body.module.declarations.add(kernel.declaration)
     code = body.call_kernel(kernel, parts)
     _leave_where(body, body.fn.op(f"icmp ne i64 {code.ref}, 0"), code=code)
