@@ -158,13 +158,14 @@ class Compiled:
 
 
 def llvm_executable(tape: Tape) -> Compiled | None:
-    """The compiled program for `tape` where tapejit's LLVM lowering covers it, else None
-    (nothing is compiled by numba)."""
+    """The compiled program for `tape` where tapejit's LLVM lowering covers it and the library
+    code it calls is built (loaded or on disk), else None: nothing is compiled by numba."""
     if config().codegen != "llvm" or not jit.SUPPORTED:
         return None
     try:
-        return Compiled(tape, numba=False)
-    except NotCovered:
+        with jit.no_builds():
+            return Compiled(tape, numba=False)
+    except (NotCovered, jit.NotBuilt):
         return None
 
 

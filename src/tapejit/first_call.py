@@ -1,12 +1,13 @@
 """The first-call tier: how a new program gets its runner and its first outputs.
 
 On the numba backend a new program that tapejit's own LLVM lowering covers (codegen/llvm/;
-milliseconds to compile) compiles on its first call. One that numba must compile runs its
-first call on the numpy interpreter (its tape is already optimized; nothing is compiled) and
-compiles on its second call (`interpret_first` says which programs; `TAPEJIT_FIRST_CALL=
-compile` turns it off): a script that needs one gradient never waits for numba. Which calls ran
-where does not depend on timing or on what the disk cache holds. A program whose first call
-was interpreted has the runner `PENDING` until its second call calls `compile_and_run`.
+milliseconds to compile) compiles on its first call, where the library code it calls (kernels
+numba compiles once per machine) is built. One that numba must compile, or whose kernels are
+not built yet, runs its first call on the numpy interpreter (its tape is already optimized;
+nothing is compiled) and compiles on its second call (`interpret_first` says which programs;
+`TAPEJIT_FIRST_CALL=compile` turns it off): a script that needs one gradient never waits for
+numba. Which calls ran where does not depend on timing. A program whose first call was
+interpreted has the runner `PENDING` until its second call calls `compile_and_run`.
 
 A program the numba backend cannot compile runs on the interpreter, with a warning, rather
 than failing. A compile still running after a second is announced on the `tapejit` logger

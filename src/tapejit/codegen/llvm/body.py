@@ -21,6 +21,7 @@ from . import functions
 from .emit import (BOOL, I64, Array, ArrayVar, Frame, Function, Local, NotCovered, Scalar, constant,
                    mem, reg)
 from .expr import Expressions, cast, parse_dtype
+from .jit import JitError
 from .library_calls import is_library_call, library_call, return_if_failed
 from .parallel import parallel_loop
 
@@ -75,7 +76,10 @@ class Body(Expressions):
         return self.loaded[slot]
 
     def kernel(self, call: str, args: list[Scalar]) -> Scalar:
-        k = library.scalar_kernel(call, tuple(a.dtype for a in args))
+        try:
+            k = library.scalar_kernel(call, tuple(a.dtype for a in args))
+        except JitError as err:         # numba cannot compile it: numba's path decides
+            raise NotCovered(f"the kernel {call}: {err}") from None
         self.module.declarations.add(k.declaration)
         return self.call_kernel(k, args)
 

@@ -31,6 +31,8 @@ and library.py; the cache root's name holds the tapejit, numba and llvmlite vers
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import hashlib
@@ -41,7 +43,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -65,6 +67,25 @@ _local = threading.local()
 _lock = threading.Lock()
 _names = itertools.count()
 _lljit: llvm.LLJIT | None = None
+
+
+class NotBuilt(Exception):
+    """Library code that is neither loaded nor on disk, asked for where nothing may be built
+    (`no_builds`)."""
+
+
+_may_build = contextvars.ContextVar("tapejit_llvm_may_build", default=True)
+
+
+@contextlib.contextmanager
+def no_builds() -> Iterator[None]:
+    """Within: `cached_bytes` raises NotBuilt rather than build library code (kernels numba
+    would compile): the first-call tier asks whether a program is ready without the wait."""
+    token = _may_build.set(False)
+    try:
+        yield
+    finally:
+        _may_build.reset(token)
 
 
 class JitError(TapejitError, RuntimeError):
@@ -293,6 +314,8 @@ def cached_bytes(folder: str, key: str, build: Callable[[], bytes]) -> tuple[byt
     try:
         root = (cache.library_dir if folder in LIBRARY else cache.sealed_dir)("llvm", folder)
     except OSError as err:
+        if folder in LIBRARY and not _may_build.get():
+            raise NotBuilt(f"{folder}/{name}") from None
         cache.warn_memory_only(config().cache_dir, err)
         return build(), False
     path = root.path / name
@@ -303,6 +326,8 @@ def cached_bytes(folder: str, key: str, build: Callable[[], bytes]) -> tuple[byt
     payload = None if data is None else unseal(root.key, str(path), data)
     if payload is not None:
         return payload, True
+    if folder in LIBRARY and not _may_build.get():
+        raise NotBuilt(f"{folder}/{name}")
     payload = build()
     try:
         write_atomic(path, seal(root.key, str(path), payload))
