@@ -453,7 +453,7 @@ def sweep(run: Runner, args: Any) -> None:
     for codegen, points in fits.items():
         if len(points) < 2:
             continue
-        slope, fixed = np.polyfit(*zip(*points), 1)
+        slope, fixed = (float(v) for v in np.polyfit(*zip(*points), 1))
         print(f"   fit [{codegen}]: {fixed * 1e3:.0f} ms + {slope * 1e3:.3f} ms per op "
               f"({points[0][0]}..{points[-1][0]} ops)")
         if codegen == "llvm":
