@@ -28,6 +28,7 @@ _FCMP = {ast.Eq: "oeq", ast.NotEq: "une", ast.Lt: "olt", ast.LtE: "ole", ast.Gt:
          ast.GtE: "oge"}
 _ICMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt",
          ast.GtE: "ge"}
+_INT_FLOOR = {"np.floor_divide": ast.FloorDiv, "np.remainder": ast.Mod}
 _KERNEL_OPS = {ast.Pow: "**", ast.FloorDiv: "//", ast.Mod: "%"}
 
 
@@ -219,16 +220,21 @@ class Expressions:
         raise NotCovered(f"operator {ast.unparse(node)}")
 
     def _floor(self, op: type, a: Scalar, b: Scalar) -> Scalar:
-        """Python's `a // b` or `a % b` on int64 (numba: 0 for a zero divisor)."""
+        """Python's `a // b` or `a % b` on int64, as numpy: 0 for a zero divisor, and a
+        divisor of -1 negates (wrapping: int64 min // -1 is int64 min, where the machine's
+        division traps)."""
         f = self.fn
         zero = f.op(f"icmp eq i64 {b.ref}, 0")
-        safe = f.op(f"select i1 {zero}, i64 1, i64 {b.ref}")
+        minus = f.op(f"icmp eq i64 {b.ref}, -1")
+        safe = f.op(f"select i1 {f.op(f'or i1 {zero}, {minus}')}, i64 1, i64 {b.ref}")
         q, r = f.op(f"sdiv i64 {a.ref}, {safe}"), f.op(f"srem i64 {a.ref}, {safe}")
         # the remainder's sign must be the divisor's: step the quotient down otherwise
         signs = f.op(f"xor i64 {r}, {safe}")
         fix = f.op(f"and i1 {f.op(f'icmp ne i64 {r}, 0')}, {f.op(f'icmp slt i64 {signs}, 0')}")
         if op is ast.FloorDiv:
             value = f.op(f"sub i64 {q}, {f.op(f'zext i1 {fix} to i64')}")
+            negated = f.op(f"sub i64 0, {a.ref}")
+            value = f.op(f"select i1 {minus}, i64 {negated}, i64 {value}")
             sym = f"({a.sym} // {b.sym})" if a.sym and b.sym else None
         else:
             value = f.op(f"select i1 {fix}, i64 {f.op(f'add i64 {r}, {safe}')}, i64 {r}")
@@ -337,6 +343,11 @@ class Expressions:
             if a.dtype.kind in "iu" and b.dtype.kind in "iu":
                 return self._int_min(a, b)
         values = [self.scalar(a) for a in args]
+        name = ast.unparse(func)
+        if name in _INT_FLOOR and len(values) == 2 and values[0].dtype == values[1].dtype \
+                and values[0].dtype.kind == "i":      # numpy's integer floor_divide/remainder
+            a, b = (cast(self.fn, v, I64) for v in values)
+            return cast(self.fn, self._floor(_INT_FLOOR[name], a, b), values[0].dtype)
         text = ast.unparse(ast.Call(func, [ast.Name(f"a{k}") for k in range(len(args))], []))
         return self.kernel(text, values)
 
