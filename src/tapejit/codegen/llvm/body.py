@@ -26,6 +26,7 @@ from .library_calls import is_library_call, library_call, return_if_failed
 from .parallel import parallel_loop
 
 Shaped = tuple[tuple[str, np.dtype], ...]    # per array: its shape over S (source), dtype
+VAR = "var:"        # the root of an ArrayVar's value: the variable, not a buffer
 
 
 class Body(Expressions):
@@ -61,7 +62,9 @@ class Body(Expressions):
         if isinstance(value, ArrayVar):
             dims = tuple(Scalar(self.fn.op(f"load i64, ptr {d}"), I64, sym)
                          for d, sym in zip(value.dims, value.syms))
-            return Array(self.fn.op(f"load ptr, ptr {value.ptr}"), value.dtype, dims, name)
+            # (its own root: the buffer it holds now is not the one it was first bound to)
+            return Array(self.fn.op(f"load ptr, ptr {value.ptr}"), value.dtype, dims,
+                         VAR + name)
         if isinstance(value, functions.Results):
             raise NotCovered(f"a call's results used whole: {name}")
         return value
@@ -187,7 +190,7 @@ class Body(Expressions):
         """Whether the caller owns `value`'s buffer once this function returns it (an i1):
         one it allocated, an array variable's or a call's owned one; not an argument."""
         root, f = value.root, self.fn
-        var = self.env.get(root)
+        var = self.env.get(root.removeprefix(VAR))
         if root in self.mallocs and value.ptr == self.mallocs[root]:
             del self.mallocs[root]
             return "true"
