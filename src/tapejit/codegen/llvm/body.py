@@ -175,6 +175,9 @@ class Body(Expressions):
                 or len(var.dims) != len(value.dims):
             raise NotCovered(f"{name} is bound to arrays of different kinds")
         owned = functions.take(self, value.root) if "#" in value.root else "false"
+        if value.root == name and self.mallocs.get(name) == value.ptr:
+            del self.mallocs[name]      # a buffer allocated for the variable: it owns it (one
+            owned = "true"              # bound to another name first stays that name's)
         old, was = f.op(f"load ptr, ptr {var.ptr}"), f.op(f"load i1, ptr {var.owned}")
         same = f.op(f"icmp eq ptr {old}, {value.ptr}")
         drop = f.op(f"and i1 {was}, {f.op(f'xor i1 {same}, true')}")

@@ -75,12 +75,11 @@ def output(body: Any, results: Results, k: int) -> Scalar | Array:
     if not out.array:
         bits = f.op(f"load i64, ptr {_cell(f, results.cells, out.cell)}")
         return Scalar(from_cell(f, bits, reg(out.dtype), early=False), out.dtype)
-    ptr = f.op(f"load i64, ptr {_cell(f, results.cells, out.cell)}")
+    ptr = f.op(f"load ptr, ptr {_cell(f, results.cells, out.cell)}")   # as a pointer: for
     dims = tuple(Scalar(f.op(f"load i64, ptr {_cell(f, results.cells, out.cell + 2 + d)}"),
                         I64, out.syms[d] if d < len(out.syms) else None)
-                 for d in range(out.ndim))
-    return Array(f.op(f"inttoptr i64 {ptr} to ptr"), out.dtype, dims,
-                 f"{results.cells}#{out.cell}")
+                 for d in range(out.ndim))                            # LLVM's alias analysis
+    return Array(ptr, out.dtype, dims, f"{results.cells}#{out.cell}")
 
 
 def take(body: Any, root: str) -> str:
@@ -173,14 +172,14 @@ def returns(body: Any, node: ast.Return) -> tuple[Output, ...]:
         if isinstance(value, Array):
             owned = "false" if value.root in handed else body.hand_over(value)
             handed.add(value.root)
-            words = [to_cell(f, value.ptr, "ptr"), to_cell(f, owned, "i1")] + \
-                [d.ref for d in value.dims]
+            words = [(value.ptr, "ptr"), (to_cell(f, owned, "i1"), "i64")] + \
+                [(d.ref, "i64") for d in value.dims]
             layout.append(Output(True, value.dtype, len(value.dims), cell,
                                  tuple(d.sym for d in value.dims)))
         else:
-            words = [to_cell(f, value.ref, reg(value.dtype))]
+            words = [(to_cell(f, value.ref, reg(value.dtype)), "i64")]
             layout.append(Output(False, value.dtype, 0, cell))
-        for word in words:
-            f.do(f"store i64 {word}, ptr {_cell(f, '%out', cell)}")
+        for word, ty in words:
+            f.do(f"store {ty} {word}, ptr {_cell(f, '%out', cell)}")
             cell += 1
     return tuple(layout)

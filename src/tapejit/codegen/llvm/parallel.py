@@ -29,16 +29,20 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
     number = module.nests = module.nests + 1
     symbol = f"tj_nest{number}"
 
-    cells: list[str] = []          # i64 values, in the outer function
+    cells: list[tuple[str, str]] = []   # (value, "i64" or "ptr"), in the outer function
     inner = type(outer)(module, Function(symbol, "ptr %ctx, i64 %chunk, i64 %lo, i64 %hi",
                                          "internal "), "", top=False, in_nest=True)
     inner.multi = outer.multi
     g = inner.fn
 
     def cell(value: str, ty: str) -> str:
-        """Pass `value` (of LLVM type `ty`) in the next cell; its reading in the chunk."""
-        cells.append(to_cell(f, value, ty))
+        """Pass `value` (of LLVM type `ty`) in the next cell; its reading in the chunk. A
+        pointer travels as a pointer: one made from an integer would hide from LLVM's alias
+        analysis which buffer it is (a loop storing through it would not vectorise)."""
+        cells.append((value, "ptr") if ty == "ptr" else (to_cell(f, value, ty), "i64"))
         ptr = g.early(f"getelementptr i64, ptr %ctx, i64 {len(cells) - 1}")
+        if ty == "ptr":
+            return g.early(f"load ptr, ptr {ptr}")
         return from_cell(g, g.early(f"load i64, ptr {ptr}"), ty)
 
     inner.sizes_ptr = cell(outer.sizes_ptr, "ptr")
@@ -87,8 +91,8 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
     module.functions.append(g.text())
 
     ctx = f.slot(f"[{max(1, len(cells))} x i64]")
-    for k, value in enumerate(cells):
-        f.do(f"store i64 {value}, ptr {f.op(f'getelementptr i64, ptr {ctx}, i64 {k}')}")
+    for k, (value, ty) in enumerate(cells):
+        f.do(f"store {ty} {value}, ptr {f.op(f'getelementptr i64, ptr {ctx}, i64 {k}')}")
     f.do(f"call void @tj_rt_parallel_for(ptr @{symbol}, ptr {ctx}, i64 {n.ref}, i64 {chunks})")
     for k in reductions:
         _combine(outer, outer.env[k], partials[k], chunks)
