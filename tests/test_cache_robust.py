@@ -158,7 +158,7 @@ def test_tapejits_own_kernels_keep_their_machine_code_under_the_cache_dir(tmp_pa
               "g(np.ones((4, 3))); g(np.ones((4, 3)))\n")
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path / "cache"),
                XDG_CACHE_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path / "home"),
-               TAPEJIT_FIRST_CALL="interpret")
+               TAPEJIT_FIRST_CALL="interpret", TAPEJIT_CODEGEN="numba")   # numba's kernels
     env.pop("NUMBA_CACHE_DIR", None)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
     kept = {p.parent.name for p in (tmp_path / "cache").rglob("lib/*/*.nbi")}
