@@ -259,8 +259,8 @@ def main() -> None:
                                                          TAPEJIT_CODEGEN="numba"))
                     elif fw == LLVM_COLD:
                         r = spawn(codes["tapejit"], dict(tj_env, TAPEJIT_FIRST_CALL="compile"))
-                    elif fw.startswith("tapejit"):
-                        r = spawn(codes["tapejit"], tj_env)
+                    elif fw.startswith("tapejit"):     # the default first-call tier
+                        r = spawn(codes["tapejit"], dict(tj_env, TAPEJIT_FIRST_CALL="interpret"))
                     elif fw == "JAX":
                         r = spawn(codes["jax"], env)
                     elif fw == "JAX warm cache":
