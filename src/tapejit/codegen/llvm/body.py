@@ -159,6 +159,8 @@ class Body(Expressions):
                 self.env[target.id] = self.array(value, target.id)
             return
         self.assign(target, self.scalar(value))
+        if isinstance(target, ast.Name) and target.id not in self.multi and self._nonneg(value):
+            self.nonnegative.add(target.id)       # (a chunk count: `min(S[t], S[0])`)
 
     def store_var(self, name: str, node: ast.expr) -> None:
         """`name = <array>` for an array variable: it takes over the buffer where `node` is a
@@ -484,7 +486,7 @@ class Body(Expressions):
             if not (bounds[2].ref.lstrip("-").isdigit() and int(bounds[2].ref) != 0):
                 raise NotCovered("a range with a step that is not a constant")
             step = int(bounds[2].ref)
-        if lo.ref.isdigit() and step > 0:
+        if step > 0 and (lo.ref.isdigit() or len(call.args) > 1 and self._nonneg(call.args[0])):
             self.nonnegative.add(name)
         else:
             self.nonnegative.discard(name)
@@ -496,6 +498,26 @@ class Body(Expressions):
             self.env[name] = i
             self.block(node.body)
         self.counted(lo, hi, body, step)
+
+    def _nonneg(self, node: ast.expr) -> bool:
+        """Whether `node` is never negative: sizes, non-negative constants and loop indices,
+        and their sums, products and floor quotients (a chunk's first index, `k * n // c`).
+        Indices known so need no wrap-around test, which would hide the loop's stride from
+        LLVM's vectoriser."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and node.value >= 0
+        if isinstance(node, ast.Name):
+            return node.id in self.nonnegative
+        if isinstance(node, ast.Subscript):
+            return getattr(node.value, "id", None) == "S" or \
+                isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult,
+                                                                ast.FloorDiv)):
+            return self._nonneg(node.left) and self._nonneg(node.right)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("min", "max"):
+            known = [self._nonneg(a) for a in node.args]
+            return all(known) if node.func.id == "min" else any(known)
+        return False
 
     def _allocates(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Call) and ast.unparse(node.func) in (
