@@ -514,9 +514,10 @@ class Body(Expressions):
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult,
                                                                 ast.FloorDiv)):
             return self._nonneg(node.left) and self._nonneg(node.right)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("min", "max"):
-            known = [self._nonneg(a) for a in node.args]
-            return all(known) if node.func.id == "min" else any(known)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            known = [self._nonneg(a) for a in node.args]    # Python's min and max
+            return all(known) if node.func.id == "min" else \
+                any(known) if node.func.id == "max" else False
         return False
 
     def _allocates(self, node: ast.AST) -> bool:
