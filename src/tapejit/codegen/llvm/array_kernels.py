@@ -31,7 +31,6 @@ import pickle
 import threading
 from pathlib import Path
 
-import llvmlite.binding as llvm
 import llvmlite.ir
 import numpy as np
 
@@ -166,15 +165,5 @@ def _wrapper(symbol: str, target: str, ours: list[str], theirs: list[str]) -> st
 def _object(numba_ir: str, wrapper: str, symbol: str) -> bytes:
     """Object code of numba's module with `wrapper` linked in, `symbol` its only export (it
     calls numba's memory manager; Python's C API only where `raised` unpacks an exception)."""
-    context = llvm.create_context()
-    module = jit.parse(numba_ir, context)
-    module.link_in(jit.parse(wrapper, context))
-    for value in (*module.functions, *module.global_variables):
-        if not value.is_declaration and value.name != symbol:
-            value.linkage = llvm.Linkage.internal
-    passes = llvm.create_new_module_pass_manager()
-    passes.add_global_dead_code_eliminate_pass()
-    passes.add_strip_dead_prototype_pass()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=0)
-    passes.run(module, llvm.create_pass_builder(jit.target_machine(), tuning))
+    module = jit.numba_export(numba_ir, wrapper, symbol)
     return jit.target_machine().emit_object(module)

@@ -141,6 +141,29 @@ def optimise(module: llvm.ModuleRef) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
+def numba_export(numba_ir: str, wrapper: str, symbol: str, inline: str | None = None
+                 ) -> llvm.ModuleRef:
+    """numba's module of a function with `wrapper` (IR text defining `symbol`, its C entry)
+    linked in; everything but `symbol` internal and what it does not use dropped. `inline`:
+    numba's function to inline into the wrapper (a kernel LLVM inlines into programs)."""
+    context = llvm.create_context()
+    module = parse(numba_ir, context)
+    module.link_in(parse(wrapper, context))
+    if inline is not None:
+        module.get_function(inline).add_function_attribute("alwaysinline")
+    for value in (*module.functions, *module.global_variables):
+        if not value.is_declaration and value.name != symbol:
+            value.linkage = llvm.Linkage.internal
+    passes = llvm.create_new_module_pass_manager()
+    if inline is not None:
+        passes.add_always_inliner_pass()
+    passes.add_global_dead_code_eliminate_pass()
+    passes.add_strip_dead_prototype_pass()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=0)
+    passes.run(module, llvm.create_pass_builder(target_machine(), tuning))
+    return module
+
+
 def compile_object(ir: str) -> bytes:
     """Object code of IR text `ir` with its kernels linked in (the module docstring)."""
     start = time.perf_counter()

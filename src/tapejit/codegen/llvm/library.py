@@ -144,19 +144,7 @@ def _extract(call: str, numba_ir: str, wrapper: str, symbol: str, target: str) -
     """Bitcode of numba's module with `wrapper` linked in, `symbol` its only export; raises
     JitError where what is left calls numba's memory manager or Python (a kernel stands
     alone: it calls libm's functions or numba's C helpers at most)."""
-    context = llvm.create_context()
-    module = jit.parse(numba_ir, context)
-    module.link_in(jit.parse(wrapper, context))
-    module.get_function(target).add_function_attribute("alwaysinline")
-    for value in (*module.functions, *module.global_variables):
-        if not value.is_declaration and value.name != symbol:
-            value.linkage = llvm.Linkage.internal
-    passes = llvm.create_new_module_pass_manager()
-    passes.add_always_inliner_pass()
-    passes.add_global_dead_code_eliminate_pass()
-    passes.add_strip_dead_prototype_pass()
-    tuning = llvm.create_pipeline_tuning_options(speed_level=0)
-    passes.run(module, llvm.create_pass_builder(jit.target_machine(), tuning))
+    module = jit.numba_export(numba_ir, wrapper, symbol, inline=target)
     runtime = [f.name for f in (*module.functions, *module.global_variables)
                if f.is_declaration and f.name.startswith(_RUNTIMES)]
     if runtime:
