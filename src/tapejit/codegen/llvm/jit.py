@@ -134,9 +134,12 @@ def parse(ir: str, context: llvm.context.ContextRef) -> llvm.ModuleRef:
 
 
 def optimise(module: llvm.ModuleRef) -> None:
-    """Run numba's O3 pipeline on `module`: loop vectoriser on, SLP vectoriser off."""
+    """Run numba's O3 pipeline on `module`: loop vectoriser on, SLP vectoriser off, and no
+    loop interleaving (measured on the peers' gradients, idle 2-core machine: compile 15-19%
+    faster for the MLP, Lennard-Jones and GMM, run times within the noise)."""
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization, tuning.slp_vectorization = True, False
+    tuning.loop_interleaving = False
     builder = llvm.create_pass_builder(target_machine(), tuning)
     builder.getModulePassManager().run(module, builder)
 
