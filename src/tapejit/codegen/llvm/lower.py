@@ -2,7 +2,7 @@
 numba, lowered without numba.
 
 The entry becomes `void @tj_entry(ptr %args, ptr %S)`. `args` holds one data pointer per array
-slot, in the order `Lowered.slots` gives: the inputs and constants, then the arrays allocated
+slot, in this order (`Lowered`): the inputs and constants, then the arrays allocated
 at the function's top level (`np.empty`/`zeros`/`full` there: the caller allocates them, fresh
 for each call where an output is made of them, else once), then the workspace `W`. Every array
 is C-contiguous; its lengths are known up front as Python expressions over `S` (the
@@ -19,11 +19,8 @@ summed per chunk and the partial sums added in chunk order afterwards.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 from typing import NamedTuple
-
-import numpy as np
 
 from .body import Body, Shaped
 from .emit import Array, Frame, Function, NotCovered

@@ -62,11 +62,16 @@ class Program:
         self.modname = f"tj_llvm_{hashlib.sha256(lowered.ir.encode()).hexdigest()[:16]}"
         self.compiles = self.disk_loads = 0
         self.fn = self._first
+        self._bound: Any = None
+        self._binding = threading.Lock()
 
     def _first(self, *arrays: Any) -> list[np.ndarray]:
-        """The first call: compile or load, bind, then call."""
-        self.fn = self._bind()
-        return self.fn(*arrays)
+        """The first call: compile or load, bind (once, whoever holds this method), then
+        call."""
+        with self._binding:
+            if self._bound is None:
+                self._bound = self.fn = self._bind()
+        return self._bound(*arrays)
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         return self.fn(*arrays)
@@ -101,7 +106,7 @@ class Program:
             return run
 
         def run_general(*arrays: Any) -> list[np.ndarray]:
-            made = call(*arrays) if fresh else (call(*arrays), ())[1]
+            made = call(*arrays) or ()       # (None where nothing is made fresh)
             outs = [arrays[k] if given else made[k] for given, k in outputs]
             return [a if a.shape == shape else a.reshape(shape)
                     for a, shape in zip(outs, self.out_shapes)]
