@@ -137,6 +137,22 @@ def test_no_op_name_decides_anything_outside_ops():
                        "the op through its object):\n" + "\n".join(sorted(set(found))))
 
 
+
+# ---- the tracer's interface -----------------------------------------------------------------
+def _private_tracer_reads(tree: ast.AST):
+    """Lines reading a `_var` or `_trace` field of anything but `self`."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in ("_var", "_trace")
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+            yield node.lineno
+
+
+def test_only_trace_reads_a_tracers_fields():
+    found = [f"{path.relative_to(SRC.parent)}:{line}" for module, path in _module_files()
+             if module != "trace" for line in _private_tracer_reads(ast.parse(path.read_text()))]
+    assert not found, ("a tracer's fields read outside trace.py (use trace.var_of / "
+                       "trace.trace_of):\n" + "\n".join(found))
+
 # ---- layers -----------------------------------------------------------------------------------
 def _imports(module: str, path: pathlib.Path) -> set[str]:
     """The tapejit modules `module` imports, at any level, outside `if TYPE_CHECKING:`."""
@@ -235,6 +251,8 @@ def test_the_checks_catch_what_they_look_for():
         ["scan", "add", "mul", "exp"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+    reads = "t = x._var\nu = self._trace\nv = f(y)._trace\n"
+    assert list(_private_tracer_reads(ast.parse(reads))) == [1, 3]
 
 
 def test_imports_go_down_the_layers():

@@ -23,7 +23,7 @@ from .ir import Eqn, Tape, Var, dce
 from .ops import OPS
 from .ops import layout as L
 from .ops import reduce as R
-from .trace import Tracer, new_trace, recording_source
+from .trace import Tracer, new_trace, recording_source, var_of
 
 ONE = "one"      # seed the output's cotangent with ones (grad of a scalar)
 INPUT = "input"  # the output's cotangent is a new input of the joint tape (vjp)
@@ -92,7 +92,7 @@ def vjp_tape(tape: Tape, wrt: Sequence[int], seeds: Sequence[str | None]) -> Tap
                 ct = filled(trace, var.aval, 0)
             _name_cotangent(ct, var.name, renames, primal_names)
             grads.append(ct)
-        joint = trace.to_tape([t._var for t in inputs] + ct_inputs, list(tape.outvars) + grads)
+        joint = trace.to_tape([var_of(t) for t in inputs] + ct_inputs, list(tape.outvars) + grads)
     joint = Tape(joint.invars, joint.eqns, joint.outvars, joint.constvars, joint.consts,
                  reverse_start=len(tape.eqns))
     return _rename(dce(joint), renames)
@@ -112,9 +112,9 @@ def _name_cotangent(ct: Any, primal: str, renames: dict[str, str],
                     primal_names: set[str]) -> None:
     """Plan to call the var holding the final cotangent of `primal` `ct_<primal>`, when it is
     a var of the reverse sweep that has no such name yet."""
-    if (isinstance(ct, Tracer) and ct._var.name not in primal_names
-            and ct._var.name not in renames and not ct._var.name.startswith("ct_")):
-        renames[ct._var.name] = f"ct_{primal}"
+    if (isinstance(ct, Tracer) and var_of(ct).name not in primal_names
+            and var_of(ct).name not in renames and not var_of(ct).name.startswith("ct_")):
+        renames[var_of(ct).name] = f"ct_{primal}"
 
 
 def _rename(tape: Tape, renames: dict[str, str]) -> Tape:

@@ -21,7 +21,7 @@ from .errors import UnsupportedOperationError, at_source, user_source
 from .guards import caller_source
 from .ir import Lit, Var
 from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer,
-                    function_name, refresh)
+                    function_name, refresh, trace_of, var_of)
 from .variables import Variable
 
 
@@ -34,7 +34,7 @@ class EagerTracer(Tracer):
     def value(self) -> np.ndarray:
         if self._stale:
             refresh(self)
-        return self._trace.values[self._var.name]
+        return trace_of(self).values[var_of(self).name]
 
     def numpy(self) -> np.ndarray:
         return self.value
@@ -124,7 +124,7 @@ class EagerTrace(Trace):
     def atom(self, x: Any, dtype: np.dtype | None = None) -> Any:
         if isinstance(x, Variable):
             x = self.read_variable(x)
-        elif isinstance(x, EagerTracer) and x._trace is not self:
+        elif isinstance(x, EagerTracer) and trace_of(x) is not self:
             x = x.value                     # a value recorded by an earlier tape: a constant
         return super().atom(x, dtype)
 
@@ -166,7 +166,7 @@ class EagerTrace(Trace):
         for tape in self.recording:
             if (tape.watch_accessed_variables and variable.trainable) or \
                     id(variable) in tape._variables:
-                tape._watch_variable(variable, entry[2]._var)
+                tape._watch_variable(variable, var_of(entry[2]))
         return entry[2]
 
 
@@ -179,8 +179,8 @@ def _connected(operands: Any) -> EagerTracer | None:
     """An operand (nested in lists, tuples and dicts) whose value a recording tape would
     differentiate: it depends on a watched value."""
     if isinstance(operands, EagerTracer):
-        trace = operands._trace
-        return operands if trace.recording and operands._var.name in trace.connected else None
+        trace = trace_of(operands)
+        return operands if trace.recording and var_of(operands).name in trace.connected else None
     if isinstance(operands, (list, tuple)):
         return next((c for c in map(_connected, operands) if c is not None), None)
     if isinstance(operands, dict):

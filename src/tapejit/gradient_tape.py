@@ -34,7 +34,7 @@ from .eager import EagerTrace, EagerTracer, type_for, unwrap
 from .ir import Tape, Var
 from .passes import dce, optimize
 from .pytree import flatten, unflatten
-from .trace import Trace, Tracer, current_trace
+from .trace import Trace, Tracer, current_trace, trace_of, var_of
 from .transforms import jacobian_tape, split_joint
 from .variables import Variable
 
@@ -190,10 +190,10 @@ class GradientTape:
             if isinstance(trace, EagerTrace):
                 entry = trace.variables.get(id(leaf))
                 if entry is not None and entry[1] is leaf._value:
-                    self._watch_variable(leaf, entry[2]._var)
+                    self._watch_variable(leaf, var_of(entry[2]))
             return leaf
         refuse_subclass(leaf, "watch: the value")
-        if isinstance(leaf, Tracer) and leaf._trace is trace:
+        if isinstance(leaf, Tracer) and trace_of(leaf) is trace:
             tracer = leaf
         else:
             value = np.asarray(leaf.value if isinstance(leaf, EagerTracer) else leaf)
@@ -204,7 +204,7 @@ class GradientTape:
         if not tracer.aval.is_float:
             raise DtypeError(at_source(f"watch: only floating-point values can be "
                                        f"differentiated, not {tracer.aval}", user_source()))
-        self._watch_var(tracer._var)
+        self._watch_var(var_of(tracer))
         return tracer
 
     def _watch_variable(self, variable: Any, var: Var) -> None:
@@ -307,14 +307,14 @@ class GradientTape:
             entry = trace.variables.get(id(leaf)) if isinstance(trace, EagerTrace) else None
             if entry is None:       # (its last value read while recording, assigned since or not)
                 return None
-            var = entry[2]._var
+            var = var_of(entry[2])
             if not var.aval.is_float:
                 _warn_int_source(leaf)
                 return None
         elif isinstance(leaf, Tracer):
-            if leaf._trace is not trace:
+            if trace_of(leaf) is not trace:
                 return None
-            var = leaf._var
+            var = var_of(leaf)
         else:
             raise ArgumentError(at_source(
                 f"gradient: a source is a {type(leaf).__name__} that was never watched; "
@@ -323,8 +323,8 @@ class GradientTape:
         return var if var.name in active else None
 
     def _target(self, leaf: Any, active: set[str]) -> Var | None:
-        if isinstance(leaf, Tracer) and leaf._trace is self._trace:
-            return leaf._var if leaf._var.name in active else None
+        if isinstance(leaf, Tracer) and trace_of(leaf) is self._trace:
+            return var_of(leaf) if var_of(leaf).name in active else None
         return None
 
     def _eqn_indices(self) -> Iterator[int]:

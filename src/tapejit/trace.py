@@ -197,6 +197,18 @@ def current_trace() -> Trace | None:
     return _stack.traces[-1] if _stack.traces else None
 
 
+# A tracer's trace and var, for the transforms built on traces. (Functions, not attributes: a
+# tracer's own `x.var()` and `x.trace()` are numpy's ndarray methods.)
+def var_of(tracer: "Tracer") -> Var:
+    """The var that holds `tracer` in its trace."""
+    return tracer._var
+
+
+def trace_of(tracer: "Tracer") -> Trace:
+    """The trace `tracer` was recorded on."""
+    return tracer._trace
+
+
 def new_trace() -> Trace:
     """A trace one level deeper than the current one (enter it with `with`)."""
     return Trace(len(_stack.traces))

@@ -39,7 +39,7 @@ from .ir import Tape, Var
 from .passes import dce, optimize
 from .programs import rerolled, trace_flat
 from .pytree import flatten, unflatten
-from .trace import Tracer, new_trace
+from .trace import Tracer, new_trace, var_of
 
 
 def split_joint(joint: Tape, n_primal_in: int, n_primal_out: int) -> Tape:
@@ -128,7 +128,7 @@ def jacobian_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
         if rows == 0:                      # no outputs: empty blocks
             blocks = [autodiff.filled(trace, v.aval.update(o.aval.shape + v.aval.shape), 0)
                       for o in outs for v in (tape.invars[i] for i in wrt)]
-            return dce(trace.to_tape([t._var for t in inputs],
+            return dce(trace.to_tape([var_of(t) for t in inputs],
                                      blocks + inline(tape, inputs)[n_out:]))
         values = inline(forward, inputs)
         residuals, rest = values[:n_res], values[n_res:]
@@ -147,7 +147,7 @@ def jacobian_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
                 if not batched:            # the same for every row (zeros)
                     g = np.broadcast_to(g, (rows,) + shape)
                 blocks.append(g[at:at + m].reshape(o.aval.shape + shape))
-        return dce(trace.to_tape([t._var for t in inputs], blocks + rest))
+        return dce(trace.to_tape([var_of(t) for t in inputs], blocks + rest))
 
 
 def jacfwd_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
@@ -162,7 +162,7 @@ def jacfwd_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
         if cols == 0:                      # no inputs: empty blocks
             blocks = [autodiff.filled(trace, a.update(o.aval.shape + a.shape), 0)
                       for o in outs for a in ins]
-            return dce(trace.to_tape([t._var for t in inputs],
+            return dce(trace.to_tape([var_of(t) for t in inputs],
                                      blocks + inline(tape, inputs)[n_out:]))
         forward = jvp_tape(tape, n_out, wrt)
         if cols == 1:                      # one column: the JVP as it is
@@ -182,7 +182,7 @@ def jacfwd_tape(tape: Tape, wrt: Sequence[int], n_out: int) -> Tape:
                 blocks.append(np.transpose(block, tuple(range(a.ndim, block.ndim))
                                            + tuple(range(a.ndim))))
         rest = [v for v, _ in results[n_out:len(tape.outvars)]]
-        return dce(trace.to_tape([t._var for t in inputs], blocks + rest))
+        return dce(trace.to_tape([var_of(t) for t in inputs], blocks + rest))
 
 
 def jvp_tape(tape: Tape, n_out: int, wrt: Sequence[int] | None = None) -> Tape:
@@ -207,7 +207,7 @@ def jvp_tape(tape: Tape, n_out: int, wrt: Sequence[int] | None = None) -> Tape:
         primal, jt = result[:len(tape.outvars)], iter(result[len(joint.outvars):])
         out_tangents = [next(jt) if s else autodiff.filled(trace, o.aval, 0)
                         for o, s in zip(tape.outvars[:n_out], seeds)]
-        return dce(trace.to_tape([t._var for t in inputs + tangents], primal + out_tangents))
+        return dce(trace.to_tape([var_of(t) for t in inputs + tangents], primal + out_tangents))
 
 
 @dataclasses.dataclass

@@ -32,7 +32,7 @@ from .ops import layout as L
 from .passes import dce, optimize
 from .programs import fn_source, rerolled, trace_flat
 from .pytree import TreeDef
-from .trace import new_trace
+from .trace import new_trace, var_of
 
 Axis = int | None
 
@@ -149,7 +149,7 @@ def batched_tape(tape: Tape, in_axes: Sequence[Axis], in_avals: Sequence[Any],
                 value = L.transpose(value, perm=tuple(range(1, axis + 1)) + (0,)
                                     + tuple(range(axis + 1, rank)))
             results.append(value)
-        return dce(trace.to_tape([t._var for t in inputs], results))
+        return dce(trace.to_tape([var_of(t) for t in inputs], results))
 
 
 class _Vmap(CachedTransform):

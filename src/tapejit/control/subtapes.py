@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 from ..avals import Aval
 from ..ir import Tape, Var, dce
-from ..trace import new_trace
+from ..trace import new_trace, var_of
 
 
 def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
@@ -17,7 +17,7 @@ def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
     and the captured values."""
     with new_trace() as trace:
         tracers = [trace.new_tracer(a) for a in avals]
-        invars = tuple(t._var for t in tracers)
+        invars = tuple(var_of(t) for t in tracers)
         outs = fn(tracers)
         tape = dce(trace.to_tape(invars, outs))
     return Tape(invars + tape.constvars, tape.eqns, tape.outvars), list(tape.consts)

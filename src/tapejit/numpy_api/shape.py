@@ -14,7 +14,7 @@ from ..errors import ShapeError, UnsupportedOperationError, at_source, user_sour
 from ..guards import size_error, traced_in
 from ..ops import elementwise as E
 from ..ops import layout as L
-from ..trace import Tracer, View, as_view, rebind
+from ..trace import Tracer, View, as_view, rebind, trace_of, var_of
 from . import asarray, cast, dtype_of, implements, lift, normalize_axes, normalize_axis, reject
 from .math import compute_dtype
 
@@ -388,7 +388,7 @@ implements(np.round, np.around)(lambda a, decimals=0, out=None: _round(a, decima
 
 def copy_of(x: Any) -> Any:
     """A new tracer of the same value, of the same kind (eager or not); a constant copied."""
-    return type(x)(x._trace, x._var, x.weak) if isinstance(x, Tracer) else np.array(x)
+    return type(x)(trace_of(x), var_of(x), x.weak) if isinstance(x, Tracer) else np.array(x)
 
 
 def _round(x: Any, decimals: int, out: Any) -> Any:
