@@ -5,7 +5,7 @@ Each is lowered once per signature (its arguments' kinds, dtypes and ranks) as
 lengths, a scalar its value. The results go to `out`, the call site's 8-byte cells: per array,
 its data pointer, whether the caller now owns it (a buffer the function allocated) and its
 lengths; per scalar, its bits. A call site's owned results are freed before it runs again and
-at the caller's end, unless an array variable took them over (body.py `ArrayVar`).
+at the caller's end, unless an array variable took them over (ownership.py).
 """
 from __future__ import annotations
 

@@ -1,0 +1,122 @@
+"""Who frees an array variable's buffer. An array name assigned more than once (a loop's
+carry) is an `ArrayVar`: stack slots for its data pointer, lengths and whether it owns its
+buffer (one a called function allocated, or one allocated for it). An owned buffer is freed
+when the variable moves to another one, unless another variable or a call's result holding it
+takes it over, and at the function's end; a function returning an array hands its buffer to
+the caller where it owns it.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from . import functions
+from .arrays import VAR, Arrays
+from .emit import Array, ArrayVar, NotCovered
+
+
+class Ownership(Arrays):
+    """Array variables' bindings, and the buffers a function frees."""
+
+    results: list[functions.Results]
+    drops: list[tuple[str, str, str]]
+
+    def store_var(self, name: str, node: ast.expr) -> None:
+        """`name = <array>` for an array variable: it takes over the buffer where `node` is a
+        call's owned output, and frees the buffer it held if it owned that one."""
+        f, value = self.fn, self.array(node, name)
+        var = self.env.get(name)
+        if var is None:
+            var = self.env[name] = ArrayVar(
+                f.slot("ptr"), f.slot("i1"), tuple(f.slot("i64") for _ in value.dims),
+                value.dtype, tuple(d.sym for d in value.dims))
+            f.init(f"store ptr null, ptr {var.ptr}")
+            f.init(f"store i1 false, ptr {var.owned}")
+        if not isinstance(var, ArrayVar) or var.dtype != value.dtype \
+                or len(var.dims) != len(value.dims):
+            raise NotCovered(f"{name} is bound to arrays of different kinds")
+        owned = functions.take(self, value.root) if "#" in value.root else "false"
+        if value.root == name and self.mallocs.get(name) == value.ptr:
+            del self.mallocs[name]      # a buffer allocated for the variable: it owns it (one
+            owned = "true"              # bound to another name first stays that name's)
+        old, was = f.op(f"load ptr, ptr {var.ptr}"), f.op(f"load i1, ptr {var.owned}")
+        same = f.op(f"icmp eq ptr {old}, {value.ptr}")
+        drop = f.op(f"and i1 {was}, {f.op(f'xor i1 {same}, true')}")
+        self.drops.append((old, drop, name))      # freed, or handed over: `_settle_drops`
+        f.do(f";@@DROP{len(self.drops) - 1}")
+        kept = f.op(f"and i1 {same}, {was}")
+        f.do(f"store i1 {f.op(f'or i1 {owned}, {kept}')}, ptr {var.owned}")
+        f.do(f"store ptr {value.ptr}, ptr {var.ptr}")
+        for slot, d in zip(var.dims, value.dims):
+            f.do(f"store i64 {d.ref}, ptr {slot}")
+
+    def hand_over(self, value: Array) -> str:
+        """Whether the caller owns `value`'s buffer once this function returns it (an i1):
+        one it allocated, an array variable's or a call's owned one; not an argument."""
+        root, f = value.root, self.fn
+        var = self.env.get(root.removeprefix(VAR))
+        if root in self.mallocs and value.ptr == self.mallocs[root]:
+            del self.mallocs[root]
+            return "true"
+        if isinstance(var, ArrayVar):
+            owned = f.op(f"load i1, ptr {var.owned}")
+            f.do(f"store i1 false, ptr {var.owned}")
+            return owned
+        if "#" in root:
+            return functions.take(self, root)
+        if isinstance(var, Array) and var.root == root and not self.top:   # an argument
+            return "false"
+        raise NotCovered(f"a function returning a view or temporary ({root})")
+
+    def _settle_drops(self) -> None:
+        """Where an array variable let go of a buffer it owned: another variable or a call's
+        result that holds the same buffer takes it over (carries that trade buffers: a swap,
+        a rotation, a body returning its argument); where none does, it is freed. Written once
+        the function's variables and call sites are all known."""
+        f = self.fn
+        holders = [(n, v) for n, v in self.env.items() if isinstance(v, ArrayVar)]
+        for k, (old, drop, name) in enumerate(self.drops):
+            at = f.lines.index(f"  ;@@DROP{k}")
+            lines, terminated = f.lines, f.terminated
+            f.lines, f.terminated, found = [], False, "false"
+            for other, var in holders:
+                if other != name:
+                    found = self._hand(var.ptr, var.owned, old, drop, found)
+            for results in self.results:
+                found = functions.adopt(self, results, old, drop, found)
+            free = f.op(f"and i1 {drop}, {f.op(f'xor i1 {found}, true')}")
+            f.do(f"call void @free(ptr {f.op(f'select i1 {free}, ptr {old}, ptr null')})")
+            lines[at:at + 1] = f.lines
+            f.lines, f.terminated = lines, terminated
+
+    def _hand(self, ptr_slot: str, owned_slot: str, old: str, drop: str, found: str) -> str:
+        """The variable whose slots are given takes over `old` if it holds it and nobody took
+        it yet; returns whether somebody has."""
+        f = self.fn
+        held = f.op(f"icmp eq ptr {f.op(f'load ptr, ptr {ptr_slot}')}, {old}")
+        free = f.op(f"xor i1 {found}, true")
+        hit = f.op(f"and i1 {drop}, {f.op(f'and i1 {held}, {free}')}")
+        owned = f.op(f"or i1 {f.op(f'load i1, ptr {owned_slot}')}, {hit}")
+        f.do(f"store i1 {owned}, ptr {owned_slot}")
+        return f.op(f"or i1 {found}, {hit}")
+
+    def finish(self) -> None:
+        """Free what the function still owns: array variables' and calls' buffers, and its
+        top-level allocations."""
+        self._settle_drops()
+        self.free_owned()
+
+    def free_owned(self, skip: Any = None) -> None:
+        """Free the array variables' and call sites' buffers (but call site `skip`'s) and the
+        top-level allocations: at the end, or where the function returns early (a failed
+        library call: library_calls.py)."""
+        f = self.fn
+        for var in [v for v in self.env.values() if isinstance(v, ArrayVar)]:
+            owned = f.op(f"load i1, ptr {var.owned}")
+            ptr = f.op(f"load ptr, ptr {var.ptr}")
+            f.do(f"call void @free(ptr {f.op(f'select i1 {owned}, ptr {ptr}, ptr null')})")
+        for results in self.results:
+            if results is not skip:
+                functions.release(self, results)
+        for ptr in self.mallocs.values():
+            f.do(f"call void @free(ptr {ptr})")
