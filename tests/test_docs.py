@@ -89,6 +89,51 @@ def test_mkdocs_lists_every_page() -> None:
                          f"lists missing pages {sorted(nav - pages)}"
 
 
+# a file name in prose: `codegen/cpu.py`, `bench/RESULTS.md`, `../examples/x.py`, `cache.py`
+FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md))\b")
+NOT_OURS = ("file.py", "numba/")     # a placeholder in examples; paths inside numba's package
+
+
+def _missing_files(text: str, tracked: list[str]) -> list[tuple[int, str]]:
+    """(line, name) of each file named in `text` that is none of `tracked`'s (a bare name: that
+    no file of `tracked` has; a path: that no path of `tracked` ends with)."""
+    names = {Path(t).name for t in tracked}
+    found = []
+    for m in FILE_NAME.finditer(text):
+        ref = m.group(1)
+        path = ref.lstrip("./") if ref.startswith("../") else ref
+        while path.startswith("../"):
+            path = path[3:]
+        known = (any(t == path or t.endswith("/" + path) for t in tracked) if "/" in path
+                 else path in names)
+        if not known and not ref.startswith(NOT_OURS):
+            found.append((text.count("\n", 0, m.start()) + 1, ref))
+    return found
+
+
+def test_files_named_in_prose_exist() -> None:
+    """README.md, docs/*.md and the library's sources name only files of the repository."""
+    tracked = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.*")
+               if not any(part.startswith(".") or part == "__pycache__"
+                          for part in p.relative_to(ROOT).parts)]
+    sources = sorted((ROOT / "src").rglob("*.py"))
+    missing = [f"{name(doc)}:{line}: {ref}" for doc in DOCS + sources
+               for line, ref in _missing_files(doc.read_text(), tracked)]
+    assert not missing, "files named that the tree does not have:\n" + "\n".join(missing)
+    assert _missing_files("see codegen/gone.py and `cpu.py`, not ../bench/x.md", ["a/cpu.py"]) \
+        == [(1, "codegen/gone.py"), (1, "../bench/x.md")]
+
+
+def test_ir_md_names_every_primitive() -> None:
+    """docs/ir.md's "The primitives" section names every op of the op table."""
+    from tapejit.ops import OPS
+    text = (ROOT / "docs" / "ir.md").read_text()
+    section = text[text.index("## The primitives"):text.index("## The text form")]
+    named = {word for code in re.findall(r"`([^`]+)`", section)
+             for word in re.findall(r"[a-z_0-9]+", code)}
+    assert not set(OPS) - named, f"docs/ir.md does not name {sorted(set(OPS) - named)}"
+
+
 def test_api_md_lists_every_supported_name() -> None:
     """docs/api.md's table of supported numpy/scipy names is the op table's `covers=`."""
     api = ROOT / "docs" / "api.md"

@@ -7,7 +7,7 @@
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
 - `TAPEJIT_FIRST_CALL=compile`: a new numba program compiles on its first call. By default
   ("interpret") a new program's first call runs on the numpy interpreter and the program
-  compiles on its second call (dispatch.py `interpret_first`): a script that needs one
+  compiles on its second call (first_call.py `interpret_first`): a script that needs one
   gradient never waits for numba.
 - `TAPEJIT_VERIFY=1`: every call of a compiled program is checked against the numpy
   interpreter (compile.py `verify`): a debugging aid, and how the test suite runs.

@@ -6,7 +6,8 @@ tracers of shallower traces, and numpy arrays, enter it as constants. Calling an
 tracers simply evaluates it (so rules may mix traced and concrete values freely).
 
 `Tracer` speaks numpy: operators, `__array_ufunc__`, `__array_function__`, methods and indexing
-all route to the lowering rules registered by numpy_api.py in `UFUNC_RULES`/`FUNCTION_RULES`.
+all route to the lowering rules the numpy_api package registers in `UFUNC_RULES` and
+`FUNCTION_RULES`.
 A tracer is mutable only through index assignment (`x[i] = v`), which rebinds it to a new var
 (`collecting_assignments` reports which inputs a traced function assigned into). A trace that
 has ended leaves its tracers dead: one kept outside its function and used again raises
@@ -236,7 +237,7 @@ def bind_recorded(op: Op, args: Sequence[Any], params: dict[str, Any]) -> Any:
 
 ops.set_binder(bind)
 
-# numpy lowering tables, filled by numpy_api.py: ufunc -> rule, numpy function -> rule
+# numpy lowering tables, filled by the numpy_api package: ufunc -> rule, numpy function -> rule
 UFUNC_RULES: dict[Any, Callable[..., Any]] = {}
 FUNCTION_RULES: dict[Any, Callable[..., Any]] = {}
 METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "accumulate", "at"
