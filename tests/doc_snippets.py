@@ -41,6 +41,7 @@ import time
 import traceback
 import types
 from pathlib import Path
+from hang import HANG_S
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = "```"
@@ -176,7 +177,7 @@ def session(doc: Path, workdir: Path) -> list[dict]:
     env["TAPEJIT_CACHE_DIR"] = str(workdir / "cache")
     result = workdir / "result.json"
     proc = subprocess.run([sys.executable, __file__, "--child", str(doc), str(result)],
-                          cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=workdir, env=env, capture_output=True, text=True, timeout=HANG_S)
     if proc.returncode != 0 or not result.exists():
         raise RuntimeError(f"the snippet runner failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-3000:]}")

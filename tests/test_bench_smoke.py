@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang import HANG_S
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 RATIO = re.compile(r"^ratio .+ = \d+(\.\d+)?x", re.MULTILINE)
@@ -23,7 +24,7 @@ RATIO = re.compile(r"^ratio .+ = \d+(\.\d+)?x", re.MULTILINE)
 def run_bench(name: str, *args: str) -> str:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(BENCH / name), "--quick", *args],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=BENCH)
+                          capture_output=True, text=True, timeout=HANG_S, env=env, cwd=BENCH)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

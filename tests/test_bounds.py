@@ -23,6 +23,7 @@ from tapejit import config
 from tapejit.errors import IndexOutOfBoundsError
 from tapejit.ops import index as I
 from tapejit.ops import sort as ST
+from hang import HANG_S
 
 
 @pytest.fixture(params=["compile", "interpret"])
@@ -287,7 +288,7 @@ def test_cuda_runs_the_checks_on_the_host(tmp_path):
         """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", TAPEJIT_CACHE_DIR=str(tmp_path / "c"))
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("raised: index 7 is out of bounds for axis 0 with size 3 "
                              "(check_index at <string>:6)") == 2, proc.stdout
@@ -297,7 +298,7 @@ def _driver(tmp_path, *args, **env):
     driver = os.path.join(os.path.dirname(__file__), "bounds_memcheck.py")
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path / "c"), NUMBA_BOUNDSCHECK="1", **env)
     return subprocess.run([sys.executable, driver, "range", *args], env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_numba_bounds_check_sees_no_access_out_of_range(tmp_path):
@@ -331,7 +332,7 @@ def test_cost_bench_runs():
     bench = os.path.join(os.path.dirname(__file__), os.pardir, "bench")
     proc = subprocess.run([sys.executable, "boundscheck.py", "--quick", "--repeats", "1",
                            "--workloads", "embedding"], cwd=bench, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "check embedding gradient, checked against unchecked: ok" in proc.stdout
     assert "ratio embedding: checked / unchecked = " in proc.stdout
@@ -354,7 +355,7 @@ def test_a_failed_check_ends_a_while_loop(tmp_path):
         """)
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path / "c"))
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_S)
     assert proc.stdout.splitlines() == [
         "index 7 is out of bounds for axis 0 with size 3",
         "index -4 is out of bounds for axis 0 with size 3"], proc.stdout + proc.stderr[-2000:]

@@ -22,6 +22,7 @@ numba = pytest.importorskip("numba")
 import tapejit as tj  # noqa: E402
 from tapejit import cache, numba_cache  # noqa: E402
 from tapejit.config import reload as reload_config  # noqa: E402
+from hang import HANG_S
 
 CALLS = 3
 
@@ -132,7 +133,7 @@ def test_flipped_bit_in_machine_code_recompiles_in_a_new_process(tmp_path, codeg
 
     def run() -> tuple[float, int, int]:
         done = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True,
-                              text=True, timeout=300)
+                              text=True, timeout=HANG_S)
         assert done.returncode == 0, done.stderr       # a crash is a negative return code
         error, compiles, loads = done.stdout.split()
         return float(error), int(compiles), int(loads)
@@ -160,7 +161,7 @@ def test_tapejits_own_kernels_keep_their_machine_code_under_the_cache_dir(tmp_pa
                XDG_CACHE_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path / "home"),
                TAPEJIT_FIRST_CALL="interpret", TAPEJIT_CODEGEN="numba")   # numba's kernels
     env.pop("NUMBA_CACHE_DIR", None)
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=HANG_S)
     kept = {p.parent.name for p in (tmp_path / "cache").rglob("lib/*/*.nbi")}
     assert "vmath" in kept
     assert not (tmp_path / "xdg" / "numba").exists()

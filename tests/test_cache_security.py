@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hang import HANG_S
 
 numba = pytest.importorskip("numba")
 
@@ -74,7 +75,7 @@ class Victim:
                    TAPEJIT_FIRST_CALL="compile", TAPEJIT_CODEGEN=self.codegen)
         env.pop("TAPEJIT_VERIFY", None)
         done = subprocess.run([sys.executable, "-c", self.prelude + VICTIM], env=env,
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 0, done.stderr       # a crash is a negative return code
         error, compiles, loads, warned = done.stdout.split()
         assert float(error) < 1e-12
@@ -422,7 +423,7 @@ def test_cli_names_a_refused_cache_dir(tmp_path):
     os.chmod(shared, 0o777)
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(shared))
     done = subprocess.run([sys.executable, "-m", "tapejit", "cache", "list"], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 1 and f"{shared} is writable by other users" in done.stderr
     assert f"chmod go-w {shared}" in done.stderr
 

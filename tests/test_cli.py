@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_examples import cache_dir, run  # noqa: F401  (cache_dir: the shared fixture)
+from hang import HANG_S
 
 
 def tapejit_python(code: str, cache: Path) -> str:
@@ -21,7 +22,7 @@ def tapejit_python(code: str, cache: Path) -> str:
 def tapejit(*args: str, cache: Path, ok: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TAPEJIT_CACHE_DIR=str(cache))
     proc = subprocess.run([sys.executable, "-m", "tapejit", *args], capture_output=True,
-                          text=True, timeout=300, env=env)
+                          text=True, timeout=HANG_S, env=env)
     assert (proc.returncode == 0) == ok, f"{args}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
     return proc
 

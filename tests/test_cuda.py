@@ -17,17 +17,18 @@ import pytest
 
 import tapejit as tj
 from tapejit import cuda_support
+from hang import HANG_S
 
 CHECK = Path(__file__).with_name("cuda_check.py")
 
 
-def _check(mode: str, tmp_path: Path, simulate: bool, timeout: int) -> str:
+def _check(mode: str, tmp_path: Path, simulate: bool) -> str:
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulate:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     args = [sys.executable, str(CHECK), mode] + (["--zoo"] if mode == "ptx" else [])
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=HANG_S)
     output = proc.stdout + proc.stderr
     if proc.stdout.startswith("skip:"):
         pytest.skip(proc.stdout.strip())
@@ -36,22 +37,22 @@ def _check(mode: str, tmp_path: Path, simulate: bool, timeout: int) -> str:
 
 
 def test_simulator_runs_zoo_and_op_table_like_the_interpreter(tmp_path):
-    out = _check("sim", tmp_path, simulate=True, timeout=300)
+    out = _check("sim", tmp_path, simulate=True, timeout=HANG_S)
     assert "ok mlp_softmax_xent" in out and out.count("ok ops ") >= 3
 
 
 def test_generated_kernels_compile_to_ptx_for_sm90(tmp_path):
-    out = _check("ptx", tmp_path, simulate=False, timeout=600)
+    out = _check("ptx", tmp_path, simulate=False, timeout=HANG_S)
     assert "kernels compiled to PTX" in out
 
 
 def test_random_stream_on_the_simulator_equals_the_cpus(tmp_path):
-    out = _check("random", tmp_path, simulate=True, timeout=300)
+    out = _check("random", tmp_path, simulate=True, timeout=HANG_S)
     assert "ok random stream" in out and "ok random\n" in out
 
 
 def test_random_kernels_compile_to_ptx_for_sm90(tmp_path):
-    out = _check("random", tmp_path, simulate=False, timeout=300)
+    out = _check("random", tmp_path, simulate=False, timeout=HANG_S)
     assert "kernels compiled to PTX" in out or "ok random\n" in out    # (on a GPU: values)
 
 
@@ -59,7 +60,7 @@ def test_products_through_cublas_on_the_simulator(tmp_path):
     """Every product form cuBLAS takes, its calls run through cuda_support's model of cuBLAS
     (column-major, transposes as flags, strided batches): values and gradients as the
     interpreter's, and each program's products counted as cuBLAS calls."""
-    out = _check("products", tmp_path, simulate=True, timeout=300)
+    out = _check("products", tmp_path, simulate=True, timeout=HANG_S)
     assert out.count("\nok ") + out.startswith("ok ") == 8 and "ok two-layer MLP" in out, out
 
 
@@ -110,7 +111,7 @@ def test_products_setting(monkeypatch):
 def test_zoo_on_a_real_gpu(tmp_path):
     if cuda_support.problem() is not None:
         pytest.skip(f"no CUDA backend here: {cuda_support.problem()}")
-    _check("device", tmp_path, simulate=False, timeout=600)
+    _check("device", tmp_path, simulate=False, timeout=HANG_S)
 
 
 def test_unavailable_backend_says_what_is_missing(monkeypatch):
@@ -285,7 +286,7 @@ def test_bench_peers_child_checks_its_gradient_on_the_simulator(tmp_path):
         proc = subprocess.run([sys.executable, str(BENCH / "cuda.py"), "--child",
                                "elementwise-f64", "tapejit", "--ref", str(ref), "--n", "16",
                                "--repeats", "2"], env=env, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=HANG_S)
         line = next(x for x in proc.stdout.splitlines() if x.startswith(bench.MARK))
         results.append(json.loads(line[len(bench.MARK):]))
     assert results[0]["error"] < 1e-14 and results[0]["median_s"] > 0, results

@@ -14,7 +14,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ distributed = pytest.importorskip("distributed", reason="needs the extra: pip in
 da = pytest.importorskip("dask.array")
 cloudpickle = pytest.importorskip("cloudpickle")
 import tapejit.dask as tjd  # noqa: E402
+from hang import HANG_S
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 TIMEOUT = 60           # seconds: no cluster operation waits longer
@@ -374,7 +374,7 @@ def test_example_trains_on_the_cluster():
     compiled path on workers is what the tests above check)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TAPEJIT_BACKEND="interpret")
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "dask_training.py"),
-                          "--quick"], capture_output=True, text=True, timeout=120, env=env)
+                          "--quick"], capture_output=True, text=True, timeout=HANG_S, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("dataset: 20,000 rows x 16 features, 3 MB on disk in 8 chunks; "

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang import HANG_S
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -25,7 +26,7 @@ def run(args: list[str], cache_dir: Path, cwd: Path | None = None) -> str:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TAPEJIT_CACHE_DIR=str(cache_dir))
     env.pop("TAPEJIT_BACKEND", None)
     env.pop("TAPEJIT_FIRST_CALL", None)
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=HANG_S,
                           env=env, cwd=cwd)
     assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout

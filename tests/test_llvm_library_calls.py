@@ -29,6 +29,7 @@ from tapejit.codegen.llvm.jit import JitError
 from tapejit.compile import Compiled
 
 from test_linalg import _everything, _inputs, _weighted
+from hang import HANG_S
 
 LinAlgError = np.linalg.LinAlgError
 pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
@@ -247,6 +248,6 @@ def test_kernels_load_in_a_new_process(tmp_path):
     env = dict(os.environ, TAPEJIT_CACHE_DIR=str(tmp_path), TAPEJIT_FIRST_CALL="compile",
                TAPEJIT_VERIFY="0", TAPEJIT_CODEGEN="llvm")
     runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                           text=True, timeout=300) for _ in range(2)]
+                           text=True, timeout=HANG_S) for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
     assert runs[1].stdout.split() == ["['llvm']", "False"], runs[1].stdout

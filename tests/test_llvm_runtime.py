@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tapejit.codegen.llvm import runtime
+from hang import HANG_S
 
 _engines = []      # the test modules' code lives as long as the test process
 
@@ -433,7 +434,7 @@ def test_the_pool_starts_with_the_first_call_of_more_than_one_chunk():
     on the caller without a pool; the first call of several chunks starts numba's pool, and
     where it cannot start, warns once and runs the chunks on the caller."""
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=HANG_S)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 

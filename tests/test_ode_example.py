@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from hang import HANG_S
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(path: Path, *args: str) -> str:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=path.parent)
+                          timeout=HANG_S, env=env, cwd=path.parent)
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

@@ -17,6 +17,7 @@ import tapejit as tj
 from tapejit import threads
 from tapejit.codegen import blas
 from tapejit.compile import Compiled
+from hang import HANG_S
 
 
 def _blas_threads() -> list[int]:
@@ -238,7 +239,7 @@ def test_the_threading_layer_in_a_new_process_is_numbas_or_the_users(env, layers
              if k not in ("NUMBA_THREADING_LAYER", "OMP_WAIT_POLICY", "TAPEJIT_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", LAYER_PROBE], capture_output=True, text=True,
                          env={**clean, "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "0",
-                              **env}, timeout=300)
+                              **env}, timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     layer, seen_policy, budget = out.stdout.split()
     assert layer in layers and seen_policy == policy and int(budget) >= 1
