@@ -315,9 +315,20 @@ def test_cache_keyed_on_pytree_structure():
     g({"a": np.ones(2), "b": np.ones(2)})
     g({"a": np.zeros(2), "b": np.ones(2)})
     assert f.calls == 1
-    gb = g({"b": np.ones(2), "a": 2 * np.ones(2)})
-    assert f.calls == 2
+    gb = g({"b": np.ones(2), "a": 2 * np.ones(2)})   # the same dict built in another order
+    assert f.calls == 1 and list(gb) == ["a", "b"]    # one signature, as JAX's sorted keys
     np.testing.assert_allclose(gb["a"], 4.0)
+    np.testing.assert_allclose(gb["b"], 2.0)
+    g({"a": np.ones(2), "c": np.ones(2)})             # other keys: a new structure
+    assert f.calls == 2
+
+
+def test_dict_keys_that_do_not_compare_have_one_order():
+    f = tj.grad(lambda p: p[1] * p["x"] ** 2)
+    for params in ({1: 3.0, "x": 2.0}, {"x": 2.0, 1: 3.0}):
+        grads = f(params)
+        assert list(grads) == [1, "x"] and grads == {1: 4.0, "x": 12.0}
+    assert f.cache_info()["traces"] == 1
 
 
 # --- nesting ----------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """Flatten and unflatten nested containers of arrays (pytrees).
 
-Containers: dict (insertion order is part of the structure), list, tuple, namedtuple, dataclass
-instances and None (an empty container). Everything else is a leaf. A `TreeDef` is hashable, so
+Containers: dict, list, tuple, namedtuple, dataclass instances and None (an empty container).
+Everything else is a leaf. A dict's keys are taken in sorted order, as JAX takes them: the same
+dict built in another order has the same structure (and signature), and a dict rebuilt from
+leaves has its keys sorted. Keys of types that do not compare are sorted by type name, then
+repr. A `TreeDef` is hashable, so
 it can be part of a cache key, and prints readably in error messages.
 """
 from __future__ import annotations
@@ -52,7 +55,8 @@ def _node(obj: Any) -> tuple[str, Any, list[Any]] | None:
     if obj is None:
         return "none", None, []
     if isinstance(obj, dict):
-        return "dict", tuple(obj), list(obj.values())
+        keys = _sorted_keys(obj)
+        return "dict", keys, [obj[k] for k in keys]
     if isinstance(obj, list):
         return "list", None, obj
     if isinstance(obj, tuple):
@@ -63,6 +67,13 @@ def _node(obj: Any) -> tuple[str, Any, list[Any]] | None:
         names = tuple(f.name for f in dataclasses.fields(obj))
         return "dataclass", (type(obj), names), [getattr(obj, n) for n in names]
     return None
+
+
+def _sorted_keys(d: dict) -> tuple:
+    try:
+        return tuple(sorted(d))
+    except TypeError:                   # keys that do not compare (mixed types)
+        return tuple(sorted(d, key=lambda k: (type(k).__qualname__, repr(k))))
 
 
 def flatten(tree: Any) -> tuple[list[Leaf], TreeDef]:
@@ -154,7 +165,6 @@ def difference(a: TreeDef, b: TreeDef, first: str, second: str, path: str = "") 
         for k in b.meta:
             if k not in a.meta:
                 return f"key {k!r} {where} is in {second} but not in {first}"
-        return f"{where}, the keys are in another order (dict order is part of the structure)"
     if len(a.children) != len(b.children):
         return f"{where}, {first} has {_describe(a)} and {second} {_describe(b)}"
     for k, ca, cb in zip(keys, a.children, b.children):
