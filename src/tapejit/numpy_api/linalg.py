@@ -131,7 +131,7 @@ def einsum(subscripts: Any, *operands: Any, optimize: Any = False, **kwargs: Any
         raise ShapeError(at_source(f"einsum: subscripts {subscripts!r} do not fit operands of "
                                    f"shapes {[x.shape for x in arrays]}", user_source()))
     _check_subscripts(subscripts, specs, output, arrays)
-    terms = [list(t) for t in zip(specs, arrays)]
+    terms = [_unbroadcast(spec, x, specs, arrays) for spec, x in zip(specs, arrays)]
     for i, term in enumerate(terms):
         others = "".join(s for j, (s, _) in enumerate(terms) if j != i) + output
         terms[i] = list(_reduce_term(term[0], term[1], others))
@@ -147,6 +147,26 @@ def einsum(subscripts: Any, *operands: Any, optimize: Any = False, **kwargs: Any
                   + "".join(c for c in spec_b if c not in shared))
     spec_a, a = _reduce_term(spec_a, a, output)
     return np.transpose(a, [spec_a.index(c) for c in output]) if spec_a != output else a
+
+
+def _unbroadcast(spec: str, x: Any, specs: list[str], arrays: list[Any]) -> list:
+    """[spec, x] without its size-1 axes whose letter labels a longer axis elsewhere: numpy
+    broadcasts them, which is the letter not being in this term (`m` of x[None] in
+    'mnd,mdo->mno' against 20 m's). A repeated letter's axis is broadcast instead."""
+    sizes: dict[str, int] = {}
+    for s, a in zip(specs, arrays):
+        for c, n in zip(s, a.shape):
+            sizes[c] = n if sizes.get(c, 1) == 1 else sizes[c]
+    short = [i for i, (c, n) in enumerate(zip(spec, x.shape)) if n == 1 != sizes[c]]
+    repeated = [i for i in short if spec.count(spec[i]) > 1]
+    if repeated:
+        x = broadcast_to_shape(x, tuple(sizes[c] if i in repeated else n
+                                        for i, (c, n) in enumerate(zip(spec, x.shape))))
+    drop = [i for i in short if i not in repeated]
+    if drop:
+        x = reshape(x, tuple(n for i, n in enumerate(x.shape) if i not in drop))
+        spec = "".join(c for i, c in enumerate(spec) if i not in drop)
+    return [spec, x]
 
 
 def _check_subscripts(subscripts: str, specs: list[str], output: str, arrays: list[Any]
