@@ -7,6 +7,7 @@ The rest of the suite sets TAPEJIT_FIRST_CALL=compile (conftest.py) so that its 
 check compiled code from the first call on; here it is set per test. Counted by events
 (`cache_info()`), never timed.
 """
+import json
 import os
 import subprocess
 import sys
@@ -220,6 +221,37 @@ def test_llvm_a_warm_process_never_imports_numba(tmp_path):
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                             text=True, check=True).stdout.split()
     assert second == ["False", "(3,)"]       # it loads the kernel and the program from disk
+
+
+WARM = """
+import json, numpy as np, tapejit as tj
+import tapejit.compile as C
+lowered, lower = [], C.lower
+C.lower = lambda *args: lowered.append(1) or lower(*args)
+
+def loss(a, x):      # a LAPACK kernel, a kernel called by address (tanh), a product
+    return np.sum(np.tanh(np.linalg.cholesky(a @ a.T + 3 * np.eye(3)) @ x) ** 2)
+
+g = tj.grad(loss, argnums=(0, 1))
+out = g(np.arange(9.0).reshape(3, 3) / 10, np.ones((3, 4)))
+info = g.cache_info()
+print(json.dumps([len(lowered), info["compiles"], info["disk_loads"], info["codegen"],
+                  [o.tolist() for o in out]]))
+"""
+
+
+def test_llvm_a_warm_process_neither_lowers_nor_compiles(tmp_path):
+    """The program's disk entry holds its object code and what lowering it said: a new
+    process loads the kernels it calls and the code, and runs it (checked against the
+    interpreter: TAPEJIT_VERIFY) without lowering the module again."""
+    env = {**os.environ, "TAPEJIT_CODEGEN": "llvm", "TAPEJIT_CACHE_DIR": str(tmp_path / "c"),
+           "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "1"}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", WARM], env=env, check=True,
+                                      capture_output=True, text=True).stdout)
+            for _ in range(2)]
+    assert runs[0][:4] == [1, 1, 0, {"llvm": 1, "numba": 0}]
+    assert runs[1][:4] == [0, 0, 1, {"llvm": 1, "numba": 0}]
+    assert runs[1][4] == runs[0][4]
 
 
 # ---- what a compile says (the `tapejit` logger, TAPEJIT_LOG) ------------------------------------

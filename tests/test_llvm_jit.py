@@ -235,7 +235,7 @@ FRESH = textwrap.dedent("""
     from tapejit.codegen.llvm import jit, library
     kernels = [library.scalar_kernel(call, (F8,)) for call in {calls!r}]
     ir = loop_ir(kernels[0], (F8,), F8) + "".join(k.declaration + "\\n" for k in kernels[1:])
-    obj, from_disk = jit.cached_object(ir, lambda: jit.compile_object(ir))
+    obj, from_disk = jit.cached_bytes("obj", ir, lambda: jit.compile_object(ir))
     x = np.frombuffer(bytes.fromhex({x!r}), np.float64)
     got = run_loop(jit.Program(obj, ("tj_entry",)), np.empty_like(x), x)
     registry = sys.modules.get("numba.core.registry")      # numba's compiler made a target?
@@ -303,18 +303,18 @@ def test_a_damaged_or_linked_object_file_is_rebuilt(cache_dir, tmp_path):
     ir = loop_ir(kernel, (F8,), F8) + "; the damaged-file test's\n"
     builds = []
     build = lambda: builds.append(1) or jit.compile_object(ir)  # noqa: E731
-    first, from_disk = jit.cached_object(ir, build)
+    first, from_disk = jit.cached_bytes("obj", ir, build)
     assert (from_disk, len(builds)) == (False, 1)
-    assert jit.cached_object(ir, build) == (first, True) and len(builds) == 1
+    assert jit.cached_bytes("obj", ir, build) == (first, True) and len(builds) == 1
     path = max(files(cache_dir, "obj"), key=lambda f: f.stat().st_mtime_ns)   # just written
     flip_a_byte(path)
-    assert jit.cached_object(ir, build) == (first, False) and len(builds) == 2
-    assert jit.cached_object(ir, build) == (first, True) and len(builds) == 2
+    assert jit.cached_bytes("obj", ir, build) == (first, False) and len(builds) == 2
+    assert jit.cached_bytes("obj", ir, build) == (first, True) and len(builds) == 2
     planted = tmp_path / "planted.o"
     planted.write_bytes(path.read_bytes())
     path.unlink()
     path.symlink_to(planted)                            # a link is no file of the cache's
-    assert jit.cached_object(ir, build) == (first, False) and len(builds) == 3
+    assert jit.cached_bytes("obj", ir, build) == (first, False) and len(builds) == 3
     assert not path.is_symlink()
 
 

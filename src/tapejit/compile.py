@@ -35,6 +35,7 @@ from .codegen.llvm import library_calls
 from .codegen.llvm import jit
 from .codegen.llvm.emit import NotCovered
 from .codegen.llvm.lower import lower
+from .codegen.llvm import program as llvm_program
 from .codegen.llvm.program import Program as LlvmProgram
 from .config import config
 from .cuda_support import CudaCompiled, CudaUnavailableError, problem
@@ -177,13 +178,14 @@ def _llvm_program(tape: Tape, generated: Generated,
         return None
     inputs = tuple(zip(generated.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
     spaces = tuple(zip(generated.workspace_shapes, (a.dtype for a in generated.workspace)))
+    made = (generated.source, inputs, spaces, generated.status, generated.threads)
     try:
-        lowered = lower(generated.source, inputs, spaces, generated.status, generated.threads)
+        return LlvmProgram(llvm_program.key(*made), lambda: lower(*made), generated.sizes,
+                           workspace, [v.aval.shape for v in tape.outvars])
     except NotCovered as why:
         logging.getLogger("tapejit").debug(f"tapejit: numba compiles this program: the LLVM "
                                            f"lowering does not cover {why}")
         return None
-    return LlvmProgram(lowered, generated.sizes, workspace, [v.aval.shape for v in tape.outvars])
 
 
 def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,

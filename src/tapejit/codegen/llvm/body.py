@@ -60,6 +60,7 @@ class Body(Ownership):
         except JitError as err:         # numba cannot compile it: numba's path decides
             raise NotCovered(f"the kernel {call}: {err}") from None
         self.module.declarations.add(k.declaration)
+        self.module.kernels[k.symbol] = ("scalar", call, tuple(a.dtype.str for a in args))
         return self.call_kernel(k, args)
 
     def call_kernel(self, k: library.Kernel, args: list[Scalar | str]) -> Scalar:

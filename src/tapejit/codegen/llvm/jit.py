@@ -2,7 +2,7 @@
 machine code in this process, with object code cached on disk per program.
 
     obj = compile_object(ir)       # links the tj_lib_ kernels `ir` declares; O3; object code
-    obj, from_disk = cached_object(key, lambda: compile_object(ir))
+    obj, from_disk = cached_bytes("lib", key, lambda: compile_object(ir))
     program = Program(obj, ("tj_entry",))
     address = program.address("tj_entry")
     program.close()                # frees its code (as garbage collection does)
@@ -23,11 +23,13 @@ resource tracker frees the code when the program is closed or collected. Its und
 there by itself), then from numba's C helpers (`numba_gamma`, ...: the first one needed imports
 numba, not its compiler), then from the process (libm, the Python C API).
 
-`cached_bytes` keeps what it builds under `<cache root>/llvm/<folder>/`, one file per key, sealed
-with the user's key (cache_trust.py): a file that is not authentic, not the user's or not a
-file is built again and replaced; where the directory cannot be used, memory only (with
-cache.py's one warning). Keys are hashed with the host CPU, its features and the source of jit.py
-and library.py; the cache root's name holds the tapejit, numba and llvmlite versions.
+`cached_bytes` keeps what it builds under `<cache root>/llvm/<folder>/`, one file per key
+(`read_cached` and `write_cached` apart: program.py keeps each program's object code in folder
+`obj`), sealed with the user's key (cache_trust.py): a file that is not authentic, not the
+user's or not a file is built again and replaced; where the directory cannot be used, memory
+only (with cache.py's one warning). Keys are hashed with the host CPU, its features and the
+source of jit.py and library.py; the cache root's name holds the tapejit, numba and llvmlite
+versions.
 """
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ... import cache
-from ...cache_trust import UntrustedCacheError, read_own_file, seal, unseal, write_atomic
+from ...cache_trust import (Root, UntrustedCacheError, read_own_file, seal, unseal,
+                            write_atomic)
 from ...config import config
 from ...errors import TapejitError
 
@@ -100,6 +103,11 @@ def add_kernel(symbol: str, bitcode: bytes) -> None:
 def add_external(symbol: str, address: Callable[[], int]) -> None:
     """Resolve `symbol` in loaded programs to `address()` (called once, on first use)."""
     _externals[symbol] = functools.cache(address)
+
+
+def by_address(symbol: str) -> bool:
+    """Whether programs call `symbol` by address (`add_external`), not linking it in."""
+    return symbol in _externals
 
 
 @functools.cache
@@ -336,33 +344,49 @@ def _stamp() -> bytes:
 def cached_bytes(folder: str, key: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
     """(what `build()` makes for `key`, whether it came from disk): read from
     `<cache root>/llvm/<folder>/` where a sealed file holds it, else built and written there."""
-    name = hashlib.sha256(_stamp() + key.encode()).hexdigest()[:40]
-    try:
-        root = (cache.library_dir if folder in LIBRARY else cache.sealed_dir)("llvm", folder)
-    except OSError as err:
-        if folder in LIBRARY and not _may_build.get():
-            raise NotBuilt(f"{folder}/{name}") from None
-        cache.warn_memory_only(config().cache_dir, err)
-        return build(), False
-    path = root.path / name
-    try:
-        data = read_own_file(path)
-    except UntrustedCacheError:
-        data = None                         # a link or another user's file: replaced
-    payload = None if data is None else unseal(root.key, str(path), data)
+    payload = read_cached(folder, key)
     if payload is not None:
         return payload, True
     if folder in LIBRARY and not _may_build.get():
-        raise NotBuilt(f"{folder}/{name}")
+        raise NotBuilt(f"{folder}/{_name(key)}")
     payload = build()
+    write_cached(folder, key, payload)
+    return payload, False
+
+
+def read_cached(folder: str, key: str) -> bytes | None:
+    """What `<cache root>/llvm/<folder>/` holds for `key`: None where no authentic file of the
+    user's does (or the directory cannot be used)."""
+    try:
+        root = _root(folder)
+    except OSError:
+        return None
+    path = root.path / _name(key)
+    try:
+        data = read_own_file(path)
+    except UntrustedCacheError:
+        return None                         # a link or another user's file: replaced
+    return None if data is None else unseal(root.key, str(path), data)
+
+
+def write_cached(folder: str, key: str, payload: bytes) -> None:
+    """Keep `payload` for `key` (sealed); memory only, with cache.py's one warning, where the
+    directory cannot be used."""
+    try:
+        root = _root(folder)
+    except OSError as err:
+        cache.warn_memory_only(config().cache_dir, err)
+        return
+    path = root.path / _name(key)
     try:
         write_atomic(path, seal(root.key, str(path), payload))
     except OSError as err:
         cache.warn_memory_only(root.path, err)
-    return payload, False
 
 
-def cached_object(key: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
-    """(object code for `key`, whether it came from disk): `cached_bytes` in folder `obj`.
-    Key it by what decides the code: the IR text (kernel symbols name their call and types)."""
-    return cached_bytes(cache.OBJECTS.name, key, build)
+def _root(folder: str) -> Root:
+    return (cache.library_dir if folder in LIBRARY else cache.sealed_dir)("llvm", folder)
+
+
+def _name(key: str) -> str:
+    return hashlib.sha256(_stamp() + key.encode()).hexdigest()[:40]

@@ -51,6 +51,8 @@ def library_call(body: Any, node: ast.Call) -> None:
     except JitError as err:       # numba cannot compile it (float16, ...): numba's path decides
         raise NotCovered(f"a kernel for {ast.unparse(node.func)}: {err}") from None
     body.module.declarations.add(kernel.declaration)
+    body.module.kernels[kernel.symbol] = ("array", ast.unparse(node.func),
+                                          tuple((k[0], k[1].str, *k[2:]) for k in kinds))
     code = body.call_kernel(kernel, parts)
     _leave_where(body, body.fn.op(f"icmp ne i64 {code.ref}, 0"), code=code)
 

@@ -22,6 +22,7 @@ import ast
 import re
 from typing import NamedTuple
 
+from . import jit
 from .body import Body, Shaped
 from .emit import Array, Frame, Function, NotCovered
 from ..writer import ENTRY
@@ -39,6 +40,8 @@ class Lowered(NamedTuple):
     outputs: tuple[tuple[str, int], ...]   # per output: ("input", k) or ("frame", k)
     parts: tuple[str, ...] = ()      # `ir` as modules to compile apart (on threads): the
                                      # entry's, then one per parallel loop's chunk function
+    kernels: tuple[tuple, ...] = ()  # the kernels it calls by address, loaded before its
+                                     # code: ("scalar", call, dtypes) or ("array", call, kinds)
 
 
 class _Module:
@@ -53,6 +56,7 @@ class _Module:
         self.nests = 0
         self.defs: dict[str, ast.FunctionDef] = {}   # the module's other functions
         self.defined: dict = {}     # (name, argument kinds) -> (symbol, output layout)
+        self.kernels: dict[str, tuple] = {}   # symbol -> the request that made it (`Lowered`)
 
 
 def lower(source: str, inputs: Shaped, workspace: Shaped, status: int | None,
@@ -121,7 +125,9 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
     renumber = {k: n for n, k in enumerate(order)}
     outs = tuple((kind, renumber[k] if kind == "frame" else k) for kind, k in outputs)
     workspace = max(module.workspace) + 1 if module.workspace else 0
-    return Lowered(text + "\n", inputs, frames, workspace, outs, parts)
+    kernels = tuple(made for symbol, made in sorted(module.kernels.items())
+                    if jit.by_address(symbol))
+    return Lowered(text + "\n", inputs, frames, workspace, outs, parts, kernels)
 
 
 _NEST = "tj_nest"
