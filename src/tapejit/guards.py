@@ -76,6 +76,8 @@ _lock = threading.Lock()
 _open = 0                   # traces open on every thread
 _originals: dict[Any, dict[str, Callable[..., Any]]] = {}   # module -> name -> function
 _guards: dict[Any, dict[str, Callable[..., Any]]] = {}
+# called when the first trace opens (numpy_api/stats.py's: wrap scipy.stats once it is imported)
+ON_FIRST_OPEN: list[Callable[[], None]] = []
 
 
 def random_message(what: str) -> str:
@@ -170,6 +172,8 @@ def _install() -> None:
         _wrap_all()
     for module, guards in _guards.items():
         vars(module).update(guards)
+    for hook in ON_FIRST_OPEN:
+        hook()
 
 
 def _uninstall() -> None:

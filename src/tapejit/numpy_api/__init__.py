@@ -95,3 +95,4 @@ from . import math, shape, reductions, indexing, linalg, decompositions  # noqa:
 from . import creation, numeric  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401
 from . import special  # noqa: E402,F401  (scipy.special, where scipy is importable)
+from . import stats  # noqa: E402,F401  (scipy.stats, once scipy is imported)
