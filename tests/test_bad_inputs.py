@@ -313,7 +313,7 @@ def test_argnums_that_pick_nothing_fail_at_creation(make, argnums):
 def test_tree_map_on_different_structures():
     def call():
         return tj.tree_map(lambda a, b: a + b, {"a": {"w": 1, "b": 2}}, {"a": {"w": 1}})  # <- error
-    _raises(tj.ArgumentError, ValueError, call, "{'a': {'w': *}}", "{'a': {'w': *, 'b': *}}",
+    _raises(tj.ArgumentError, ValueError, call, "{'a': {'w': *}}", "{'a': {'b': *, 'w': *}}",
             "key 'b' at ['a'] is in the first tree but not in the other", line_of=call)
 
     def lengths():

@@ -21,8 +21,12 @@ user's code again on every step) is open, also:
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
   size and the fix (`static_argnums`).
 - the arrays constructors make are `trace.Constant`s: indexing one by a traced integer
-  array records a gather (`np.eye(k)[labels]`, `np.array(table)[labels]`). np.asarray of an
+  array records a gather (`np.eye(k)[labels]`, `np.array(table)[labels]`). A traced value
+  written into one traces the function again with the constructors of that user's line
+  making traced arrays (`trace.buffer_sites`; np.empty's as zeros). np.asarray of an
   existing array returns it as is (a constant used again stays one constant of the tape).
+  Under GradientTape's recording they are `Constant`s too, so that such a write is an error
+  rather than a lost gradient.
 
 The wrappers are installed when the first trace opens and restored when the last one closes
 (also when tracing raised). numpy's Generator and RandomState types cannot be wrapped, so
@@ -43,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import ConcretizationError, RandomnessError, at_source, user_source
-from .trace import Constant, Tracer, set_open_hooks
+from .trace import Constant, Tracer, buffer_sites, lift, set_open_hooks
 
 # numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
 SIZED: dict[str, tuple[tuple[int, str], ...]] = {
@@ -142,9 +146,7 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if lowering is not None and lowering[0](*args, **kwargs) and \
                 not sys._getframe(1).f_code.co_filename.startswith(_LIBRARIES):
             return lowering[1](*args, **kwargs)
-        if not _depth.traces:
-            return fn(*args, **kwargs)
-        for position, keyword in sizes:
+        for position, keyword in sizes if _depth.traces else ():
             given = args[position] if position < len(args) else kwargs.get(keyword)
             tracer = traced_in(given)
             if tracer is not None:
@@ -152,7 +154,14 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         out = fn(*args, **kwargs)
         if type(out) is not np.ndarray or (args and out is args[0]):
             return out
-        return out.view(Constant)
+        if not _depth.traces:           # GradientTape's recording: a write into it is an error
+            return out.view(Constant)
+        site = user_source()
+        if site in buffer_sites():      # a traced value is written into this line's arrays
+            return lift(np.zeros_like(out) if name == "empty" else out)
+        out = out.view(Constant)
+        out.site = site
+        return out
     return guarded
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .errors import (ConcretizationError, LeakedTracerError, TapejitError,
                      user_source)
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
 from .ops import Op
+from .ops import layout as L
 
 class _TraceStack(threading.local):
     def __init__(self) -> None:
@@ -35,6 +36,7 @@ class _TraceStack(threading.local):
         self.src: Src | None = None  # when set, the source line recorded on new eqns
         # (level, found): the inputs assigned into by the function traced at that level
         self.assigned: tuple[int, list[int]] | None = None
+        self.buffers: dict[Src, int] = {}   # trace_to_tape: line -> the traces that set it
 
 
 _stack = _TraceStack()
@@ -270,9 +272,9 @@ def _concretization(what: str, tracer: "Tracer", extra: str = "") -> Concretizat
         f"        y = tj.cond(x > 0, lambda x: np.sqrt(x), lambda x: -x, x)\n"
         f"    (both branches are traced; the compiled program runs the one `pred` picks); a "
         f"`while` on a traced value is `tj.while_loop(cond_fn, body_fn, init)`;\n"
-        f"  - to build an array from traced values write np.array([a, b]) or np.stack, and create "
-        f"buffers you assign into with np.zeros_like(x) rather than np.zeros(n)\n"
-        f"    (`out = np.zeros(3); out[0] = traced` needs a concrete number);\n"
+        f"  - to build an array from traced values write np.array([a, b]) or np.stack, or assign "
+        f"into a buffer made inside the function (`out = np.zeros(n); out[i] = traced`),\n"
+        f"    not into an array made outside it;\n"
         f"  - pass values that really are constants through `static_argnums`.{extra}", src))
 
 
@@ -388,14 +390,54 @@ def holds_tracer(x: Any) -> bool:
 
 class Constant(np.ndarray):
     """A numpy array that a numpy constructor made while a replayed recording was open
-    (guards.py): indexed by a traced integer array it records a gather (`np.eye(k)[labels]`,
-    the one-hot idiom), where a plain ndarray would ask the tracer for its value. Operations
-    on it keep the type; a trace records its value as a plain ndarray."""
+    (guards.py), at the user's line `site`: indexed by a traced integer array it records a
+    gather (`np.eye(k)[labels]`, the one-hot idiom), where a plain ndarray would ask the tracer
+    for its value. A traced value (or index) written into it raises `BufferWrite`: the trace
+    starts again with that line's constructor making traced arrays (`out = np.zeros(n);
+    out[i] = traced`). Operations on it keep the type and the site; a trace records its value
+    as a plain ndarray."""
+
+    site: Src | None = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.site = getattr(obj, "site", None)
 
     def __getitem__(self, key: Any) -> Any:
         if holds_tracer(key):
             return Tracer.__getitem__(self.view(np.ndarray), key)   # type: ignore[call-arg]
         return super().__getitem__(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if holds_tracer(value) or holds_tracer(key):
+            raise BufferWrite(self.site)
+        super().__setitem__(key, value)
+
+
+class BufferWrite(ConcretizationError):
+    """A traced value or index written into a `Constant` made at `site` (a user's line). The
+    tracing of a function catches it and traces again (`trace_to_tape`); where nothing does
+    (GradientTape's recording runs the code once), its message is the error."""
+
+    def __init__(self, site: Src | None) -> None:
+        super().__init__(at_source(
+            "x[...] = a recorded value (or at a recorded index), where x is an array a numpy "
+            "constructor made (np.zeros, np.empty, np.array of numbers, ...): x holds plain "
+            "numbers, so the value would be written without its derivative. Make the buffer "
+            "from a recorded value, `out = np.zeros_like(x)`, then assign into it; or build the "
+            "array at once with `np.stack([...])`.", site or user_source()))
+        self.site = site
+
+
+def lift(x: Any) -> Any:
+    """A constant as a tracer of the current trace (to index or assign into it)."""
+    if isinstance(x, Tracer):
+        return x
+    trace, arr = current_trace(), np.asarray(x)
+    if trace is None:
+        return arr
+    if arr.ndim:
+        return Tracer(trace, trace.atom(arr))
+    return trace.record(L.broadcast_in_dim, (arr,), {"shape": (), "dims": ()})
 
 
 def function_name(func: Any) -> str:
@@ -511,8 +553,45 @@ def rebind(tracer: Tracer, value: Tracer) -> None:
 def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
                   names: Sequence[str], weak: Sequence[bool] | None = None) -> Tape:
     """Trace `fn` on fresh tracers; `fn` takes the list of input tracers and returns the list of
-    output leaves. Returns the tape (not yet dead-code eliminated)."""
+    output leaves. Returns the tape (not yet dead-code eliminated). Where `fn` writes a traced
+    value into an array a numpy constructor made (`BufferWrite`), it is traced again with that
+    line's constructors making traced arrays (`buffer_sites`), once per such line."""
     weak = weak or [False] * len(avals)
+    return with_traced_buffers(lambda: _trace_once(fn, avals, names, weak))
+
+
+T = TypeVar("T")
+
+
+def with_traced_buffers(run: Callable[[], T]) -> T:
+    """`run()` (a trace of the user's code), run again while it raises `BufferWrite` for a line
+    not tried yet, with that line's numpy constructors making traced arrays (guards.py reads
+    `buffer_sites`)."""
+    tried: set[Src] = set()
+    try:
+        while True:
+            try:
+                return run()
+            except BufferWrite as write:
+                if write.site is None or write.site in tried:
+                    raise
+                tried.add(write.site)
+                _stack.buffers[write.site] = _stack.buffers.get(write.site, 0) + 1
+    finally:
+        for site in tried:
+            _stack.buffers[site] -= 1
+            if not _stack.buffers[site]:
+                del _stack.buffers[site]
+
+
+def buffer_sites() -> dict[Src, int]:
+    """The user's lines whose numpy constructors make traced arrays on this thread (each with
+    the number of `with_traced_buffers` that asked for it)."""
+    return _stack.buffers
+
+
+def _trace_once(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
+                names: Sequence[str], weak: Sequence[bool]) -> Tape:
     with new_trace() as trace:
         inputs = [trace.new_tracer(a, n, w) for a, n, w in zip(avals, names, weak)]
         invars = [t._var for t in inputs]  # before fn: `x[i] = v` / `x += v` rebind inputs

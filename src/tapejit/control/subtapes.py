@@ -7,20 +7,23 @@ from typing import Any, Callable, Sequence
 
 from ..avals import Aval
 from ..ir import Tape, Var, dce
-from ..trace import new_trace, var_of
+from ..trace import new_trace, var_of, with_traced_buffers
 
 
 def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],
           ) -> tuple[Any, list[Any]]:
     """Trace `fn` on tracers of `avals` into a closed sub-tape: what it captures (arrays,
     tracers of enclosing traces) becomes extra inputs after `avals`' ones. Returns the tape
-    and the captured values."""
-    with new_trace() as trace:
-        tracers = [trace.new_tracer(a) for a in avals]
-        invars = tuple(var_of(t) for t in tracers)
-        outs = fn(tracers)
-        tape = dce(trace.to_tape(invars, outs))
-    return Tape(invars + tape.constvars, tape.eqns, tape.outvars), list(tape.consts)
+    and the captured values. (A buffer `fn` makes and fills with traced values traces it
+    again: trace.with_traced_buffers.)"""
+    def once() -> tuple[Any, list[Any]]:
+        with new_trace() as trace:
+            tracers = [trace.new_tracer(a) for a in avals]
+            invars = tuple(var_of(t) for t in tracers)
+            outs = fn(tracers)
+            tape = dce(trace.to_tape(invars, outs))
+        return Tape(invars + tape.constvars, tape.eqns, tape.outvars), list(tape.consts)
+    return with_traced_buffers(once)
 
 
 def pad_inputs(tape: Any, n_base: int, before: list[Aval], after: list[Aval]) -> Any:

@@ -71,7 +71,7 @@ def _select(state: Any, every: tuple[str, ...], keys: dict[str, str]) -> Any:
     """`state` with each per-variable dict (keyed by `every`) cut down to `keys` (a name ->
     key dict), keyed by the names."""
     if isinstance(state, dict):
-        if tuple(state) == every:
+        if set(state) == set(every):   # (pytrees sort a dict's keys)
             return {n: state[k] for n, k in keys.items()}
         return {k: _select(v, every, keys) for k, v in state.items()}
     if isinstance(state, (tuple, list)):
@@ -85,7 +85,7 @@ def _merge(old: Any, new: Any, every: tuple[str, ...], shared: Callable[[Any, An
     (keyed by the names of `keys`, a name -> key dict, or by the keys themselves); every other
     leaf is `shared(old_leaf, new_leaf)`."""
     if isinstance(old, dict):
-        if tuple(old) == every:
+        if set(old) == set(every):
             return {**old, **{(keys or {}).get(n, n): value for n, value in new.items()}}
         return {k: _merge(v, new[k], every, shared, keys) for k, v in old.items()}
     if isinstance(old, (tuple, list)):
