@@ -144,6 +144,16 @@ def test_discrete_gradients_in_their_float_parameter(name, k, shapes, argnum):
     check_grads(_total(dist, methods), (np.array(k), *shapes, 0.0), argnums=(argnum,))
 
 
+def test_second_derivatives():
+    """The Hessian in (df, loc, scale) of t.logpdf + norm.logcdf, against central differences
+    of the compiled gradient."""
+    x, p = np.array([0.3, -1.0, 2.0]), np.array([3.0, 0.2, 1.5])
+    f = lambda p: np.sum(st.t.logpdf(x, p[0], p[1], p[2]) + st.norm.logcdf(x, p[1], p[2]))
+    grad, h = tj.jit(tj.grad(f)), 1e-5
+    numeric = np.array([(grad(p + h * e) - grad(p - h * e)) / (2 * h) for e in np.eye(3)])
+    np.testing.assert_allclose(tj.hessian(f)(p), numeric, rtol=1e-6, atol=1e-8)
+
+
 def test_normal_gradients_are_exact():
     """d/dmu log N(x; mu, s) = (x - mu) / s^2, d/ds = ((x - mu)^2 / s^2 - 1) / s."""
     x = np.array([-1.0, 0.5, 3.0])

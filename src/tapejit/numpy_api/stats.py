@@ -30,11 +30,11 @@ _NAMES: dict[type, str] = {}        # distribution class -> its name in scipy.st
 _METHODS = ("logpdf pdf logpmf pmf cdf logcdf sf logsf ppf isf rvs stats entropy moment median "
             "mean var std cov interval expect nnlf support fit marginal").split()
 # why a method is missing: the function it needs, which tapejit does not have
-_NEEDS = {"t": "scipy.special.stdtr (an incomplete beta function)",
-          "beta": "scipy.special.betainc (the incomplete beta function)",
-          "binom": "scipy.special.bdtr (the incomplete beta function)",
-          "gamma": "scipy.special.gammainc (the incomplete gamma function)",
-          "poisson": "scipy.special.pdtr (the incomplete gamma function)"}
+_NEEDS = {"t": "scipy.special.stdtr, an incomplete beta function",
+          "beta": "scipy.special.betainc, the incomplete beta function",
+          "binom": "scipy.special.bdtr, an incomplete beta function",
+          "gamma": "scipy.special.gammainc, the incomplete gamma function",
+          "poisson": "scipy.special.pdtr, an incomplete gamma function"}
 _WHY = {"ppf": "an inverse distribution function", "isf": "an inverse distribution function",
         "rvs": "random draws: use tj.random with a key passed in"}
 
