@@ -19,8 +19,7 @@ import numpy as np
 from ..avals import dtype_name
 from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
-from ..ops import layout as L
-from ..trace import FUNCTION_RULES, Tracer, current_trace
+from ..trace import FUNCTION_RULES, Tracer, lift  # noqa: F401  (lift: the rules import it here)
 
 
 def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -50,18 +49,6 @@ def cast(x: Any, dtype: np.dtype) -> Any:
     if isinstance(x, (bool, int, float)):
         return dtype.type(x)
     return np.asarray(x).astype(dtype)
-
-
-def lift(x: Any) -> Any:
-    """A constant as a tracer of the current trace (to index or assign into it)."""
-    if isinstance(x, Tracer):
-        return x
-    trace, arr = current_trace(), np.asarray(x)
-    if trace is None:
-        return arr
-    if arr.ndim:
-        return Tracer(trace, trace.atom(arr))
-    return trace.record(L.broadcast_in_dim, (arr,), {"shape": (), "dims": ()})
 
 
 def normalize_axis(axis: int, ndim: int, what: str) -> int:
