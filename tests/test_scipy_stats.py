@@ -175,8 +175,10 @@ def test_arguments_broadcast_as_scipy_does(shapes):
     def fn(x, a, loc, scale):
         return (st.gamma.logpdf(x, a, loc, scale), st.gamma.pdf(x, a=a, loc=loc, scale=scale),
                 st.norm.cdf(x=x, loc=loc, scale=scale), st.poisson.logpmf(np.floor(x), a, loc))
-    for _ in range(2):
-        _agree(tj.jit(fn)(x, a, loc, scale), fn(x, a, loc, scale))
+    compiled = tj.jit(fn)
+    for shift in (0.0, 0.5):                              # first and later calls
+        _agree(compiled(x + shift, a, loc, scale), fn(x + shift, a, loc, scale))
+    assert compiled.cache_info()["traces"] == 1
 
 
 def test_integer_arguments_become_float64_and_float32_stays_float32():
@@ -198,8 +200,10 @@ def test_frozen_distributions_made_inside_and_outside():
         return (st.norm(m, s).logpdf(x), st.norm(loc=m, scale=s).cdf(x), prior.logpdf(x=x),
                 st.gamma(a, scale=s).pdf(np.abs(x)), st.poisson(a).logpmf(k),
                 st.bernoulli(a / 4).sf(k))
+    compiled = tj.jit(fn)
     for args in ((x, 0.1, 1.3, 2.0), (2 * x, -0.4, 0.8, 3.1)):
-        _agree(tj.jit(fn)(*args), fn(*args))
+        _agree(compiled(*args), fn(*args))
+    assert compiled.cache_info()["traces"] == 1
     check_grads(lambda *a: sum(np.sum(v) for v in fn(*a)), (x, 0.1, 1.3, 2.0),
                 argnums=(0, 1, 2, 3))
 
@@ -229,10 +233,13 @@ MVN_CASES = {                         # x, mean, cov: traced
 @pytest.mark.parametrize("case", MVN_CASES)
 def test_multivariate_normal_with_a_traced_cov(case):
     xshape, mshape, cov = MVN_CASES[case]
-    rng = np.random.default_rng(1)
-    x, mean = rng.normal(size=xshape), rng.normal(size=mshape)
-    for frozen in (False, True):
-        _agree(tj.jit(_mvn, static_argnums=3)(x, mean, cov, frozen), _mvn(x, mean, cov, frozen))
+    compiled = tj.jit(_mvn, static_argnums=3)
+    for seed in (1, 2):                                   # first and later calls
+        rng = np.random.default_rng(seed)
+        x, mean = rng.normal(size=xshape), rng.normal(size=mshape)
+        for frozen in (False, True):
+            _agree(compiled(x, mean, cov * seed, frozen), _mvn(x, mean, cov * seed, frozen))
+    assert compiled.cache_info()["traces"] == 2
     if cov.ndim == 2 or mshape == (1,):          # (no mean: the dimension is cov's)
         _agree([tj.jit(lambda x, c: st.multivariate_normal.logpdf(x, cov=c))(x, cov)],
                [st.multivariate_normal.logpdf(x, cov=cov)])
@@ -251,7 +258,9 @@ def test_multivariate_normal_with_a_constant_cov():
     for cov in (_spd(3), 2.5, st.Covariance.from_diagonal([1.0, 3.0, 0.5])):
         fn = lambda x, m: _mvn(x, m, cov) + (st.multivariate_normal.logpdf(
             x, cov=cov if np.ndim(cov) else np.eye(3)),)
-        _agree(tj.jit(fn)(x, mean), fn(x, mean))
+        compiled = tj.jit(fn)
+        for shift in (0.0, 1.0):                          # first and later calls
+            _agree(compiled(x + shift, mean), fn(x + shift, mean))
         check_grads(lambda x, m: np.sum(fn(x, m)[0]), (x, mean), argnums=(0, 1))
     fn = lambda x, m: (st.multivariate_normal.logpdf(x, m, singular, allow_singular=True),
                        frozen.logpdf(x), frozen.pdf(x))
@@ -266,7 +275,9 @@ def test_dirichlet_matches_scipy_and_is_nan_where_scipy_raises():
     x = np.array([[0.2, 0.3, 0.25], [0.5, 0.1, 0.05], [0.3, 0.6, 0.7]])
     fn = lambda x, a: (st.dirichlet.logpdf(x, a), st.dirichlet.pdf(x, a),
                        st.dirichlet(a).logpdf(x[:, 0]), st.dirichlet.logpdf(x[:2], a))
-    _agree(tj.jit(fn)(x, alpha), fn(x, alpha))
+    compiled = tj.jit(fn)
+    for a in (alpha, alpha + 2):                          # first and later calls
+        _agree(compiled(x, a), fn(x, a))
     check_grads(lambda x, a: np.sum(st.dirichlet.logpdf(x, a)), (x[:2], alpha),
                 argnums=(0, 1))
     bad = x.copy()
