@@ -269,6 +269,33 @@ def test_multivariate_normal_with_a_constant_cov():
     assert np.isinf(got[0][:2]).all() and np.isfinite(got[0][2:]).all()
 
 
+def test_losses_written_as_autograd_examples_write_them():
+    """A Gaussian process's log marginal likelihood (a traced cov) and a black-box
+    variational objective's log density (norm.logpdf of traced locs and scales), as HIPS
+    autograd's examples write them: compiled gradients against central differences."""
+    mvn, norm = st.multivariate_normal, st.norm
+    x = np.linspace(-2, 2, 6)
+    y = np.sin(x) + 0.1 * np.cos(3 * x)
+
+    def gp_log_likelihood(params, x, y):
+        mean, log_amp, log_length, log_noise = params
+        d = x[:, None] - x[None, :]
+        cov = np.exp(log_amp) * np.exp(-0.5 * d ** 2 / np.exp(2 * log_length))
+        cov = cov + (np.exp(log_noise) + 1e-6) * np.eye(len(x))
+        return mvn.logpdf(y, mean * np.ones(len(x)), cov)
+
+    def log_density(z):
+        mu, log_sigma = z[:, 0], z[:, 1]
+        return norm.logpdf(log_sigma, 0, 1.35) + norm.logpdf(mu, 0, np.exp(log_sigma))
+
+    params = np.array([0.1, 0.2, -0.3, -2.0])
+    value = tj.jit(gp_log_likelihood)(params, x, y)
+    assert value == pytest.approx(gp_log_likelihood(params, x, y), rel=1e-12)
+    check_grads(gp_log_likelihood, (params, x, y))
+    z = np.random.default_rng(3).normal(size=(5, 2))
+    check_grads(lambda z: np.sum(log_density(z)), (z,))
+
+
 # ---- dirichlet -------------------------------------------------------------------------------
 def test_dirichlet_matches_scipy_and_is_nan_where_scipy_raises():
     alpha = np.array([1.5, 0.7, 3.0])
