@@ -165,5 +165,5 @@ def _wrapper(symbol: str, target: str, ours: list[str], theirs: list[str]) -> st
 def _object(numba_ir: str, wrapper: str, symbol: str) -> bytes:
     """Object code of numba's module with `wrapper` linked in, `symbol` its only export (it
     calls numba's memory manager; Python's C API only where `raised` unpacks an exception)."""
-    module = jit.numba_export(numba_ir, wrapper, symbol)
+    module = jit.numba_export(numba_ir, wrapper, (symbol,))
     return jit.target_machine().emit_object(module)

@@ -10,11 +10,14 @@ machine code in this process, with object code cached on disk per program.
 `compile_object` parses the text in an LLVM context of its own, with a target machine of the
 thread's own, so modules compile on several threads at once (llvmlite releases the GIL). It
 links the bitcode of each `tj_lib_` kernel the module declares (library.py registers them with
-`add_kernel`), makes every definition but the `tj_entry*` ones internal (LLVM then inlines the
-kernels and drops what is unused) and optimises as numba does under error_model="numpy": O3,
-the loop vectoriser, no fast-math flags, for the host CPU and its features (NUMBA_CPU_NAME and
-NUMBA_CPU_FEATURES override them, as they do numba's). Loops holding in-order float sums
-vectorise under `-force-ordered-reductions`, set here as vmath.py sets it for numba.
+`add_kernel`) but of those also loaded to be called (called_kernels.py) where the module calls
+them at too many places (`_inlined`, INLINE_BUDGET): it keeps their vector variants declared
+for the vectoriser (`_variants_kept`). It makes every definition but the `tj_entry*` ones
+internal (LLVM then inlines the kernels and drops what is unused) and optimises as numba does
+under error_model="numpy": O3, the loop vectoriser, no fast-math flags, for the host CPU and
+its features (NUMBA_CPU_NAME and NUMBA_CPU_FEATURES override them, as they do numba's). Loops
+holding in-order float sums vectorise under `-force-ordered-reductions`, set here as vmath.py
+sets it for numba.
 
 `Program` loads object code into the process's ORC LLJIT as a library of its own, whose
 resource tracker frees the code when the program is closed or collected. Its undefined symbols
@@ -28,8 +31,8 @@ numba, not its compiler), then from the process (libm, the Python C API).
 `obj`), sealed with the user's key (cache_trust.py): a file that is not authentic, not the
 user's or not a file is built again and replaced; where the directory cannot be used, memory
 only (with cache.py's one warning). Keys are hashed with the host CPU, its features and the
-source of jit.py and library.py; the cache root's name holds the tapejit, numba and llvmlite
-versions.
+source of jit.py, library.py and called_kernels.py; the cache root's name holds the tapejit,
+numba and llvmlite versions.
 """
 from __future__ import annotations
 
@@ -41,9 +44,11 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 import struct
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -64,7 +69,12 @@ LIBRARY = ("lib", "runtime")   # cached_bytes folders of library code (TAPEJIT_L
 NEST = "tj_nest"              # but a parallel loop's chunk function compiled apart (lower.py)
 KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
 _log = logging.getLogger("tapejit")
+_VARIANT_ATTRIBUTE = re.compile(r'"vector-function-abi-variant"="([^"]*)"')
+_VARIANT = re.compile(r"_(tj_lib_\w+)\((\w+)\)")      # scalar, vector in a VFABI name
+_KERNEL_USE = re.compile(r"@(tj_lib_\w+)\(")
 _kernels: dict[str, bytes] = {}                 # symbol -> bitcode (library.py adds them)
+_sizes: dict[str, int] = {}       # symbol -> instructions, of kernels also loaded to be called
+INLINE_BUDGET = 1000              # instructions of such kernels a module inlines (_inlined)
 _externals: dict[str, Callable[[], int]] = {}   # symbol -> its address, found on first use
 _local = threading.local()
 _lock = threading.Lock()
@@ -95,9 +105,13 @@ class JitError(TapejitError, RuntimeError):
     """LLVM refused a module, or a program's code could not be linked into the process."""
 
 
-def add_kernel(symbol: str, bitcode: bytes) -> None:
-    """Make `compile_object` link `bitcode` (defining `symbol`) into modules declaring it."""
+def add_kernel(symbol: str, bitcode: bytes, size: int | None = None) -> None:
+    """Make `compile_object` link `bitcode` (defining `symbol`) into modules declaring it;
+    `size`: its instructions, where `symbol` is also loaded (`add_external`) to be called: a
+    module then inlines it within INLINE_BUDGET only (`_inlined`)."""
     _kernels[symbol] = bitcode
+    if size is not None:
+        _sizes[symbol] = size
 
 
 def add_external(symbol: str, address: Callable[[], int]) -> None:
@@ -152,18 +166,18 @@ def optimise(module: llvm.ModuleRef) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
-def numba_export(numba_ir: str, wrapper: str, symbol: str, inline: str | None = None
-                 ) -> llvm.ModuleRef:
-    """numba's module of a function with `wrapper` (IR text defining `symbol`, its C entry)
-    linked in; everything but `symbol` internal and what it does not use dropped. `inline`:
-    numba's function to inline into the wrapper (a kernel LLVM inlines into programs)."""
+def numba_export(numba_ir: str, wrapper: str, exports: tuple[str, ...],
+                 inline: str | None = None) -> llvm.ModuleRef:
+    """numba's module of a function with `wrapper` (IR text defining `exports`, its C entries)
+    linked in; everything else internal and what they do not use dropped. `inline`: numba's
+    function to inline into the wrapper (a kernel's code, one function to optimise)."""
     context = llvm.create_context()
     module = parse(numba_ir, context)
     module.link_in(parse(wrapper, context))
     if inline is not None:
         module.get_function(inline).add_function_attribute("alwaysinline")
     for value in (*module.functions, *module.global_variables):
-        if not value.is_declaration and value.name != symbol:
+        if not value.is_declaration and value.name not in exports:
             value.linkage = llvm.Linkage.internal
     passes = llvm.create_new_module_pass_manager()
     if inline is not None:
@@ -195,20 +209,53 @@ def _optimised(ir: str) -> llvm.ModuleRef:
     """`ir` parsed, its kernels linked in, all but the entry points internal, optimised."""
     start = time.perf_counter()
     tm, context = target_machine(), llvm.create_context()
-    module = parse(ir, context)
+    inlined = _inlined(ir)
+    module = parse(_variants_kept(ir, inlined), context)
     module.triple, module.data_layout = tm.triple, str(tm.target_data)
     for symbol in [f.name for f in module.functions
                    if f.is_declaration and f.name.startswith(KERNEL)
-                   and f.name not in _externals]:         # array kernels: by address
+                   and (f.name not in _externals or f.name in inlined)]:  # else: by address
         module.link_in(_kernel_module(symbol, context))
     for value in (*module.functions, *module.global_variables):
-        if not value.is_declaration and not value.name.startswith((ENTRY, NEST)):
+        if not value.is_declaration and not value.name.startswith((ENTRY, NEST, "llvm.")):
             value.linkage = llvm.Linkage.internal
     parsed = time.perf_counter()
     optimise(module)
     _log.debug("llvm: module parsed and linked in %.1f ms, optimised in %.1f ms",
                1e3 * (parsed - start), 1e3 * (time.perf_counter() - parsed))
     return module
+
+
+def _inlined(ir: str) -> set[str]:
+    """The kernels loaded to be called that `ir` inlines all the same: the cheapest first
+    (instructions times call sites) while the total stays within INLINE_BUDGET. Inlined code
+    costs LLVM about 0.1 ms per instruction (sin: 17 ms a place; 12 calls of it compile in
+    9 ms), but a program calling sin and cos of the same values computes their common range
+    reduction once where both are inlined: bench/peers.py's elementwise gradient (sin, cos,
+    exp, tanh: 482 instructions) runs in 12.6 ms inlined, 19.8 ms calling them (LLVM work
+    60 ms against 20; busy 2-core machine). A program calling sin at 300 places calls it."""
+    sites = Counter(_KERNEL_USE.findall(ir))
+    costs = sorted((_sizes[s] * (n - 1), s) for s, n in sites.items() if s in _sizes)
+    chosen, spent = set(), 0
+    for cost, symbol in costs:             # (n - 1: one of the uses is the declaration)
+        spent += cost
+        if spent > INLINE_BUDGET:
+            break
+        chosen.add(symbol)
+    return chosen
+
+
+def _variants_kept(ir: str, inlined: set[str]) -> str:
+    """`ir` with the vector variants its "vector-function-abi-variant" attributes name (but
+    those of `inlined` kernels) in @llvm.compiler.used: the vectoriser calls declared variants
+    only, and LLVM drops unused declarations before it runs."""
+    names = sorted({name for mapping in _VARIANT_ATTRIBUTE.findall(ir)
+                    for scalar, name in _VARIANT.findall(mapping) if scalar not in inlined})
+    if not names:
+        return ir
+    used = ", ".join(f"ptr @{name}" for name in names)
+    return (f"{ir}\n@llvm.compiler.used = appending global [{len(names)} x ptr] [{used}], "
+            'section "llvm.metadata"\n')
 
 
 def _kernel_module(symbol: str, context: llvm.context.ContextRef) -> llvm.ModuleRef:
@@ -336,7 +383,8 @@ def _symbols(obj: bytes, defined: bool) -> list[str]:
 def _stamp() -> bytes:
     """What object code and kernels depend on besides the versions in the cache root's name."""
     h = hashlib.sha256("\0".join((*host(), llvmlite.__version__)).encode())
-    for source in (Path(__file__), Path(__file__).with_name("library.py")):
+    for source in (Path(__file__), *(Path(__file__).with_name(f"{name}.py")
+                                      for name in ("library", "called_kernels"))):
         h.update(source.read_bytes())
     return h.digest()
 

@@ -1,6 +1,7 @@
 """Library kernels for the llvm generator: the scalar functions generated loops call (vector
 math, special functions, random bits, libm's) and matrix products, as LLVM functions that
-jit.py links into each module that declares them, where LLVM inlines and vectorises them.
+jit.py links into each module that declares them, where LLVM inlines and vectorises them, or
+(large kernels called at many places) calls them by address.
 
     kernel = scalar_kernel("tj_vmath.exp(a0)", (np.dtype("f8"),))    # -> Kernel
     kernel.declaration      # "declare double @tj_lib_...(double)", for the module's text
@@ -10,13 +11,16 @@ A scalar kernel is `def kernel(a0, ...): return <call>`, with the names generate
 read (math, np and cache.MODULES: tj_vmath, tj_special, tj_threefry, ...), compiled by numba
 (njit, error_model="numpy") once per machine. Its LLVM IR (the function and everything it
 calls, numba's final module) gets a C-ABI wrapper named `symbol`, marked alwaysinline; every
-other definition is made internal and what the wrapper does not reach is dropped. The bitcode
-is kept on disk (jit.cached_bytes, folder `lib`: sealed, per host CPU and versions), so a new
-process loads it without importing numba (one calling numba's C helpers, as math.gamma does,
-imports numba's package when loaded, never its compiler). A call that needs numba's memory
-manager or Python is refused (JitError). Registers hold bool as i1: a kernel's bool
-parameters and result are i1 (the wrapper converts numba's i8). A kernel that raises inside
-numba (none of the library's scalar functions do) returns an unspecified value.
+other definition is made internal and what the wrapper does not reach is dropped: the bitcode
+jit.py inlines. A kernel of more than called_kernels.INLINE_LIMIT instructions is also built
+into object code with vector variants (called_kernels.py), loaded into the process, and its
+declaration names the variants: jit.py inlines it where a module calls it at few places and
+calls it elsewhere. Both are kept on disk (jit.cached_bytes, folder `lib`: sealed, per host CPU
+and versions), so a new process loads them without importing numba (one calling numba's C
+helpers, as math.gamma does, imports numba's package when loaded, never its compiler). A call
+that needs numba's memory manager or Python is refused (JitError). Registers hold bool as i1:
+a kernel's bool parameters and result are i1 (the wrapper converts numba's i8). A kernel that
+raises inside numba (none of the library's scalar functions do) returns an unspecified value.
 
 `matmul(dtype)` is hand-written IR, linked as the scalar kernels are (no call through a
 pointer, and no numba): `void(ptr a, ptr b, ptr out, i64 m, i64 n, i64 k, i1 ta, i1 tb,
@@ -30,16 +34,17 @@ import ctypes
 import functools
 import hashlib
 import importlib
+import json
 import math
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from ... import cache
 from .. import calls, scalar  # noqa: F401  (they name generated code's modules in MODULES)
-from . import jit
+from . import called_kernels, jit
 
 _lock = threading.Lock()
 _kernels: dict[str, "Kernel"] = {}
@@ -52,7 +57,7 @@ _RUNTIMES = ("NRT_", "Py", "_Py")     # numba's memory manager, Python: no kerne
 class Kernel(NamedTuple):
     symbol: str                     # "tj_lib_<hash of call and argtypes>", "tj_lib_matmul_f8"
     restype: np.dtype               # what numba inferred (None for matmul: it returns nothing)
-    declaration: str                # the `declare` line a module calling it holds
+    declaration: str                # the `declare` lines a module calling it holds
     argtypes_ir: tuple[str, ...]    # LLVM types of the parameters (bool: i1)
     restype_ir: str
 
@@ -70,8 +75,11 @@ def ir_type(dtype: np.dtype) -> str:
                        f"not {dtype}")
 
 
-def _kernel(symbol: str, restype: np.dtype | None, args: tuple[str, ...], ret: str) -> Kernel:
-    return Kernel(symbol, restype, f"declare {ret} @{symbol}({', '.join(args)})", args, ret)
+def _kernel(symbol: str, restype: np.dtype | None, args: tuple[str, ...], ret: str,
+            declaration: str | None = None) -> Kernel:
+    """A kernel's record: `declaration` a called kernel's (called_kernels.py), else plain."""
+    plain = f"declare {ret} @{symbol}({', '.join(args)})"
+    return Kernel(symbol, restype, declaration or plain, args, ret)
 
 
 def scalar_kernel(call: str, argtypes: tuple[np.dtype, ...]) -> Kernel:
@@ -84,16 +92,36 @@ def scalar_kernel(call: str, argtypes: tuple[np.dtype, ...]) -> Kernel:
         kernel = _kernels.get(symbol)
         if kernel is None:
             payload, _ = jit.cached_bytes("lib", text, lambda: _compile(call, argtypes, symbol))
-            restype, _, bitcode = payload.partition(b"\n")
-            jit.add_kernel(symbol, bitcode)
-            kernel = _kernels[symbol] = _kernel(symbol, np.dtype(restype.decode()),
-                                                tuple(map(ir_type, argtypes)),
-                                                ir_type(np.dtype(restype.decode())))
+            head, _, code = payload.partition(b"\n")
+            restype, declaration, size, split = json.loads(head)
+            if declaration is not None:
+                called_kernels.load(code[split:])
+            jit.add_kernel(symbol, code[:split], None if declaration is None else size)
+            kernel = _kernels[symbol] = _kernel(
+                symbol, np.dtype(restype), tuple(map(ir_type, argtypes)),
+                ir_type(np.dtype(restype)), declaration)
     return kernel
 
 
 def _compile(call: str, argtypes: tuple[np.dtype, ...], symbol: str) -> bytes:
-    """numba's compile of `call`: the result dtype's str, a newline, the kernel's bitcode."""
+    """numba's compile of `call`: a JSON line [the result dtype's str, a called kernel's
+    declaration or null, its size in instructions, the bitcode's length], then the bitcode
+    programs inline, then a called kernel's object code."""
+    restype, wrapped = _numba_kernel(call, argtypes)
+    module = wrapped(symbol, "", (symbol,))
+    size, bitcode = called_kernels.size(module), module.as_bitcode()
+    obj, declaration = b"", None
+    if size > called_kernels.INLINE_LIMIT:
+        obj, declaration = called_kernels.build(wrapped, symbol, tuple(map(ir_type, argtypes)),
+                                                ir_type(restype))
+    head = json.dumps([restype.str, declaration, size, len(bitcode)])
+    return head.encode() + b"\n" + bitcode + obj
+
+
+def _numba_kernel(call: str, argtypes: tuple[np.dtype, ...]
+                  ) -> tuple[np.dtype, Callable[[str, str, tuple[str, ...]], llvm.ModuleRef]]:
+    """(the result dtype, `wrapped(name, ir, exports)`: numba's module of `call` with its
+    C-ABI wrapper `name` (alwaysinline) and IR text `ir` linked in, `exports` its exports)."""
     import numba
     names = ", ".join(f"a{i}" for i in range(len(argtypes)))
     scope = {"math": math, "np": np}
@@ -111,11 +139,12 @@ def _compile(call: str, argtypes: tuple[np.dtype, ...], symbol: str) -> bytes:
     models = result.target_context.data_model_manager
     numba_args = [str(models[t].get_argument_type()) for t in result.signature.args]
     numba_ret = str(models[result.signature.return_type].get_return_type())
-    wrapper = _wrapper(symbol, result.fndesc.llvm_func_name, argtypes, numba_args,
-                       restype, numba_ret)
-    bitcode = _extract(call, result.library.get_llvm_str(), wrapper, symbol,
-                       result.fndesc.llvm_func_name)
-    return restype.str.encode() + b"\n" + bitcode
+    numba_ir, target = result.library.get_llvm_str(), result.fndesc.llvm_func_name
+
+    def wrapped(name: str, ir: str, exports: tuple[str, ...]) -> llvm.ModuleRef:
+        wrapper = _wrapper(name, target, argtypes, numba_args, restype, numba_ret) + ir
+        return _extract(call, numba_ir, wrapper, exports, target)
+    return restype, wrapped
 
 
 def _wrapper(symbol: str, target: str, argtypes: tuple[np.dtype, ...], numba_args: list[str],
@@ -140,17 +169,18 @@ def _wrapper(symbol: str, target: str, argtypes: tuple[np.dtype, ...], numba_arg
         "attributes #0 = { alwaysinline nounwind }", ""])
 
 
-def _extract(call: str, numba_ir: str, wrapper: str, symbol: str, target: str) -> bytes:
-    """Bitcode of numba's module with `wrapper` linked in, `symbol` its only export; raises
-    JitError where what is left calls numba's memory manager or Python (a kernel stands
-    alone: it calls libm's functions or numba's C helpers at most)."""
-    module = jit.numba_export(numba_ir, wrapper, symbol, inline=target)
+def _extract(call: str, numba_ir: str, wrapper: str, exports: tuple[str, ...],
+             target: str) -> llvm.ModuleRef:
+    """numba's module with `wrapper` linked in, `exports` its only exports; raises JitError
+    where what is left calls numba's memory manager or Python (a kernel stands alone: it
+    calls libm's functions or numba's C helpers at most)."""
+    module = jit.numba_export(numba_ir, wrapper, exports, inline=target)
     runtime = [f.name for f in (*module.functions, *module.global_variables)
                if f.is_declaration and f.name.startswith(_RUNTIMES)]
     if runtime:
         raise jit.JitError(f"the kernel {call!r} calls numba's memory manager or Python "
                            f"({', '.join(runtime)}): it cannot be a library kernel")
-    return module.as_bitcode()
+    return module
 
 
 # ---- matrix products ----------------------------------------------------------------------
