@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 import pytest
@@ -27,7 +28,10 @@ import pytest
 import tapejit as tj
 from tapejit import compile as compile_module
 from tapejit import config
+from tapejit.codegen.cpu import generate
+from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm.emit import NotCovered
+from tapejit.codegen.llvm.lower import Lowered, lower
 from tapejit.compile import Compiled
 
 
@@ -360,6 +364,72 @@ def _child(source: str, **env: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "1", **env}
     return subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
                           env=environ, timeout=300)
+
+
+# ---- what LLVM's vectoriser sees -----------------------------------------------------------
+def lowered(program: Compiled) -> Lowered:
+    """A compiled program's module, lowered again (one loaded from disk keeps no IR)."""
+    tape, made = program.tape, generate(program.tape)
+    inputs = tuple(zip(made.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
+    spaces = tuple(zip(made.workspace_shapes, (a.dtype for a in made.workspace)))
+    return lower(made.source, inputs, spaces, made.status, made.threads)
+
+
+def optimised_nests(program: Compiled) -> list[str]:
+    """The optimised IR of each parallel loop's chunk function of a lowered program."""
+    texts = []
+    for part in lowered(program).parts[1:]:
+        module = jit.parse(part, llvm.create_context())
+        module.triple, module.data_layout = jit.target_machine().triple, \
+            str(jit.target_machine().target_data)
+        jit.optimise(module)
+        texts.append(str(module))
+    return texts
+
+
+def test_chunk_partial_sums_vectorise_without_overlap_checks(settings):
+    """Per-chunk partial sums are stored at `[c, i * n + j]`: an index known to be
+    non-negative (no wrap-around test hiding its stride, which made the loop 'cannot identify
+    array bounds'), into a buffer whose alias scope is not the input's (no run-time overlap
+    checks: a loop of 10 iterations stayed scalar behind them)."""
+    settings(PARALLEL_MIN_SIZE="4", NUM_THREADS="2")
+    x = np.random.default_rng(8).standard_normal((16, 10, 36))
+    f = tj.jit(lambda x: np.sum(x * 2.0, axis=0))
+    for args in (x, x, x[:3, :1, :1]):       # the first call, a later one, other lengths
+        np.testing.assert_allclose(f(args), np.sum(args * 2.0, axis=0), rtol=1e-12)
+    program = runners(f)[0]
+    assert "_p[i0_0c, i1_0 * S[" in program.source    # the partials, at [c, i * n + j]
+    nest = optimised_nests(program)[0]
+    assert "vector.body" in nest and "found.conflict" not in nest, nest   # no overlap checks
+
+
+def test_a_chunk_reads_lengths_from_the_size_table(settings):
+    """A chunk reads the lengths of the arrays it is passed from its own size table, where its
+    loops' bounds come from: arrays of equal lengths have one stride there, and the loop's
+    bound is seen to be their length (one induction variable for them all). Its context holds
+    the size table's address and the four data pointers."""
+    settings(PARALLEL_MIN_SIZE="4", NUM_THREADS="2")
+    rng = np.random.default_rng(9)
+    a, b, c = (rng.standard_normal((12, 37)) for _ in range(3))
+    f = tj.jit(lambda a, b, c: np.exp(a) * b + c)
+    check(lambda a, b, c: np.exp(a) * b + c, (a, b, c), exact=False)
+    f(a, b, c)
+    program, = runners(f)
+    nest = lowered(program).parts[1]
+    assert nest.count("getelementptr i64, ptr %ctx") == 1 + 4, nest
+
+
+def test_arrays_that_overlap_keep_their_order():
+    """Alias scopes claim nothing about arrays a function is given: the same array passed
+    twice, an output that is an input, a carry that takes a frame's buffer, and buffers
+    reused in place all give the interpreter's answers."""
+    x = np.linspace(-2.0, 2.0, 24).reshape(4, 6)
+    check(lambda a, b: (a * 2.0 + b[::-1], np.sum(a * b, axis=0), a), (x, x), (x, x[::-1]),
+          exact=False)
+    check(lambda x: tj.fori_loop(0, 3, lambda k, c: c[::-1] * 0.5 + c, x * 3.0), (x,),
+          exact=False)
+    check(lambda x: np.sum(np.exp(np.exp(np.sin(x) * 2.0) - 1.0) * x), (x,), exact=False,
+          transform=tj.grad)
 
 
 # ---- outputs --------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ of their loop's iteration or of the function.
 
 An array name assigned once is bound at lowering time to its buffer (views share their buffer's
 `root`); one assigned more than once is an `ArrayVar` (ownership.py), whose value has a root of
-its own (`var:<name>`).
+its own (`var:<name>`). Reads and writes carry their buffer's alias scope (scopes.py): the
+buffers allocated here are `distinct`, the arrays the function was `given` are not.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from . import functions
 from .emit import (BOOL, I64, Array, ArrayVar, Frame, Local, NotCovered, Scalar, constant, mem,
                    reg)
 from .expr import Expressions, cast, parse_dtype
+from .scopes import key, mark
 
 Shaped = tuple[tuple[str, np.dtype], ...]    # per array: its shape over S (source), dtype
 VAR = "var:"        # the root of an ArrayVar's value: the variable, not a buffer
@@ -36,10 +38,17 @@ class Arrays(Expressions):
     workspace: Shaped
     loops: list[tuple[str, str, list[str]]]
     mallocs: dict[str, str]
+    distinct: set[str]    # roots of buffers allocated here: frames, workspace, mallocs
+    given: set[str]       # roots of the arrays the function was given (they may overlap)
+    statement: int        # which of the function's top-level statements is being lowered
 
     def counted(self, lo: Scalar, hi: Scalar, body, step: int = 1,
                 mallocs: list[str] | None = None) -> None:
         raise NotImplementedError
+
+    def scoped(self, array: Array) -> str:
+        """What ends the line of an access to `array`: its alias scope's mark."""
+        return mark(key(array.root, self.distinct, self.given), self.statement)
 
     def lookup(self, name: str) -> Scalar | Array:
         value = self.env.get(name)
@@ -100,6 +109,7 @@ class Arrays(Expressions):
             slot = self.fn.op(f"getelementptr ptr, ptr %args, i64 @@W{k}@@")
             shape, dtype = self.workspace[k]
             dims = self.dims(ast.parse(shape, mode="eval").body)
+            self.distinct.add(f"W{k}")
             return Array(self.fn.op(f"load ptr, ptr {slot}"), dtype, dims, f"W{k}")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr == "reshape" and len(node.args) == 1:
@@ -122,7 +132,8 @@ class Arrays(Expressions):
         def body(i: Scalar) -> None:
             at = self.fn.op(f"getelementptr {ty}, ptr {source.ptr}, i64 {i.ref}")
             to = self.fn.op(f"getelementptr {ty}, ptr {target.ptr}, i64 {i.ref}")
-            self.fn.do(f"store {ty} {self.fn.op(f'load {ty}, ptr {at}')}, ptr {to}")
+            value = self.fn.op(f"load {ty}, ptr {at}{self.scoped(source)}")
+            self.fn.do(f"store {ty} {value}, ptr {to}{self.scoped(target)}")
         self.counted(constant(0, I64), Scalar(self._count(source.dims), I64), body)
 
     def view(self, array: Array, parts: list[ast.expr]) -> Array:
@@ -176,6 +187,7 @@ class Arrays(Expressions):
                 self.loops[-1][2].append(ptr)
             else:
                 self.mallocs[name] = ptr
+        self.distinct.add(name)
         return Array(ptr, dtype, dims, name)
 
     def _count(self, dims: tuple[Scalar, ...]) -> str:
@@ -189,7 +201,7 @@ class Arrays(Expressions):
         ref = self.fn.op(f"zext i1 {value.ref} to i8") if array.dtype == BOOL else value.ref
         def body(i: Scalar) -> None:
             ptr = self.fn.op(f"getelementptr {mem(array.dtype)}, ptr {array.ptr}, i64 {i.ref}")
-            self.fn.do(f"store {mem(array.dtype)} {ref}, ptr {ptr}")
+            self.fn.do(f"store {mem(array.dtype)} {ref}, ptr {ptr}{self.scoped(array)}")
         self.counted(constant(0, I64), Scalar(count, I64), body)
 
 

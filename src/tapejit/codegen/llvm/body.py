@@ -20,6 +20,7 @@ from .jit import JitError
 from .library_calls import is_library_call, library_call, return_if_failed
 from .ownership import Ownership
 from .parallel import parallel_loop
+from .scopes import attach
 
 
 class Body(Ownership):
@@ -44,6 +45,15 @@ class Body(Ownership):
         self.depth = 0
         self.workspace: Shaped = ()
         self.mallocs: dict[str, str] = {}  # top-level allocations that are not frames: root -> ptr
+        self.distinct: set[str] = set()
+        self.given: set[str] = set()
+        self.statement = 0
+
+    def finish(self) -> None:
+        """End the function: free what it still owns (ownership.py) and tell LLVM which of
+        its array accesses cannot overlap (scopes.py)."""
+        super().finish()
+        self.module.metadata = attach(self.fn, self.module.metadata)
 
     def size(self, slot: int) -> Scalar:
         if slot in self.module.mutable:
@@ -84,6 +94,7 @@ class Body(Ownership):
     # ---- statements ---------------------------------------------------------------------
     def block(self, statements: list[ast.stmt]) -> None:
         for node in statements:
+            self.statement += self.depth == 0
             method = getattr(self, f"_stmt_{type(node).__name__}", None)
             if method is None:
                 raise NotCovered(f"statement {ast.unparse(node)[:60]}")
@@ -131,7 +142,7 @@ class Body(Ownership):
                 self.env[target.id] = self.array(value, target.id)
             return
         self.assign(target, self.scalar(value))
-        if isinstance(target, ast.Name) and target.id not in self.multi and self._nonneg(value):
+        if isinstance(target, ast.Name) and target.id not in self.multi and self.nonneg(value):
             self.nonnegative.add(target.id)       # (a chunk count: `min(S[t], S[0])`)
 
     def assign(self, target: ast.expr, value: Scalar) -> None:
@@ -166,7 +177,7 @@ class Body(Ownership):
         ptr = self.element(array, parts)
         value = cast(self.fn, value, array.dtype)
         ref = self.fn.op(f"zext i1 {value.ref} to i8") if array.dtype == BOOL else value.ref
-        self.fn.do(f"store {mem(array.dtype)} {ref}, ptr {ptr}")
+        self.fn.do(f"store {mem(array.dtype)} {ref}, ptr {ptr}{self.scoped(array)}")
 
     def matmul(self, args: list[ast.expr]) -> None:
         a, b, out = (self.array(x) for x in args[:3])
@@ -226,7 +237,7 @@ class Body(Ownership):
             if not (bounds[2].ref.lstrip("-").isdigit() and int(bounds[2].ref) != 0):
                 raise NotCovered("a range with a step that is not a constant")
             step = int(bounds[2].ref)
-        if step > 0 and (lo.ref.isdigit() or len(call.args) > 1 and self._nonneg(call.args[0])):
+        if step > 0 and (lo.ref.isdigit() or len(call.args) > 1 and self.nonneg(call.args[0])):
             self.nonnegative.add(name)
         else:
             self.nonnegative.discard(name)
@@ -239,7 +250,7 @@ class Body(Ownership):
             self.block(node.body)
         self.counted(lo, hi, body, step)
 
-    def _nonneg(self, node: ast.expr) -> bool:
+    def nonneg(self, node: ast.expr) -> bool:
         """Whether `node` is never negative: sizes, non-negative constants and loop indices,
         and their sums, products and floor quotients (a chunk's first index, `k * n // c`).
         Indices known so need no wrap-around test, which would hide the loop's stride from
@@ -248,14 +259,15 @@ class Body(Ownership):
             return isinstance(node.value, int) and node.value >= 0
         if isinstance(node, ast.Name):
             return node.id in self.nonnegative
-        if isinstance(node, ast.Subscript):
-            return getattr(node.value, "id", None) == "S" or \
+        if isinstance(node, ast.Subscript):     # a size (not an index check's status slot)
+            return getattr(node.value, "id", None) == "S" and \
+                getattr(node.slice, "value", None) not in self.module.mutable or \
                 isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult,
                                                                 ast.FloorDiv)):
-            return self._nonneg(node.left) and self._nonneg(node.right)
+            return self.nonneg(node.left) and self.nonneg(node.right)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            known = [self._nonneg(a) for a in node.args]    # Python's min and max
+            known = [self.nonneg(a) for a in node.args]    # Python's min and max
             return all(known) if node.func.id == "min" else \
                 any(known) if node.func.id == "max" else False
         return False

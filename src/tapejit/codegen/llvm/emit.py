@@ -100,6 +100,8 @@ class Function:
 
     def __init__(self, name: str, params: str, linkage: str = "") -> None:
         self.header = f"define {linkage}void @{name}({params})"
+        self.name = name
+        self.metadata: list[str] = []   # module-level lines: its alias scopes (scopes.py)
         self.slots: list[str] = []      # entry block: stack slots and values read once
         self.lines: list[str] = []
         self.count = 0
@@ -159,4 +161,4 @@ class Function:
     def text(self) -> str:
         body = self.lines + ([] if self.terminated else ["  ret void"])
         return "\n".join([self.header + " {", "entry:", *self.slots, "  br label %body",
-                          "body:", *body, "}"])
+                          "body:", *body, "}", *self.metadata])

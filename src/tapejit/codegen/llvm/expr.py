@@ -83,7 +83,8 @@ def _constant_value(x: Scalar) -> object:
 
 class Expressions:
     """Lowers expressions in the scope of the function being written (`self.fn`); the
-    statement lowering (lower.py) supplies `lookup`, `size` and `kernel`."""
+    statement lowering (body.py, arrays.py) supplies `lookup`, `size`, `kernel`, `nonneg`
+    and `scoped`."""
 
     fn: Function
 
@@ -94,6 +95,12 @@ class Expressions:
         raise NotImplementedError
 
     def kernel(self, call: str, args: list[Scalar]) -> Scalar:
+        raise NotImplementedError
+
+    def nonneg(self, node: ast.expr) -> bool:
+        raise NotImplementedError
+
+    def scoped(self, array: Array) -> str:
         raise NotImplementedError
 
     # ---- entry points -------------------------------------------------------------------
@@ -111,15 +118,14 @@ class Expressions:
 
     def index(self, node: ast.expr, dim: Scalar) -> Scalar:
         """An index along an axis of length `dim`, negative ones counted from the end as
-        numba does (loop indices and non-negative constants need no test)."""
+        numba does (an index known to be non-negative needs no test: `i * n + j` of loop
+        indices keeps the stride LLVM's vectoriser must see)."""
         i = cast(self.fn, self.scalar(node), I64)
-        if i.ref.isdigit() or getattr(node, "id", None) in self.nonnegative:
+        if i.ref.isdigit() or self.nonneg(node):
             return i
         neg = self.fn.op(f"icmp slt i64 {i.ref}, 0")
         wrapped = self.fn.op(f"add i64 {i.ref}, {dim.ref}")
         return Scalar(self.fn.op(f"select i1 {neg}, i64 {wrapped}, i64 {i.ref}"), I64)
-
-    nonnegative: set[str]
 
     def linear(self, array: Array, parts: list[ast.expr]) -> str:
         """The position of `array[parts]` in its buffer, in elements (C order)."""
@@ -141,7 +147,7 @@ class Expressions:
 
     def load(self, array: Array, parts: list[ast.expr]) -> Scalar:
         ptr = self.element(array, parts)
-        value = self.fn.op(f"load {mem(array.dtype)}, ptr {ptr}")
+        value = self.fn.op(f"load {mem(array.dtype)}, ptr {ptr}{self.scoped(array)}")
         if array.dtype == BOOL:
             value = self.fn.op(f"trunc i8 {value} to i1")
         return Scalar(value, array.dtype)

@@ -144,6 +144,7 @@ def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...
         if kind[0] == "array":
             dims = tuple(Scalar(f"%a{k}d{d}", I64) for d in range(kind[2]))
             inner.env[param] = Array(f"%a{k}", kind[1], dims, param)
+            inner.given.add(param)
             text += [f"ptr %a{k}"] + [f"i64 %a{k}d{d}" for d in range(kind[2])]
         else:
             local = Local(inner.fn.slot(reg(kind[1])), kind[1])

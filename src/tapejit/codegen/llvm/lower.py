@@ -54,6 +54,7 @@ class _Module:
         self.frame_roots: list[str] = []
         self.workspace: set[int] = set()
         self.nests = 0
+        self.metadata = 0           # metadata numbers used so far (scopes.py)
         self.defs: dict[str, ast.FunctionDef] = {}   # the module's other functions
         self.defined: dict = {}     # (name, argument kinds) -> (symbol, output layout)
         self.kernels: dict[str, tuple] = {}   # symbol -> the request that made it (`Lowered`)
@@ -75,6 +76,7 @@ def lower(source: str, inputs: Shaped, workspace: Shaped, status: int | None,
     for k, (name, (shape, dtype)) in enumerate(zip(params, inputs)):
         ptr = body.fn.early(f"load ptr, ptr {body.fn.early(f'getelementptr ptr, ptr %args, i64 {k}')}")
         body.env[name] = Array(ptr, dtype, body.dims(ast.parse(shape, mode="eval").body), name)
+        body.given.add(name)
     statements = entry.body
     if not statements or not isinstance(statements[-1], ast.Return):
         raise NotCovered("an entry without a final return")

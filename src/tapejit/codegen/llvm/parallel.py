@@ -30,20 +30,26 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
     symbol = f"tj_nest{number}"
 
     cells: list[tuple[str, str]] = []   # (value, "i64" or "ptr"), in the outer function
+    read: dict[tuple[str, str], str] = {}   # (value, type) -> its reading in the chunk
     inner = type(outer)(module, Function(symbol, "ptr %ctx, i64 %chunk, i64 %lo, i64 %hi",
                                          "internal "), "", top=False, in_nest=True)
     inner.multi = outer.multi
+    inner.distinct, inner.given = set(outer.distinct), set(outer.given)   # the same buffers
     g = inner.fn
 
     def cell(value: str, ty: str) -> str:
         """Pass `value` (of LLVM type `ty`) in the next cell; its reading in the chunk. A
         pointer travels as a pointer: one made from an integer would hide from LLVM's alias
-        analysis which buffer it is (a loop storing through it would not vectorise)."""
+        analysis which buffer it is (a loop storing through it would not vectorise). A value
+        passed already is read from its cell: arrays of equal lengths then have equal strides
+        in the chunk too (strided loops share their induction variables)."""
+        if (value, ty) in read:
+            return read[value, ty]
         cells.append((value, "ptr") if ty == "ptr" else (to_cell(f, value, ty), "i64"))
         ptr = g.early(f"getelementptr i64, ptr %ctx, i64 {len(cells) - 1}")
-        if ty == "ptr":
-            return g.early(f"load ptr, ptr {ptr}")
-        return from_cell(g, g.early(f"load i64, ptr {ptr}"), ty)
+        read[value, ty] = g.early(f"load ptr, ptr {ptr}") if ty == "ptr" else \
+            from_cell(g, g.early(f"load i64, ptr {ptr}"), ty)
+        return read[value, ty]
 
     inner.sizes_ptr = cell(outer.sizes_ptr, "ptr")
     partials: dict[str, str] = {}
@@ -54,8 +60,7 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
         if not isinstance(value, (Array, Local, Scalar)):
             raise NotCovered(f"a parallel loop reading {k}, a call's results")
         if isinstance(value, Array):
-            dims = tuple(d if _is_constant(d) else Scalar(cell(d.ref, "i64"), I64)
-                         for d in value.dims)
+            dims = tuple(_length(inner, d, cell) for d in value.dims)
             inner.env[k] = Array(cell(value.ptr, "ptr"), value.dtype, dims, value.root)
         elif k in reductions:
             local = Local(g.slot(reg(value.dtype)), value.dtype)
@@ -131,6 +136,18 @@ def _combine(outer: Any, local: Local, partials: str, chunks: str) -> None:
         f.do(f"store {ty} {total}, ptr {local.slot}")
     outer.counted(constant(0, I64), Scalar(chunks, I64), body)
     f.do(f"call void @free(ptr {partials})")
+
+
+def _length(inner: Any, d: Scalar, cell: Any) -> Scalar:
+    """An array's length `d` in the chunk: a constant as it is, a size read from the chunk's
+    own size table (where the loops' bounds come from too: LLVM then sees them equal), any
+    other in a cell."""
+    if _is_constant(d):
+        return d
+    slot = d.sym[2:-1] if d.sym and d.sym.startswith("S[") and d.sym.endswith("]") else ""
+    if slot.isdigit() and int(slot) not in inner.module.mutable:
+        return inner.size(int(slot))
+    return Scalar(cell(d.ref, "i64"), I64, d.sym)
 
 
 def _is_constant(x: Scalar) -> bool:
