@@ -397,6 +397,9 @@ def test_chunk_partial_sums_vectorise_without_overlap_checks(settings):
     f = tj.jit(lambda x: np.sum(x * 2.0, axis=0))
     for args in (x, x, x[:3, :1, :1]):       # the first call, a later one, other lengths
         np.testing.assert_allclose(f(args), np.sum(args * 2.0, axis=0), rtol=1e-12)
+    for shape in ((16, 0, 36), (16, 1, 1), (1, 10, 36), (3, 10, 1)):    # empty and size-1 axes
+        y = np.arange(float(np.prod(shape))).reshape(shape)
+        np.testing.assert_allclose(f(y), np.sum(y * 2.0, axis=0), rtol=1e-12)
     program = runners(f)[0]
     assert "_p[i0_0c, i1_0 * S[" in program.source    # the partials, at [c, i * n + j]
     nest = optimised_nests(program)[0]
