@@ -391,3 +391,32 @@ def test_close_frees_the_code():
             program.address("tj_entry")
     del programs                                        # garbage collection closes the rest
     assert jitted_code() <= before
+
+
+def test_a_dropped_program_frees_its_code_without_the_cycle_collector():
+    """Nothing but its users holds a program's code (no reference cycle): the last one
+    dropped, by the user or by `tj.clear_cache()`, frees it at once."""
+    import gc
+    import weakref
+
+    import tapejit as tj
+    from tapejit.codegen.llvm import program as loaded
+    x = np.linspace(0.0, 1.0, 7)
+    dropped = [tj.jit(lambda x: np.sin(x) * 3.25 + 0.5), tj.jit(lambda x: np.cos(x) * 1.75)]
+    codes = []
+    for f in dropped:
+        before = set(loaded._loaded)
+        f(x)
+        [key] = set(loaded._loaded) - before
+        codes.append(weakref.ref(loaded._loaded[key]))
+    gc.collect()
+    gc.disable()
+    try:
+        del f
+        dropped.pop()                 # the user drops it
+        assert codes[1]() is None
+        assert codes[0]() is not None
+        tj.clear_cache()              # the function lives on, its programs are dropped
+        assert codes[0]() is None
+    finally:
+        gc.enable()
