@@ -197,6 +197,26 @@ def test_maximum_minimum_clip_abs_and_sign_of_nan(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_max_and_min_reductions_vectorise_and_nan_wins(dtype):
+    """`acc = np.maximum(acc, x)` is lowered to LLVM's llvm.maximum, which its vectoriser knows
+    for a reduction (numba's compares and selects it did not): a NaN anywhere in a row (first,
+    last, in the vector body or its remainder) is that row's max and min; infinities and rows of
+    one element too. (Of zeros of both signs the result's sign is unspecified, as in numpy.)"""
+    x = np.random.default_rng(10).standard_normal((9, 37)).astype(dtype)
+    for row, col in ((1, 0), (2, 36), (3, 17), (4, 33), (5, 1)):
+        x[row, col] = np.nan
+    x[6, :] = np.inf
+    x[7, 5], x[8, :] = -np.inf, np.nan
+    check(lambda x: (np.max(x, axis=1), np.min(x, axis=1), np.max(x), np.min(x[:, :1], axis=1)),
+          (x,), (x[::-1].copy(),), zeros=False)
+    f = tj.jit(lambda x: np.max(x, axis=1))
+    f(x)
+    program, = runners(f)
+    assert "@llvm.maximum" in lowered(program).ir
+    assert "vector.body" in optimised(lowered(program).ir)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_where_on_a_float_condition_takes_nan_as_true(dtype):
     x = EDGES.astype(dtype)
     out = check(lambda c, a: (np.where(c, a, -a), np.where(c > 0, c, np.nan), c.astype(bool),
@@ -375,16 +395,18 @@ def lowered(program: Compiled) -> Lowered:
     return lower(made.source, inputs, spaces, made.status, made.threads)
 
 
+def optimised(ir: str) -> str:
+    """LLVM IR text `ir`, optimised as jit.py optimises programs (no kernels linked in)."""
+    module = jit.parse(ir, llvm.create_context())
+    module.triple, module.data_layout = jit.target_machine().triple, \
+        str(jit.target_machine().target_data)
+    jit.optimise(module)
+    return str(module)
+
+
 def optimised_nests(program: Compiled) -> list[str]:
     """The optimised IR of each parallel loop's chunk function of a lowered program."""
-    texts = []
-    for part in lowered(program).parts[1:]:
-        module = jit.parse(part, llvm.create_context())
-        module.triple, module.data_layout = jit.target_machine().triple, \
-            str(jit.target_machine().target_data)
-        jit.optimise(module)
-        texts.append(str(module))
-    return texts
+    return [optimised(part) for part in lowered(program).parts[1:]]
 
 
 def test_chunk_partial_sums_vectorise_without_overlap_checks(settings):

@@ -141,9 +141,28 @@ class Body(Ownership):
             else:
                 self.env[target.id] = self.array(value, target.id)
             return
-        self.assign(target, self.scalar(value))
+        self.assign(target, self.extremum(target, value) or self.scalar(value))
         if isinstance(target, ast.Name) and target.id not in self.multi and self.nonneg(value):
             self.nonnegative.add(target.id)       # (a chunk count: `min(S[t], S[0])`)
+
+    def extremum(self, target: ast.expr, value: ast.expr) -> Scalar | None:
+        """`acc = np.maximum(acc, x)` (or minimum) of floats, a reduction's update, as LLVM's
+        `llvm.maximum`: NaN wins, as in numpy, and LLVM's vectoriser knows the loop for a
+        reduction (numba's kernel, compares and selects, it does not). Of two zeros it keeps
+        +0.0 (-0.0 for minimum), where numba keeps the first and numpy's reduction the last."""
+        call = ast.unparse(value.func) if isinstance(value, ast.Call) else ""
+        local = self.env.get(getattr(target, "id", None))
+        if call not in _EXTREMA or not isinstance(local, Local) or local.dtype.kind != "f" \
+                or len(value.args) != 2 or getattr(value.args[0], "id", None) != target.id:
+            return None
+        a, b = self.scalar(value.args[0]), self.scalar(value.args[1])
+        if b.dtype != a.dtype:
+            return self.kernel(f"{call}(a0, a1)", [a, b])
+        intrinsic = f"llvm.{_EXTREMA[call]}.{'f64' if a.dtype.itemsize == 8 else 'f32'}"
+        ty = reg(a.dtype)
+        self.module.declarations.add(f"declare {ty} @{intrinsic}({ty}, {ty})")
+        return Scalar(self.fn.op(f"call {ty} @{intrinsic}({ty} {a.ref}, {ty} {b.ref})"),
+                      a.dtype)
 
     def assign(self, target: ast.expr, value: Scalar) -> None:
         if isinstance(target, ast.Subscript):
@@ -319,6 +338,9 @@ class Body(Ownership):
         if not self.loops:
             raise NotCovered("break outside a loop")
         self.fn.branch(self.loops[-1][1])
+
+
+_EXTREMA = {"np.maximum": "maximum", "np.minimum": "minimum"}    # LLVM's NaN-propagating
 
 
 def _as_load(target: ast.expr) -> ast.expr:
