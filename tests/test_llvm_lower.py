@@ -9,7 +9,9 @@ float64 detour, NaN in comparisons, selects, maximum/minimum and clip, powers, c
 arrays (bytes in memory), lengths that collide or vanish, parallel nests with reductions
 under thread budgets 1, 2 and 3, outputs that are inputs or views of them, fresh outputs per
 call, index checks, control flow and the buffers its carries trade, and the numba fallback
-(what the lowering does not cover, `TAPEJIT_CODEGEN=numba`). The numba generator agrees bit
+(what the lowering does not cover, `TAPEJIT_CODEGEN=numba`). What LLVM's vectoriser needs is
+checked in the optimised IR: partial sums, max/min reductions and strided chunks vectorise
+without run-time overlap checks (alias scopes), and arrays that overlap stay correct. The numba generator agrees bit
 for bit; where both differ from numpy (signs of zero results, float floor division by
 infinity, int64 min // -1), the tests say so.
 """
