@@ -185,3 +185,16 @@ def test_a_gradient_calling_sin_at_many_places_runs_compiled(monkeypatch):
     called = {s for ir in modules for s, n in Counter(jit._KERNEL_USE.findall(ir)).items()
               if s in jit._sizes and s not in inlined(ir) and n > 40}
     assert len(called) == 2                         # sin, and cos in the gradient
+
+
+def test_building_kernels_says_nothing_on_stderr(tmp_path, monkeypatch, capfd):
+    """Kernels whose lane loop does not vectorise (zeta's series loop; polygamma calls libm's
+    tan and numba's gamma: no variants) build quietly: LLVM prints no remark."""
+    from tapejit.config import reload as reload_config
+    monkeypatch.setenv("TAPEJIT_LIBRARY_DIR", str(tmp_path))       # built here, now
+    reload_config()
+    zeta = library.scalar_kernel("tj_special.zeta(a0, a1)", (F8, F8))
+    polygamma = library.scalar_kernel("tj_special.polygamma(a0, a1)", (np.dtype(np.int64), F8))
+    assert "vector-function-abi-variant" not in polygamma.declaration
+    assert jit.by_address(zeta.symbol) and jit.by_address(polygamma.symbol)
+    assert capfd.readouterr().err == ""

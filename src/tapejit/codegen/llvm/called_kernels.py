@@ -16,8 +16,11 @@ ones: they are only ever inlined.
 `build` makes, from numba's function (wrapped as `<symbol>.one`, alwaysinline), `<symbol>`, the
 scalar entry, and `<symbol>_v<VF>` for VF in WIDTHS: `<VF x T> (<VF x T>, ...)`, a loop over the
 lanes (stored in memory; bools as bytes) calling the scalar code, which the loop vectoriser
-turns into vector code (`llvm.loop.vectorize.width`; `llvm.loop.unroll.disable`, or LLVM
-unrolls a small kernel's loop first and leaves it scalar). A program's declaration names the
+turns into vector code on as many lanes as it prefers (4 float64s or 8 float32s here: a wider
+variant loops over them; `llvm.loop.unroll.disable`, or LLVM unrolls a small kernel's loop
+first and leaves it scalar; no `llvm.loop.vectorize.width`, with which LLVM prints a remark on
+stderr for each loop it cannot vectorise). A kernel calling a function (libm's tan, numba's
+helpers) has no variants (`widths`). A program's declaration names the
 variants in LLVM's "vector-function-abi-variant" attribute (VFABI names:
 `_ZGV_LLVM_N<VF><a v per parameter>_<symbol>(<variant>)`), so the vectoriser calls `<symbol>_v4`
 on four lanes where it would inline four copies of the kernel, and the scalar remainder calls
@@ -51,14 +54,23 @@ def size(module: llvm.ModuleRef) -> int:
     return sum(len(list(b.instructions)) for f in module.functions for b in f.blocks)
 
 
+def widths(module: llvm.ModuleRef) -> tuple[int, ...]:
+    """The widths of the variants of the kernel `module` holds: none where it calls a function
+    (libm's tan, numba's helpers: the vectoriser cannot widen the call)."""
+    calls_out = any(f.is_declaration and not f.name.startswith("llvm.") for f in module.functions)
+    return () if calls_out else WIDTHS
+
+
 def build(wrapped: Callable[[str, str, tuple[str, ...]], llvm.ModuleRef], symbol: str,
-          params: tuple[str, ...], ret: str) -> tuple[bytes, str]:
-    """(object code of `symbol` and its variants, the declarations programs hold) from
-    `wrapped(name, ir, exports)`: numba's module with its wrapper `name` and `ir` linked in."""
-    exports = (symbol, *(variant(symbol, w) for w in WIDTHS))
-    module = wrapped(_one(symbol), _entries(symbol, params, ret), exports)
+          params: tuple[str, ...], ret: str, lanes: tuple[int, ...]) -> tuple[bytes, str]:
+    """(object code of `symbol` and its variants on `lanes`, the declarations programs hold)
+    from `wrapped(name, ir, exports)`: numba's module with its wrapper `name` and `ir` linked
+    in."""
+    exports = (symbol, *(variant(symbol, w) for w in lanes))
+    module = wrapped(_one(symbol), _entries(symbol, params, ret, lanes), exports)
     jit.optimise(module)
-    return jit.target_machine().emit_object(module), _declaration(module, symbol, params, ret)
+    return (jit.target_machine().emit_object(module),
+            _declaration(module, symbol, params, ret, lanes))
 
 
 def load(obj: bytes) -> None:
@@ -78,12 +90,12 @@ def _one(symbol: str) -> str:
     return symbol + ".one"
 
 
-def _entries(symbol: str, params: tuple[str, ...], ret: str) -> str:
+def _entries(symbol: str, params: tuple[str, ...], ret: str, lanes: tuple[int, ...]) -> str:
     """IR of `symbol` and its vector variants, each calling `_one(symbol)`."""
     args = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
     lines = [f"define {ret} @{symbol}({args}) {{", f"  %r = call {ret} @{_one(symbol)}({args})",
              f"  ret {ret} %r", "}"]
-    for width in WIDTHS:
+    for width in lanes:
         lines += _variant(symbol, width, params, ret)
     return "\n".join(lines) + "\n"
 
@@ -125,19 +137,19 @@ def _variant(symbol: str, width: int, params: tuple[str, ...], ret: str) -> list
         done.append(f"  %b = trunc {vector('i8')} %v to {vector('i1')}")
     return head + loop + done + [
         f"  ret {vector(ret)} {'%b' if ret == 'i1' else '%v'}", "}",
-        f"!{width} = distinct !{{!{width}, !{{!\"llvm.loop.vectorize.width\", i32 {width}}}, "
-        "!{!\"llvm.loop.vectorize.enable\", i1 true}, !{!\"llvm.loop.unroll.disable\"}}"]
+        f"!{width} = distinct !{{!{width}, !{{!\"llvm.loop.unroll.disable\"}}}}"]
 
 
-def _declaration(module: llvm.ModuleRef, symbol: str, params: tuple[str, ...], ret: str) -> str:
+def _declaration(module: llvm.ModuleRef, symbol: str, params: tuple[str, ...], ret: str,
+                 lanes: tuple[int, ...]) -> str:
     """The declarations a program calling the kernel of `module` (optimised) holds."""
     inferred = " ".join(a.decode() for a in module.get_function(symbol).attributes)
     effects = " ".join(e for e in _EFFECTS if re.search(rf"(^|\s){re.escape(e)}", inferred))
     scalar = f"declare {ret} @{symbol}({', '.join(params)}) {effects}"
-    if "memory(none)" not in effects:
+    if "memory(none)" not in effects or not lanes:
         return scalar
     names = ",".join(f"_ZGV_LLVM_N{w}{'v' * len(params)}_{symbol}({variant(symbol, w)})"
-                     for w in WIDTHS)
+                     for w in lanes)
     lines = [f"declare <{w} x {ret}> @{variant(symbol, w)}("
-             + ", ".join(f"<{w} x {t}>" for t in params) + f") {effects}" for w in WIDTHS]
+             + ", ".join(f"<{w} x {t}>" for t in params) + f") {effects}" for w in lanes]
     return "\n".join([*lines, f'{scalar} "vector-function-abi-variant"="{names}"'])

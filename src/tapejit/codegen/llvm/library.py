@@ -42,7 +42,7 @@ from typing import Callable, NamedTuple
 import llvmlite.binding as llvm
 import numpy as np
 
-from ... import cache
+from ... import cache, threads
 from .. import calls, scalar  # noqa: F401  (they name generated code's modules in MODULES)
 from . import called_kernels, jit
 
@@ -113,7 +113,7 @@ def _compile(call: str, argtypes: tuple[np.dtype, ...], symbol: str) -> bytes:
     obj, declaration = b"", None
     if size > called_kernels.INLINE_LIMIT:
         obj, declaration = called_kernels.build(wrapped, symbol, tuple(map(ir_type, argtypes)),
-                                                ir_type(restype))
+                                                ir_type(restype), called_kernels.widths(module))
     head = json.dumps([restype.str, declaration, size, len(bitcode)])
     return head.encode() + b"\n" + bitcode + obj
 
@@ -187,8 +187,7 @@ def _extract(call: str, numba_ir: str, wrapper: str, exports: tuple[str, ...],
 
 def _blas_address(routine: str) -> int:
     """The address of scipy's BLAS `routine` (Fortran-style: every argument by pointer)."""
-    from scipy.linalg import cython_blas
-    capsule = ctypes.py_object(cython_blas.__pyx_capi__[routine])
+    capsule = ctypes.py_object(threads.scipy_blas().__pyx_capi__[routine])
     api = ctypes.pythonapi
     api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = (
         ctypes.c_char_p, [ctypes.py_object])
