@@ -412,6 +412,9 @@ def run(n, chunks):
     return sorted(seen)
 
 assert run(10, 1) == [(0, 0, 10, me)] and "numba" not in sys.modules, "one chunk: no pool"
+assert run(10, 3) == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
+assert "numba" not in sys.modules and not runtime._pool, "numba not imported: no pool"
+import numba                   # (threads.py imports it beside a process's first window)
 
 def broken(rt):
     raise ValueError("no threading layer")
@@ -430,9 +433,10 @@ print("ok")
 
 
 def test_the_pool_starts_with_the_first_call_of_more_than_one_chunk():
-    """A fresh process: ensure() compiles the runtime without importing numba; one chunk runs
-    on the caller without a pool; the first call of several chunks starts numba's pool, and
-    where it cannot start, warns once and runs the chunks on the caller."""
+    """A fresh process: ensure() compiles the runtime without importing numba; one chunk, or
+    several before numba is imported, run on the caller without a pool; once numba is
+    imported the first call of several chunks starts its pool, and where it cannot start,
+    warns once and runs the chunks on the caller."""
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          timeout=HANG_S)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

@@ -2,6 +2,7 @@
 the decision on simulated machines of 1, 2, 8 and 64 cores, the window a program's call runs
 in (numba's threads, BLAS held to one thread, both put back), and products split into blocks
 computing what numpy computes."""
+import json
 import os
 import subprocess
 import sys
@@ -243,3 +244,49 @@ def test_the_threading_layer_in_a_new_process_is_numbas_or_the_users(env, layers
     assert out.returncode == 0, out.stderr
     layer, seen_policy, budget = out.stdout.split()
     assert layer in layers and seen_policy == policy and int(budget) >= 1
+
+
+FIRST_WINDOW = """
+import json, sys
+import numpy as np
+import tapejit as tj
+from tapejit import threads
+budgets, run = [], threads.run
+
+def spy(fn, args, sizes, slot):
+    try:
+        return run(fn, args, sizes, slot)
+    finally:
+        budgets.append(int(sizes[slot]))
+
+threads.run = spy
+f = tj.grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
+w, x = np.linspace(-1.0, 1.0, 64 * 32).reshape(64, 32), np.ones((4096, 64))
+first = f(w, x)
+imported = ["numba" in sys.modules and threads.numba_ready() is not None,
+            "scipy.linalg" in sys.modules]
+if threads._importer is not None:
+    threads._importer.join()
+second = f(w, x)
+from scipy.linalg import cython_blas          # the package's import finds the loaded one
+print(json.dumps([budgets[:1], imported + [cython_blas is threads.scipy_blas()],
+                  threads.numba_ready() is not None,
+                  float(np.max(np.abs(second - first))), budgets[1:]]))
+"""
+
+
+def test_a_first_window_runs_on_one_thread_while_numba_is_imported_beside_it(tmp_path):
+    """A warm process that has not imported numba runs its first call of a program with
+    parallel work on one thread (no pool to start) and imports numba on a thread of its own;
+    later calls use the budget. scipy's BLAS is loaded without importing scipy.linalg."""
+    env = {**os.environ, "TAPEJIT_CODEGEN": "llvm", "TAPEJIT_NUM_THREADS": "2",
+           "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "1",
+           "TAPEJIT_CACHE_DIR": str(tmp_path / "cache")}
+    for _ in range(2):         # the first process may build kernels with numba: the second
+        out = subprocess.run([sys.executable, "-c", FIRST_WINDOW], env=env, check=True,
+                             capture_output=True, text=True).stdout
+    budgets, imported, ready, difference, after = json.loads(out)
+    assert budgets[0] == 1 and imported == [False, False, True]
+    pool = numba.config.NUMBA_NUM_THREADS           # (one CPU: nothing to import numba for)
+    assert ready == (pool > 1) and after[-1] == min(2, pool)
+    assert difference < 1e-9

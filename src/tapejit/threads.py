@@ -22,7 +22,12 @@ runs, numba's threads for the calling thread are the budget, every BLAS library 
 thread (threadpoolctl), and the budget is written into the program's size table, from which
 its products (`parts(m, n, k, budget)` threads) and its nests that reduce over their outer
 axis into arrays (one chunk of the outer loop per thread) read it; all of it is put back when
-the call returns. Other programs run as they are: a window costs about 4 us.
+the call returns. Other programs run as they are: a window costs about 4 us. A process that has
+not imported numba (a warm start loads its programs without it) runs its first window on one
+thread, with no pool to start, and imports numba on a thread of its own (0.1-0.3 s: the first
+compiled result of a warm MLP gradient came 225 ms after `import tapejit`, now 50 ms); the
+windows after that import use the budget. `scipy_blas` loads scipy's BLAS, the one compiled
+programs call, without scipy.linalg's package.
 
 On a busy machine the budget shrinks to the cores other processes leave free (`others`): a
 parallel loop nest ends at a barrier where every thread waits for the slowest, and a thread
@@ -38,9 +43,14 @@ workqueue in docs/performance.md "On a busy machine").
 """
 from __future__ import annotations
 
+import glob
+import importlib.machinery
+import importlib.util
 import os
+import sys
 import threading
 import time
+from types import ModuleType
 from typing import Any, Callable, Sequence
 
 from .config import config
@@ -58,6 +68,7 @@ _lock = threading.Lock()
 _open = 0                                # windows open in this process (all threads)
 _held: list[tuple[Any, int]] = []        # (BLAS library, its limit before the first window)
 _libraries: list[Any] | None = None
+_importer: threading.Thread | None = None      # imports numba beside a process's first window
 
 
 def set_num_threads(n: int | None) -> None:
@@ -78,14 +89,14 @@ def get_num_threads() -> int:
 def inputs(blas: int | None | str = "read") -> dict[str, int | None]:
     """What the budget is decided from, now (`blas`: the BLAS libraries' limit, read from
     them unless given)."""
-    import numba
+    numba = numba_ready()
     if blas == "read":
         blas = _blas_limit(_held if _open else
                            [(lib, lib.get_num_threads()) for lib in _blas()])
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return dict(explicit=_explicit or config().num_threads,
-                pool=numba.config.NUMBA_NUM_THREADS, numba_threads=numba.get_num_threads(),
-                cpus=cpus or 1, omp=config().omp_threads, blas=blas,  # type: ignore[dict-item]
+    pool = numba.config.NUMBA_NUM_THREADS if numba else _numba_pool(cpus or 1)
+    return dict(explicit=_explicit or config().num_threads, pool=pool,
+                numba_threads=numba.get_num_threads() if numba else pool, cpus=cpus or 1, omp=config().omp_threads, blas=blas,  # type: ignore[dict-item]
                 cores=os.cpu_count() or 1, others=others())
 
 
@@ -164,10 +175,14 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
                     lib.set_num_threads(1)
         _open += 1
     try:
-        import numba
+        numba = numba_ready()
         given = inputs(_blas_limit(_held))
         n, before = decide(**given), given["numba_threads"]
-        if n != before:
+        if numba is None:              # no pool yet: one thread, numba imported beside it
+            if n > 1:
+                _import_numba()
+            n = before = 1
+        elif n != before:
             numba.set_num_threads(n)
         sizes[slot] = n
         try:
@@ -185,6 +200,51 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
                 _held.clear()
 
 
+def numba_ready() -> ModuleType | None:
+    """numba's package where some thread has imported it (not while it is being imported)."""
+    numba = sys.modules.get("numba")
+    spec = getattr(numba, "__spec__", None)
+    return None if numba is None or getattr(spec, "_initializing", False) else numba
+
+
+def _numba_pool(cpus: int) -> int:
+    """The size of the pool numba would start (its config's NUMBA_NUM_THREADS rule)."""
+    try:
+        return max(1, int(os.environ["NUMBA_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return cpus
+
+
+def _import_numba() -> None:
+    """Import numba (0.1-0.3 s) on a thread of its own, once: a process's first call of a
+    program with parallel work runs on one thread rather than wait for it; the calls after
+    the import start numba's pool (runtime.py) and use the budget."""
+    global _importer
+    with _lock:
+        if _importer is None:
+            _importer = threading.Thread(target=importlib.import_module, args=("numba",),
+                                         name="tapejit-import-numba", daemon=True)
+            _importer.start()
+
+
+def scipy_blas() -> ModuleType:
+    """scipy's `scipy.linalg.cython_blas` (its BLAS, the one numba calls), loaded without
+    running scipy.linalg's package (28-80 ms) where that is not imported yet."""
+    name = "scipy.linalg.cython_blas"
+    if name not in sys.modules and "scipy.linalg" not in sys.modules:
+        import scipy
+        found = glob.glob(os.path.join(os.path.dirname(scipy.__file__), "linalg",
+                                       "cython_blas.*"))
+        if found:
+            loader = importlib.machinery.ExtensionFileLoader(name, found[0])
+            spec = importlib.util.spec_from_file_location(name, found[0], loader=loader)
+            module = importlib.util.module_from_spec(spec)   # type: ignore[arg-type]
+            loader.exec_module(module)
+            sys.modules[name] = module      # scipy.linalg's own import finds it there
+            return module
+    return importlib.import_module(name)
+
+
 def _blas_limit(held: list[tuple[Any, int]]) -> int | None:
     limits = [n for _, n in held if n]
     return min(limits) if limits else None
@@ -196,7 +256,7 @@ def _blas() -> list[Any]:
     global _libraries
     if _libraries is None:
         try:
-            import scipy.linalg.cython_blas  # noqa: F401  (loaded now, so that it is seen)
+            scipy_blas()                    # loaded now, so that it is seen
         except ImportError:
             pass
         from threadpoolctl import ThreadpoolController

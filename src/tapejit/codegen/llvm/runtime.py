@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
+from ... import threads
 from ...errors import warn_at_user
 from . import jit
 from .runtime_ir import (ARRAY_DATA, ARRAY_TYPE, EXPORTS, NEW_FROM_DESCR, OB_TYPE, W_COUNT,
@@ -153,10 +154,11 @@ def _set(runtime: Runtime, variable: str, value: int) -> None:
 @ctypes.CFUNCTYPE(None)
 def _pool_wanted() -> None:
     """Called by tj_rt_parallel_for, with the GIL, while the pool is not running and a call
-    asks for more than one chunk (a budget above one: threads.py has imported numba by then).
-    Never raises into the caller: a pool that cannot start leaves the chunks on one thread."""
+    asks for more than one chunk. Never raises into the caller: a pool that cannot start, or
+    whose numba is not imported yet (threads.py imports it beside the call), leaves the
+    chunks on one thread."""
     global _pool_failed
-    if _pool_failed:
+    if _pool_failed or threads.numba_ready() is None:
         return
     try:
         ensure(parallel=True)
