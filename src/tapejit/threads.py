@@ -96,7 +96,8 @@ def inputs(blas: int | None | str = "read") -> dict[str, int | None]:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     pool = numba.config.NUMBA_NUM_THREADS if numba else _numba_pool(cpus or 1)
     return dict(explicit=_explicit or config().num_threads, pool=pool,
-                numba_threads=numba.get_num_threads() if numba else pool, cpus=cpus or 1, omp=config().omp_threads, blas=blas,  # type: ignore[dict-item]
+                numba_threads=numba.get_num_threads() if numba else pool, cpus=cpus or 1,
+                omp=config().omp_threads, blas=blas,  # type: ignore[dict-item]
                 cores=os.cpu_count() or 1, others=others())
 
 
