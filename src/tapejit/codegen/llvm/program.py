@@ -137,18 +137,25 @@ def _load(program_key: str, lowered: Lowered, objects: list[bytes] | None) -> tu
 
 
 def _compile(parts: Sequence[str]) -> list[bytes]:
-    if len(parts) > 1 and _workers() is not None:
-        return list(_workers().map(jit.compile_object, parts))
+    workers = _workers() if len(parts) > 1 else None
+    if workers is not None:
+        return list(workers.map(jit.compile_object, parts))
     return [jit.compile_object(part) for part in parts]
 
 
-@functools.cache
+_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
 def _workers() -> concurrent.futures.ThreadPoolExecutor | None:
-    """The threads parts compile on, for the process's life: each keeps its target machine
-    and its allocator's arena (a pool per program cost 1 MB of RSS per program, never given
-    back: 100 small gradients, +104 MB against +9 MB); None on one CPU."""
+    """The threads parts compile on, for the process's life (a forked child makes its own):
+    each keeps its target machine and its allocator's arena (a pool per program cost 1 MB of
+    RSS per program, never given back: 100 small gradients, +104 MB against +9 MB); None on
+    one CPU. Called with `_lock` held."""
+    global _pool
     cpus = os.cpu_count() or 1
-    return concurrent.futures.ThreadPoolExecutor(cpus, "tapejit-llvm") if cpus > 1 else None
+    if cpus > 1 and (_pool is None or _pool[0] != os.getpid()):
+        _pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(cpus, "tapejit-llvm"))
+    return _pool[1] if cpus > 1 else None       # type: ignore[index]
 
 
 class Program:
