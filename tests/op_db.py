@@ -550,7 +550,7 @@ for _spec, _shapes in [("ij,jk->ik", ((2, 3), (3, 4))), ("bij,bjk->bik", ((5, 2,
                        ("ijk->j", ((2, 3, 4),)), ("i,i,i->i", ((3,), (3,), (3,))),
                        ("bi,bj->bij", ((2, 3), (2, 4))),
                        # size-1 axes broadcast against their letter's other sizes (numpy's rule)
-                       ("mnd,mdo->mno", ((1, 5, 3), (4, 3, 2))), ("ij,jk->ik", ((3, 1), (4, 2)))]:
+                       ("mnd,mdo->mno", ((1, 5, 3), (4, 3, 2))), ("ik,kj->ij", ((3, 1), (4, 2)))]:
     row(f"einsum[{_spec}]", lambda *xs, _s=_spec: np.einsum(_s, *xs), shapes=(_shapes,),
         covers=(np.einsum,))
 for _spec, _shapes in [("...ij,...jk->...ik", ((5, 2, 3), (5, 3, 4))),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit import config
 
 HERE = "test_errors.py"
 
@@ -154,9 +155,22 @@ def _to_bool(x):
     (_branch, "bool()", "bool[]"), (_to_float, "float()", "f64[]"),
     (_to_int, "int()", "f64[]"), (_to_bool, "bool()", "f64[]")],
     ids=["if", "float", "int", "bool"])
-def test_concretization(fn, what, aval):
-    _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(fn)(2.0), what, aval,
-            "np.where", "tj.cond", line_of=fn)
+def test_concretization_under_strict_mode(fn, what, aval, monkeypatch):
+    """JAX's rule (TAPEJIT_STRICT=1): no Python branching on traced values (by default the
+    value is computed and guarded: tests/test_guards.py)."""
+    monkeypatch.setenv("TAPEJIT_STRICT", "1")
+    config.reload()
+    try:
+        _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(fn)(2.0), what, aval,
+                "TAPEJIT_STRICT=1", "np.where", "tj.cond", line_of=fn)
+    finally:
+        monkeypatch.delenv("TAPEJIT_STRICT")
+        config.reload()
+
+
+def test_a_traced_float_as_a_number():
+    _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(_to_float)(2.0), "float()",
+            "drop its derivative", line_of=_to_float)
 
 
 def test_assign_traced_into_an_array_made_outside():

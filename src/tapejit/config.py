@@ -41,6 +41,10 @@
 - `TAPEJIT_LIBRARY_DIR=dir`: where the LLVM lowering's library (its kernels, compiled by numba
   once per machine, and its runtime) is kept, so that several cache directories share it
   (default: inside `TAPEJIT_CACHE_DIR`); checked and sealed like the cache.
+- `TAPEJIT_STRICT=1`: JAX's rule: a Python `if`, `int()`, `float()` or index on a traced value
+  is an error (tj.ConcretizationError). By default the value is computed from the call being
+  traced and the program is guarded on it: a call giving another value traces again (a new
+  variant; programs.py `_evaluator`, dispatch.py).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """
@@ -73,6 +77,7 @@ class Config:
     boundscheck: bool = True
     codegen: str = "llvm"
     library_dir: Path | None = None
+    strict: bool = False
 
 
 def _flag(name: str) -> bool:
@@ -132,6 +137,7 @@ def _read() -> Config:
         cuda_tf32=_flag("TAPEJIT_CUDA_TF32"),
         boundscheck=os.environ.get("TAPEJIT_BOUNDSCHECK", "1").strip().lower() not in _FALSE,
         codegen=_choice("TAPEJIT_CODEGEN", ("llvm", "numba")),
+        strict=_flag("TAPEJIT_STRICT"),
         library_dir=Path(library).expanduser() if library else None,
     )
 

@@ -46,15 +46,19 @@ from . import cache
 from .arguments import fn_name, refuse_aliasing
 from .compile import check_backend, default_backend, direct_caller
 from .cuda_support import device_key
-from .errors import require_callable, warn_at_user
+from .errors import ConcretizationError, at_source, require_callable, warn_at_user
 from .first_call import PENDING, compile_and_run, start
-from .interpret import inline
+from .interpret import inline, interpret
 from .ir import Tape
+from .passes import dce
 from .programs import collecting_rerolls
 from .pytree import TreeDef, unflatten
-from .trace import Tracer, _stack, collecting_assignments, current_trace
+from .trace import (Tracer, _stack, collecting_assignments, collecting_guards,
+                    current_trace)
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
+MAX_VARIANTS = 32      # programs of one signature, chosen by the values they branched on
+_VARIANT = object()    # marks a variant's cache key: (_VARIANT, signature key, guards, values)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
 
 _transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
@@ -66,7 +70,7 @@ _FAST_SCALARS = frozenset([float, int, bool, np.float64, np.float32, np.int64, n
 
 # what a transform has only in the process it runs in (`__reduce__` leaves them behind)
 _PER_PROCESS = frozenset(["_cache", "_fast", "_lock", "_info", "_last_miss", "_retraces",
-                          "_warned", "_cleared", "_static_at"])
+                          "_warned", "_cleared", "_static_at", "_variants"])
 # token -> the transform of this process pickled or unpickled under it; the last few unpickled
 # are also kept alive, so a worker that gets a transform task after task keeps its programs
 _by_token: "weakref.WeakValueDictionary[str, CachedTransform]" = weakref.WeakValueDictionary()
@@ -114,6 +118,7 @@ class Specialization:
     out: TreeDef | None = None
     names: tuple[str, ...] = ()
     assigned: tuple[int, ...] = ()   # the input leaves the function assigns into
+    guarded: bool = False            # one of several variants: its guards choose it per call
 
 
 def getter(tape: Tape, k: int, keep: bool = False) -> Callable[[Sequence[Any]], Any]:
@@ -193,6 +198,8 @@ class CachedTransform:
         self._warned = False
         self._cleared = False
         self._static_at: dict[int, tuple[int, ...] | None] = {}
+        # signature key -> guard tape's text -> that tape (its values choose the variant)
+        self._variants: dict[tuple, dict[str, Tape]] = {}
         _transforms.add(self)
 
     def __reduce__(self) -> tuple:
@@ -222,6 +229,7 @@ class CachedTransform:
         with self._lock:
             self._cache.clear()
             self._fast.clear()
+            self._variants.clear()
             self._retraces, self._warned, self._cleared = 0, False, True
 
     # -- subclass hooks ------------------------------------------------------------------------
@@ -301,8 +309,8 @@ class CachedTransform:
         if default_backend(self.backend) == "cuda":     # programs are per device
             key = (*key, device_key())
         if current_trace() is not None:   # inside another trace: inline, never cache
-            with collecting_assignments() as assigned:
-                program = build()
+            with collecting_assignments() as assigned, collecting_guards():
+                program = build()       # (its guards are the enclosing trace's: _evaluator)
             refuse_aliasing(call.leaves, assigned, call.names, self.label())
             return self._finisher(program, call, True)(inline(program.tape, call.leaves))
         program, outs = self._lookup(key, call, build)
@@ -310,7 +318,7 @@ class CachedTransform:
             outs = program.run(call.leaves)
         finish = self._finisher(program, call, False)
         result = finish(outs)
-        if fast_key is not None and program.run is not PENDING:
+        if fast_key is not None and program.run is not PENDING and not program.guarded:
             fn, tail = direct_caller(program.run, call.dynamic, call.leaves, len(call.args))
             if program.assigned:
                 fn = self._refusing_aliases(fn, call, program.assigned)
@@ -331,6 +339,7 @@ class CachedTransform:
                 ) -> tuple[Specialization, list[Any] | None]:
         """The program for `key`, and its outputs on `call` when this call made it (or
         compiled it: the second call of a program whose first ran on the interpreter)."""
+        base, key = key, self._variant(key, call)
         program = self._cache.get(key)
         if program is not None and program.assigned:
             refuse_aliasing(call.leaves, program.assigned, call.names, self.label())
@@ -352,18 +361,21 @@ class CachedTransform:
                                                self.label())
                 program = self._cache[key] = dataclasses.replace(program, run=runner)
                 return program, outs
-            self._last_miss = self._miss_reason(key, call.names)
+            self._last_miss = self._miss_reason(base, call.names)
             self._info["traces"] += 1
             if self._cache:
                 self._retraces += 1
-            with collecting_rerolls() as loops, collecting_assignments() as assigned:
+            with collecting_rerolls() as loops, collecting_assignments() as assigned, \
+                    collecting_guards() as guards:
                 program = build()
             self._info["rerolled"] += len(loops)
             refuse_aliasing(call.leaves, assigned, call.names, self.label())
+            if guards:
+                key = self._new_variant(base, *guards[0])
             runner, outs = start(program.tape, call.leaves, default_backend(self.backend),
                                  self._info, self.label())
             program = dataclasses.replace(program, run=runner, names=tuple(call.names),
-                                          assigned=tuple(assigned))
+                                          assigned=tuple(assigned), guarded=bool(guards))
             self._cache[key] = program
             self._evict()
             warn = self._retraces > RETRACE_WARNING and not self._warned
@@ -371,6 +383,32 @@ class CachedTransform:
         if warn:
             self._warn_retrace()
         return program, outs
+
+    def _variant(self, key: tuple, call: Any) -> tuple:
+        """The cache key of the variant of signature `key` whose guards `call` passes (the
+        values its function branched on are this call's), else `key`."""
+        for text, guards in self._variants.get(key, {}).items():
+            variant = (_VARIANT, key, text, _outcome(interpret(guards, call.leaves)))
+            if variant in self._cache:
+                return variant
+        return key
+
+    def _new_variant(self, key: tuple, guards: Tape, values: tuple) -> tuple:
+        """Register a program of signature `key` that holds where `guards` give `values`;
+        its cache key. Past MAX_VARIANTS, an error: the branches follow data."""
+        guards = dce(guards)
+        text = str(guards)
+        tapes = self._variants.setdefault(key, {})
+        tapes.setdefault(text, guards)
+        held = sum(1 for k in self._cache if k[0] is _VARIANT and k[1] == key)
+        if held >= MAX_VARIANTS:
+            raise ConcretizationError(at_source(
+                f"{self.label()} branched on values of its arguments (a Python `if`, `int()`, "
+                f"an index) that changed {held} times for one signature: each value is a "
+                f"program of its own. Write the choice with np.where or tj.cond, pass a "
+                f"number that selects among a few programs through static_argnums, or set "
+                f"TAPEJIT_STRICT=1 to find each such line.", _last_src(guards)))
+        return (_VARIANT, key, text, _outcome(values))
 
     def label(self) -> str:
         """`value_and_grad(step)`: the transform and its function, for messages."""
@@ -386,7 +424,11 @@ class CachedTransform:
     def _miss_reason(self, key: tuple, names: Sequence[str]) -> str:
         if not self._cache:
             return "cache cleared" if self._cleared else "first call"
+        if key in self._variants:
+            return "a value the function branched on (an `if`, int(), an index) changed"
         last_key, last = next(reversed(self._cache.items()))   # the most recently used
+        if last_key[0] is _VARIANT:
+            last_key = last_key[1]
         return miss_reason(last_key, last.names, key, names)
 
     def _warn_retrace(self) -> None:
@@ -396,6 +438,20 @@ class CachedTransform:
             f"pytree structure, leaf shape or dtype, or static argument value traces again: pass "
             f"changing numbers as arguments rather than static_argnums, and keep shapes to a "
             f"few sizes (pad batches).")
+
+
+def _outcome(values: Sequence[Any]) -> tuple:
+    """Guard values as a key (NaN equal to NaN)."""
+    out = []
+    for value in values:
+        a = np.asarray(value)
+        out.append((a.dtype.str, a.shape, a.tobytes()))
+    return tuple(out)
+
+
+def _last_src(guards: Tape) -> Any:
+    """The user's line of a guard tape's last eqn (the last branch taken)."""
+    return next((e.src for e in reversed(guards.eqns) if e.src), None)
 
 
 def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,

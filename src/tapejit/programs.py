@@ -30,13 +30,15 @@ import numpy as np
 
 from . import autodiff, guards
 from .arguments import CallArgs, check_float_inputs, fn_name
+from .avals import aval_of
 from .config import config
 from .control.reroll import RerolledLoop, reroll
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
+from .interpret import inline, interpret
 from .ir import Tape
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten
-from .trace import Tracer, trace_to_tape
+from .trace import Tracer, guarded_value, trace_to_tape
 
 # observes each stage of a program being built: (stage name, tape)
 Stages = Callable[[str, Tape], None]
@@ -120,9 +122,33 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
         return out_leaves + aux_leaves
 
     generators = guards.generator_states(fn)
-    tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak)
+    tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak, _evaluator(call))
     guards.check_generators(generators, fn_name(fn), fn_source(fn))
     return dce(tape), structure["out"], structure["aux"]
+
+
+def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:
+    """A traced value's value on `call`'s arguments, for the branches and indices that need
+    one (trace.trace_to_tape): run on the interpreter; where the call is inlined into an
+    enclosing trace, that trace's guarded value of it. None under TAPEJIT_STRICT=1 (JAX's
+    rule: no Python branching on traced values)."""
+    if config().strict:
+        return None
+    inlined = any(isinstance(leaf, Tracer) for leaf in call.leaves)
+
+    def value(tape: Tape) -> np.ndarray | None:
+        tape = dce(tape)
+        if any(isinstance(c, Tracer) for c in tape.consts):   # captured from outside
+            return None
+        used = {v for e in tape.eqns for v in e.ins} | set(tape.outvars)
+        if any(v in used and not isinstance(leaf, Tracer) and aval_of(leaf) != v.aval
+               for v, leaf in zip(tape.invars, call.leaves)):
+            return None             # vmap's per-example value of a batch: not one number
+        if not inlined:
+            return np.asarray(interpret(tape, call.leaves)[0])
+        out = inline(tape, call.leaves)[0]
+        return guarded_value(out) if isinstance(out, Tracer) else np.asarray(out)
+    return value
 
 
 def forward_program(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,

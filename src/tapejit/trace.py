@@ -15,6 +15,7 @@ has ended leaves its tracers dead: one kept outside its function and used again 
 """
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 from typing import Any, Callable, NamedTuple, Sequence, TypeVar
@@ -37,6 +38,7 @@ class _TraceStack(threading.local):
         # (level, found): the inputs assigned into by the function traced at that level
         self.assigned: tuple[int, list[int]] | None = None
         self.buffers: dict[Src, int] = {}   # trace_to_tape: line -> the traces that set it
+        self.guarded: tuple[int, list] | None = None   # (level, found): collecting_guards
 
 
 _stack = _TraceStack()
@@ -73,6 +75,10 @@ class Trace:
         self._names: set[str] = set()
         self._counter = 0
         self.reverse_start: int | None = None  # set when an inlined joint tape's sweep begins
+        # where trace_to_tape knows the call: a tracer's value (None: not computable), and
+        # the values the function asked for, as (var, value)
+        self.evaluate: Callable[[Tracer], np.ndarray | None] | None = None
+        self.guards: list[tuple[Var, np.ndarray]] = []
 
     def __enter__(self) -> "Trace":
         _open_hooks[0](self.replays)
@@ -259,12 +265,47 @@ def leaked(tracer: "Tracer") -> LeakedTracerError:
         f"or keep a concrete copy computed outside the transform.", user_source()))
 
 
-def _concretization(what: str, tracer: "Tracer", extra: str = "") -> ConcretizationError:
+def guarded_value(tracer: "Tracer") -> np.ndarray | None:
+    """`tracer`'s value, where its trace can compute it from the call being traced (`Trace.
+    evaluate`); the program then holds only for calls giving the same value, a guard the
+    trace keeps (`Trace.guards`). None where it cannot."""
+    trace = tracer._trace
+    if tracer._stale:
+        refresh(tracer)
+    if trace.evaluate is None or trace.ended:
+        return None
+    value = trace.evaluate(tracer)
+    if value is not None:
+        trace.guards.append((tracer._var, value))
+    return value
+
+
+def _concrete(tracer: "Tracer", what: str, numbers: bool = False) -> np.ndarray:
+    """The guarded value of `tracer`, or the concretization error. `numbers`: it is read as
+    a number (float(), .item()): refused for floats, whose derivative it would drop silently
+    (a branch, an index or int() has a zero derivative anyway)."""
+    number = numbers and tracer.dtype.kind in "fc"
+    value = None if number else guarded_value(tracer)
+    if value is None:
+        known = number and tracer._trace.evaluate is not None
+        raise _concretization(what, tracer, _NUMBER if known else _UNKNOWN)
+    return value
+
+
+_NUMBER = ("it reads a traced float as a Python number, which would drop its derivative "
+           "silently (a Python `if`, int() or an index on a traced value work: tapejit computes "
+           "the value and guards the program on it)")
+_UNKNOWN = ("this trace cannot compute it: tapejit follows a branch on a value of the call "
+            "(guarding the program on it), but not inside tj.vmap on a per-example value, in a "
+            "tj.fori_loop/scan/while_loop body on a per-step value, in tj.jvp, in "
+            "tj.make_tape, or with TAPEJIT_STRICT=1")
+
+
+def _concretization(what: str, tracer: "Tracer", why: str, extra: str = ""
+                    ) -> ConcretizationError:
     src = user_source()
     return ConcretizationError(at_source(
-        f"{what} needs the concrete value of a traced array ({tracer.aval}), but tapejit records "
-        f"the function once and replays it for every input, so it cannot follow a branch or "
-        f"read a number that depends on the input.\n"
+        f"{what} needs the concrete value of a traced array ({tracer.aval}), but {why}.\n"
         f"  - for a value-dependent choice write `np.where(cond, a, b)` (or `tj.where`): both "
         f"sides are computed, one is selected per element;\n"
         f"  - for a Python `if` on a traced value write `tj.cond(pred, true_fn, false_fn, "
@@ -343,28 +384,30 @@ class Tracer:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         raise _concretization(
             "Converting to a numpy array (np.asarray/np.array)", self,
+            "a numpy array holds numbers, not a traced value with its derivative",
             "\n  - to index a numpy array made outside the function by a traced integer array, "
             "write `np.array(table)[idx]` (arrays made inside, e.g. `np.eye(k)[labels]`, "
             "index directly).")
 
-    # --- concretization -------------------------------------------------------------------------
+    # --- concretization: the value, where the trace knows it (a guard), else an error ------------
     def __bool__(self) -> bool:
-        raise _concretization("A Python `if`/`while`/`and`/`or` (bool())", self)
+        return bool(_concrete(self, "A Python `if`/`while`/`and`/`or` (bool())"))
 
     def __float__(self) -> float:
-        raise _concretization("float()", self)
+        return float(_concrete(self, "float()", numbers=True))
 
     def __int__(self) -> int:
-        raise _concretization("int()", self)
+        return int(_concrete(self, "int()"))
 
     def __index__(self) -> int:
-        raise _concretization("Using a traced value as a Python index (__index__)", self)
+        return operator.index(_concrete(self, "Using a traced value as a Python index "
+                                              "(__index__)")[()])
 
     def __complex__(self) -> complex:
-        raise _concretization("complex()", self)
+        return complex(_concrete(self, "complex()", numbers=True))
 
     def item(self, *args: Any) -> Any:
-        raise _concretization(".item()", self)
+        return _concrete(self, ".item()", numbers=True).item(*args)
 
     def __getattr__(self, name: str) -> Any:
         """Only reached for attributes tracers lack: an ndarray one gets a clear error."""
@@ -378,7 +421,7 @@ class Tracer:
             f"numpy function where there is one.", user_source()))
 
     def tolist(self) -> Any:
-        raise _concretization(".tolist()", self)
+        return _concrete(self, ".tolist()", numbers=True).tolist()
 
 
 def holds_tracer(x: Any) -> bool:
@@ -551,13 +594,18 @@ def rebind(tracer: Tracer, value: Tracer) -> None:
 
 
 def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
-                  names: Sequence[str], weak: Sequence[bool] | None = None) -> Tape:
+                  names: Sequence[str], weak: Sequence[bool] | None = None,
+                  evaluate: Callable[[Tape], np.ndarray | None] | None = None) -> Tape:
     """Trace `fn` on fresh tracers; `fn` takes the list of input tracers and returns the list of
     output leaves. Returns the tape (not yet dead-code eliminated). Where `fn` writes a traced
     value into an array a numpy constructor made (`BufferWrite`), it is traced again with that
-    line's constructors making traced arrays (`buffer_sites`), once per such line."""
+    line's constructors making traced arrays (`buffer_sites`), once per such line.
+
+    `evaluate(tape)`: the value of a tape from these inputs (with the call's arguments) to one
+    output, or None. Given, and guards collected at this level (`collecting_guards`), `fn` may
+    ask for the values of its tracers (`if`, `int()`, an index): each becomes a guard."""
     weak = weak or [False] * len(avals)
-    return with_traced_buffers(lambda: _trace_once(fn, avals, names, weak))
+    return with_traced_buffers(lambda: _trace_once(fn, avals, names, weak, evaluate))
 
 
 T = TypeVar("T")
@@ -591,15 +639,37 @@ def buffer_sites() -> dict[Src, int]:
 
 
 def _trace_once(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
-                names: Sequence[str], weak: Sequence[bool]) -> Tape:
+                names: Sequence[str], weak: Sequence[bool],
+                evaluate: Callable[[Tape], np.ndarray | None] | None) -> Tape:
     with new_trace() as trace:
         inputs = [trace.new_tracer(a, n, w) for a, n, w in zip(avals, names, weak)]
         invars = [t._var for t in inputs]  # before fn: `x[i] = v` / `x += v` rebind inputs
+        guarded = _stack.guarded
+        if evaluate is not None and guarded is not None and guarded[0] == trace.level:
+            trace.evaluate = lambda t: evaluate(trace.to_tape(invars, [t]))
         outs = fn(inputs)
         if _stack.assigned is not None and _stack.assigned[0] == trace.level:
             _stack.assigned[1].extend(i for i, (t, v) in enumerate(zip(inputs, invars))
                                       if t._var is not v)
+        if trace.guards:
+            guarded[1].append((trace.to_tape(invars, [v for v, _ in trace.guards]),
+                               tuple(value for _, value in trace.guards)))
         return trace.to_tape(invars, outs)
+
+
+class collecting_guards:
+    """Within this context, the function traced here (not those traced inside it) may branch
+    on the values it computes from the call (`trace_to_tape`'s `evaluate`); its guards are
+    collected as `(tape, values)`: a tape from its inputs to the values it asked for, and
+    those values."""
+
+    def __enter__(self) -> list[tuple[Tape, tuple]]:
+        self.saved, found = _stack.guarded, []
+        _stack.guarded = (len(_stack.traces), found)
+        return found
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack.guarded = self.saved
 
 
 class collecting_assignments:

@@ -1,0 +1,161 @@
+"""Python control flow on traced values (issue 35): a Python `if`, `while`, `break`, `bool()`,
+`int()` or an index that needs a traced value gets the value computed from the call being
+traced, and the program is guarded on it (trace.guarded_value, programs._evaluator,
+dispatch's variants): a call giving other values traces again, a variant kept beside the
+first. Compiled (conftest: first and later calls, verified against the interpreter), checked
+against numpy and central differences. What cannot be guarded keeps a clear error: a traced
+float read as a number (its derivative would be lost), per-example values in vmap, per-step
+values in loop bodies, TAPEJIT_STRICT=1, more than MAX_VARIANTS values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import config, dispatch
+
+from gradcheck import check_grads
+
+
+def piecewise(x):
+    if np.sum(x) > 0:
+        return np.sum(x ** 2)
+    return -np.sum(np.sin(x))
+
+
+def test_an_if_on_data_runs_the_branch_the_call_takes():
+    g = tj.grad(piecewise)
+    pos, neg = np.array([1.0, 2.0, -0.5]), np.array([-1.0, 0.3, -2.0])
+    for x in (pos, neg, pos, neg):
+        np.testing.assert_allclose(g(x), 2 * x if np.sum(x) > 0 else -np.cos(x))
+        np.testing.assert_allclose(tj.jit(piecewise)(x), piecewise(x))
+    info = g.cache_info()
+    assert info["traces"] == 2 and info["programs"] == 2 and info["hits"] == 2
+    assert "branched on" in info["last_miss"]
+    check_grads(piecewise, [pos])
+    check_grads(piecewise, [neg])
+
+
+def series_exp(x):
+    """A series truncated when its term is small (HIPS autograd's Taylor-series example)."""
+    total, term, k = 0.0, 1.0, 0
+    while np.abs(term) > 1e-10:
+        total = total + term
+        k += 1
+        term = term * x / k
+    return total
+
+
+def fixed_point(a):
+    """A fixed-point iteration that stops on convergence."""
+    x = 1.0
+    for _ in range(200):
+        nxt = np.cos(a * x)
+        if np.abs(nxt - x) < 1e-12:
+            break
+        x = nxt
+    return x
+
+
+@pytest.mark.parametrize("fn, points", [(series_exp, (0.5, 1.5)), (fixed_point, (0.7, 0.9))])
+def test_while_and_break_on_data(fn, points):
+    g = tj.grad(fn)
+    for p in points:
+        np.testing.assert_allclose(tj.jit(fn)(p), fn(p), rtol=1e-13)
+        check_grads(fn, [p], rtol=1e-6)
+        g(p)
+    assert g.cache_info()["programs"] == 2
+
+
+def minibatch_loss(w, step, data=np.arange(12.0)):
+    i = step % 3                          # HIPS autograd's batch_indices(iter)
+    return np.sum((w * data[4 * i:4 * i + 4]) ** 2)
+
+
+def test_an_int_argument_that_slices_is_guarded_on_the_values_it_gives():
+    g = tj.grad(minibatch_loss)
+    w = np.array([1.5, -0.5, 2.0, 1.0])
+    for step in range(7):
+        i = step % 3
+        np.testing.assert_allclose(g(w, step), 2 * w * np.arange(4.0 * i, 4.0 * i + 4) ** 2)
+    assert g.cache_info()["programs"] == 3       # one per batch, not per step
+
+
+def test_range_flags_and_ints_in_a_pytree():
+    def h(x, n, opts):
+        for _ in range(n):
+            x = np.sin(x)
+        return np.sum(x * opts[1] if opts[0] else x)
+    x = np.array([0.5, 1.0, -2.0])
+    f = tj.jit(h)
+    for n, opts in ((3, (True, 2.0)), (2, (False, 2.0)), (3, (True, 3.0))):
+        np.testing.assert_allclose(f(x, n, opts), h(x, n, opts))
+    assert f.cache_info()["programs"] == 2       # the factor 3.0 is a run-time value
+    np.testing.assert_allclose(tj.grad(h)(x, 1, (True, 2.0)), 2 * np.cos(x))
+
+
+def test_numbers_used_only_in_arithmetic_stay_traced():
+    g = tj.grad(lambda x, lr, k: np.sum(x * lr * k))
+    for lr, k in ((0.1, 1), (0.2, 2), (0.3, 3)):
+        np.testing.assert_allclose(g(np.ones(3), lr, k), np.full(3, lr * k))
+    assert g.cache_info()["traces"] == 1
+
+
+def test_int_of_data_and_an_outside_table_indexed_by_a_traced_int():
+    table = np.arange(6.0).reshape(3, 2)         # made outside the function
+    def f(x):
+        return np.sum(table[np.argmax(x)] * x[:2]) + x[2] * int(x[2])
+    for x in (np.array([0.1, 2.0, 1.5]), np.array([3.0, 0.2, 2.5])):
+        np.testing.assert_allclose(tj.jit(f)(x), f(x))
+        want = np.concatenate([table[np.argmax(x)], [int(x[2])]])
+        np.testing.assert_allclose(tj.grad(f)(x), want)
+
+
+def test_a_traced_float_read_as_a_number_is_refused():
+    with pytest.raises(tj.ConcretizationError, match="drop its derivative") as err:
+        tj.grad(lambda x: float(x) * x)(2.0)
+    assert "test_guards.py" in str(err.value)
+    with pytest.raises(tj.ConcretizationError, match="drop its derivative"):
+        tj.grad(lambda x: x[0].item() * np.sum(x))(np.ones(2))
+
+
+def test_a_nested_transform_guards_the_enclosing_program():
+    def inner(x, n):
+        if np.sum(x) > 0:
+            return np.sum(x[:n] ** 2)
+        return np.sum(x)
+    outer = tj.jit(lambda x, n: tj.grad(inner)(x, n) * 2.0)
+    for x, n in (([1.0, 2.0, 3.0], 2), ([1.0, 2.0, 3.0], 3), ([-1.0, -2.0, -3.0], 3)):
+        x = np.array(x)
+        np.testing.assert_allclose(outer(x, n), 2 * tj.grad(inner)(x, n))
+    np.testing.assert_allclose(tj.hessian(lambda x, n: np.sum(x[:n] ** 3))(np.ones(3), 2),
+                               np.diag([6.0, 6.0, 0.0]))
+
+
+def test_what_cannot_be_guarded_keeps_the_error():
+    with pytest.raises(tj.ConcretizationError, match="tj.vmap on a per-example value"):
+        tj.vmap(lambda x: x * 2.0 if x[0] > 0 else x)(np.ones((2, 3)))
+    np.testing.assert_allclose(tj.vmap(lambda x, n: x[:n], in_axes=(0, None))(np.ones((2, 3)), 2),
+                               np.ones((2, 2)))
+    with pytest.raises(tj.ConcretizationError, match="per-step value"):
+        tj.jit(lambda x: tj.fori_loop(0, 3, lambda i, c: c * 2 if c > 0 else c, x))(1.0)
+
+
+def test_past_max_variants_the_error_names_the_fix(monkeypatch):
+    monkeypatch.setattr(dispatch, "MAX_VARIANTS", 3)
+    f = tj.jit(lambda x: x * int(x))
+    for v in (1.0, 2.0, 3.0):
+        assert f(v) == v * v
+    with pytest.raises(tj.ConcretizationError, match="changed 3 times.*np.where or tj.cond"):
+        f(4.0)
+
+
+def test_strict_mode_keeps_jax_rule(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_STRICT", "1")
+    config.reload()
+    try:
+        with pytest.raises(tj.ConcretizationError, match="TAPEJIT_STRICT=1"):
+            tj.grad(piecewise)(np.ones(3))
+    finally:
+        monkeypatch.delenv("TAPEJIT_STRICT")
+        config.reload()
