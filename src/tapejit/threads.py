@@ -24,7 +24,7 @@ its products (`parts(m, n, k, budget)` threads) and its nests that reduce over t
 axis into arrays (one chunk of the outer loop per thread) read it; all of it is put back when
 the call returns. Other programs run as they are: a window costs about 4 us. A process that has
 not imported numba (a warm start loads its programs without it) runs its first window on one
-thread, with no pool to start, and imports numba on a thread of its own (0.1-0.3 s: the first
+thread, with no pool to start, then imports numba on a thread of its own (0.1-0.3 s: the first
 compiled result of a warm MLP gradient came 225 ms after `import tapejit`, now 50 ms); the
 windows after that import use the budget. `scipy_blas` loads scipy's BLAS, the one compiled
 programs call, without scipy.linalg's package.
@@ -179,9 +179,8 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
         numba = numba_ready()
         given = inputs(_blas_limit(_held))
         n, before = decide(**given), given["numba_threads"]
-        if numba is None:              # no pool yet: one thread, numba imported beside it
-            if n > 1:
-                _import_numba()
+        wanted = numba is None and n > 1
+        if numba is None:              # no pool yet: one thread
             n = before = 1
         elif n != before:
             numba.set_num_threads(n)
@@ -191,6 +190,8 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
         finally:
             if n != before:
                 numba.set_num_threads(before)
+            if wanted:                 # after the call: the import holds the GIL for a while
+                _import_numba()
     finally:
         with _lock:
             _open -= 1
@@ -218,7 +219,7 @@ def _numba_pool(cpus: int) -> int:
 
 def _import_numba() -> None:
     """Import numba (0.1-0.3 s) on a thread of its own, once: a process's first call of a
-    program with parallel work runs on one thread rather than wait for it; the calls after
+    program with parallel work ran on one thread rather than wait for it; the calls after
     the import start numba's pool (runtime.py) and use the budget."""
     global _importer
     with _lock:
