@@ -25,7 +25,7 @@ axis into arrays (one chunk of the outer loop per thread) read it; all of it is 
 the call returns. Other programs run as they are: a window costs about 4 us. A process that has
 not imported numba (a warm start loads its programs without it) runs its first window on one
 thread, with no pool to start, then imports numba on a thread of its own (0.1-0.3 s: the first
-compiled result of a warm MLP gradient came 225 ms after `import tapejit`, now 50 ms); the
+compiled result of a warm MLP gradient came 225 ms after `import tapejit`, now 52 ms); the
 windows after that import use the budget. `scipy_blas` loads scipy's BLAS, the one compiled
 programs call, without scipy.linalg's package.
 
