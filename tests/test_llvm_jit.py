@@ -21,6 +21,7 @@ from tapejit import cache
 from tapejit.codegen.llvm import jit, library
 from tapejit.config import reload as reload_config
 from tapejit.errors import TapejitWarning
+from hang import HANG_S
 
 F8, F4, B1 = np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.bool_)
 EXP = "tj_vmath.exp(a0)"
@@ -251,7 +252,7 @@ def fresh_process(base, calls: list[str], x: np.ndarray) -> tuple[bool, bool, np
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(base)}
     env.pop("TAPEJIT_LIBRARY_DIR", None)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     compiled, from_disk, got, imported = json.loads(done.stdout.splitlines()[-1])
     return compiled, from_disk, np.array(got, np.float64), imported

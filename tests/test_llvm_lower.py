@@ -35,6 +35,7 @@ from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm.emit import NotCovered
 from tapejit.codegen.llvm.lower import Lowered, lower
 from tapejit.compile import Compiled
+from hang import HANG_S
 
 
 def runners(transform) -> list[Compiled]:
@@ -355,6 +356,7 @@ def test_parallel_nests_of_integers_float32_and_checked_indices(settings):
 
 
 THREE_THREADS = textwrap.dedent("""
+    import numba  # before the first call: its pool is there, every call gets the budget
     import numpy as np, tapejit as tj
     from tapejit import config
     def reductions(x, y):
@@ -385,7 +387,7 @@ def test_parallel_reductions_on_three_threads():
 def _child(source: str, **env: str) -> subprocess.CompletedProcess:
     environ = {**os.environ, "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "1", **env}
     return subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
-                          env=environ, timeout=300)
+                          env=environ, timeout=HANG_S)
 
 
 # ---- what LLVM's vectoriser sees -----------------------------------------------------------

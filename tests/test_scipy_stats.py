@@ -25,6 +25,7 @@ from gradcheck import check_grads
 
 st = pytest.importorskip("scipy.stats")
 from tapejit.numpy_api import stats as tj_stats  # noqa: E402
+from hang import HANG_S
 
 tj_stats.install()          # (a trace opening does this too: test_wrapped_once_imported)
 pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
@@ -377,6 +378,6 @@ def test_wrapped_once_imported():
             "print(tj.grad(lambda m: np.sum(norm.logpdf(np.ones(2), m)))(0.5))\n")
     env = dict(os.environ, TAPEJIT_BACKEND="interpret")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1.0"
