@@ -1,0 +1,2 @@
+"""autograd.misc: `flatten` (flatten.py) and the optimizers (optimizers.py)."""
+from .flatten import flatten
