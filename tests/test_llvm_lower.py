@@ -236,11 +236,16 @@ def test_float_floor_division_and_remainder_take_the_divisors_sign():
     check(lambda a, b: (a // b, a % b), (a32, b32), zeros=False)
 
 
-@pytest.mark.xfail(strict=True, reason="numba's float floor_divide (both generators call it): "
-                   "-1 // inf gives -0.0, inf // 3 gives inf; numpy gives -1.0 and nan")
-def test_float_floor_division_by_and_of_infinity_is_numpys():
-    a, b = np.array([-1.0, np.inf, 5.0, 1.0]), np.array([np.inf, 3.0, -np.inf, np.inf])
-    check(lambda a, b: (a // b, a % b), (a, b))
+def test_float_floor_division_at_infinities_and_signed_zeros_is_numpys(settings):
+    """numba's np.floor_divide gives -0.0 for -1 // inf and inf for inf // 3, its remainder
+    0.0 for 0.0 % -3.0; numpy's divmod (codegen/special.py) gives -1.0, nan and -0.0."""
+    a = np.array([-1.0, np.inf, 5.0, 1.0, 0.0, -0.0, 3.0, np.nan, -7.5])
+    b = np.array([np.inf, 3.0, -np.inf, np.inf, -3.0, 2.0, 0.0, 1.0, 2.0])
+    calls = [(a.astype(dtype), b.astype(dtype)) for dtype in (np.float64, np.float32)]
+    check(lambda a, b: (a // b, a % b), *calls[:1])     # (check: signed zeros identical too)
+    check(lambda a, b: (a // b, a % b), *calls[1:])
+    settings(CODEGEN="numba")
+    check(lambda a, b: (a // b, a % b), *calls[:1], codegen="numba")
 
 
 def test_casts_truncate_toward_zero_wrap_and_test_nonzero():

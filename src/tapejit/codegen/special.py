@@ -1,5 +1,6 @@
 """Scalar special functions for compiled code: digamma, polygamma (Hurwitz zeta), erfinv, ndtr
-and log_ndtr on float64 (float32 operands are computed in float64 and rounded once).
+and log_ndtr on float64 (float32 operands are computed in float64 and rounded once); and
+numpy's float floor division and remainder, in the operands' own dtype.
 
 ops/special.py's scalar templates call them as `tj_special.digamma(x)`, ...: generated CPU
 modules read this module as the global `tj_special`; CUDA kernels reach them through
@@ -12,7 +13,10 @@ cuda_math.py. The interpreter runs scipy.special's ufuncs, whose algorithms thes
 - erfinv: Giles' single-precision approximation refined by two Newton steps on erf (|y| <=
   1/2) or on erfc against the exact 1 - |y|, so the result is as accurate as libm's erf;
 - ndtr and log_ndtr: Cephes' and scipy's formulas (erf/erfc; the asymptotic series of log
-  ndtr below -20).
+  ndtr below -20);
+- floor_divide and remainder: numpy's divmod of floats (fmod, then the quotient of the exact
+  difference, rounded), which numba's np.floor_divide does not follow at infinities (-1 // inf
+  is -1.0, inf // 3 is nan) nor remainder at signed zeros (0.0 % -3.0 is -0.0).
 Errors against scipy, in ulp, are measured by tests/test_special.py and listed in docs/api.md.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 
 _jit = numba.njit(cache=True, error_model="numpy")
 
@@ -248,3 +253,34 @@ def log_ndtr(x):
         numerator *= 2 * i - 1
         rhs += sign * numerator * denom
     return lhs + math.log(rhs)
+
+
+@_jit
+def _divmod(a, b):
+    """numpy's npy_divmod of floats `a`, `b` (b nonzero): (floor of a / b, a mod b)."""
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod:
+        if (b < 0) != (mod < 0):
+            mod += b
+            div -= 1
+    else:
+        mod = np.copysign(mod - mod, b)
+    if div:
+        floor = np.floor(div)
+        if div - floor > 0.5:
+            floor += 1
+        return floor, mod
+    return np.copysign(div - div, a / b), mod
+
+
+@_jit
+def floor_divide(a, b):
+    """numpy's floor_divide of floats."""
+    return a / b if not b else _divmod(a, b)[0]
+
+
+@_jit
+def remainder(a, b):
+    """numpy's remainder of floats."""
+    return np.fmod(a, b) if not b else _divmod(a, b)[1]

@@ -48,6 +48,7 @@ def _ufuncs(fn) -> tuple:
     return (fn,) if isinstance(fn, np.ufunc) else ()
 
 
+SPECIAL_GLOBAL = "tj_special"   # generated CPU modules read codegen/special.py by this name
 # numpy's float remainder (the divisor's sign) inline, for CUDA kernels that cannot call it
 _REM = ("(math.fmod({0}, {1}) + {1} if math.fmod({0}, {1}) != 0 and "
         "(math.fmod({0}, {1}) < 0) != ({1} < 0) else math.fmod({0}, {1}))")
@@ -143,10 +144,18 @@ pow_ = binary("pow", np.power, "({0} ** {1})", lambda ct, y, x, p: (
     ct * p * pow_(x, _one_at_zero(p) - 1), ct * log(_one_at_zero(x)) * y), vmath=_pow_vmath)
 atan2 = binary("atan2", np.arctan2, "math.atan2({0}, {1})", lambda ct, z, a, b: (
     ct * b / (a * a + b * b), -ct * a / (a * a + b * b)))                # atan2(a, b) = atan(a/b)
-rem = binary("rem", np.remainder, "np.remainder({0}, {1})",
+def _numpy_divmod(name: str):
+    """The CPU template of float `name` (floor_divide, remainder): numpy's algorithm in
+    codegen/special.py, which numba's np.floor_divide/np.remainder do not follow at infinities
+    and signed zeros; numba's for integers."""
+    ours, theirs = f"{SPECIAL_GLOBAL}.{name}({{0}}, {{1}})", f"np.{name}({{0}}, {{1}})"
+    return lambda eqn: ours if eqn.ins[0].aval.dtype.kind == "f" else theirs
+
+
+rem = binary("rem", np.remainder, _numpy_divmod("remainder"),
              lambda ct, y, a, b: (ct, -ct * floor(a / b)),               # a - b floor(a/b)
              cuda_scalar=ByKind(_REM, "({0} % {1})"))
-floor_div = binary("floor_div", np.floor_divide, "np.floor_divide({0}, {1})", zero_vjp,
+floor_div = binary("floor_div", np.floor_divide, _numpy_divmod("floor_divide"), zero_vjp,
                    cuda_scalar=ByKind("({0} / {1} if {1} == 0 else tjm.rint{f}(({0} - "
                                       + _REM + ") / {1}))", "({0} // {1})"))
 

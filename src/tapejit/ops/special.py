@@ -16,14 +16,15 @@ import math
 import numpy as np
 
 from . import Kind, defop
-from .elementwise import _shape_rule, binary, eq, exp, log, log1p, select, unary
+from .elementwise import (SPECIAL_GLOBAL, _shape_rule, binary, eq, exp, log, log1p, select,
+                          unary)
 
 try:
     import scipy.special as sc
 except ImportError:       # pragma: no cover  (scipy is optional: no special functions)
     sc = None
 
-CPU_GLOBAL = "tj_special"   # generated CPU modules read codegen/special.py by this name
+CPU_GLOBAL = SPECIAL_GLOBAL   # generated CPU modules read codegen/special.py by this name
 TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2
 INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
