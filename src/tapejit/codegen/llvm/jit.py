@@ -50,10 +50,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 from ... import cache
 from ...cache_trust import (Root, UntrustedCacheError, read_own_file, seal, unseal,
@@ -163,7 +164,16 @@ def optimise(module: llvm.ModuleRef) -> None:
     tuning.loop_vectorization, tuning.slp_vectorization = True, False
     tuning.loop_interleaving = False
     builder = llvm.create_pass_builder(target_machine(), tuning)
-    builder.getModulePassManager().run(module, builder)
+    _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
+
+
+def _unlocked(name: str) -> Callable[..., Any]:
+    """llvmlite's C function `name` without llvmlite's process-wide lock, which it takes
+    around every call: that lock made the parts of a program compile one after the other on
+    the threads meant to compile them at once. Used for the calls that do the work (the
+    passes, code generation) on objects of the calling thread alone: its own context, module,
+    target machine and pass builder, which LLVM lets threads use at the same time."""
+    return getattr(ffi.lib, name)._cfn
 
 
 def numba_export(numba_ir: str, wrapper: str, exports: tuple[str, ...],
@@ -194,10 +204,24 @@ def compile_object(ir: str) -> bytes:
     start = time.perf_counter()
     module = _optimised(ir)
     emitting = time.perf_counter()
-    obj = target_machine().emit_object(module)
+    obj = _emit_object(module)
     _log.debug("llvm: module compiled in %.1f ms (code generation %.1f ms)",
                1e3 * (time.perf_counter() - start), 1e3 * (time.perf_counter() - emitting))
     return obj
+
+
+def _emit_object(module: llvm.ModuleRef) -> bytes:
+    """`target_machine().emit_object(module)`, unlocked (`_unlocked`)."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(target_machine(), module, 1,
+                                                               error)
+        if not buffer:
+            raise JitError(f"LLVM could not emit object code: {error}")
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
+                                ffi.lib.LLVMPY_GetBufferSize(buffer))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
 def assembly(ir: str) -> str:
