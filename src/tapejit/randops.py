@@ -4,6 +4,8 @@
 values made so far and returns a `Made` (text, axis symbols, magnitude bound, values read), or
 None where no operand fits (another template is tried). Operands are combined only where their
 axis symbols make the statement valid at every size the program may be given.
+`Builder.guarded()` appends a statement a guard decides (a Python `if`, `int()`, or a Python
+int parameter as an index or slice bound) on the newest value.
 """
 from __future__ import annotations
 
@@ -485,6 +487,50 @@ class Builder:
                                ("sp.xlogy({0} * {0}, {0} * {0} + 1.0)",
                                 v.mag ** 2 * math.log(v.mag ** 2 + 1))])
         return Made(text.format(v.name), v.dims, mag, (v.name,))
+
+
+    # -- Python control flow on values of the call (guarded programs) -------------------------
+    def guarded(self, rng: np.random.Generator) -> None:
+        """Append one statement on the newest value that a guard decides: a Python `if` or
+        `int()` on a traced value, or an index or slice by a Python int parameter. Drawn from
+        `rng`, not the builder's own generator, so that the statements before are those of
+        the same seed without it."""
+        self.rng = rng
+        try:
+            made = self.branch(rng.random() < 0.3) if rng.random() < 0.5 else self.int_slice()
+        except Unfit:
+            made = None
+        if made is None or made.mag > MAGNITUDE_LIMIT:
+            made = self.branch(count=False)
+        self.add(made)
+
+    def branch(self, count: bool) -> Made:
+        """A Python `if` (or, with `count`, `int()`) on a traced sum against a threshold inside
+        the values' range, so that calls with new values take either side (a variant each)."""
+        v, u = self.values[-1], self.operand()
+        test = f"np.sum({u.name}) > {self.rng.uniform(-1, 1):.2f}"
+        if not count:
+            return Made(f"np.sin({v.name}) if {test} else {v.name} * 0.5 - 1.0", v.dims,
+                        max(1.0, v.mag * 0.5 + 1.0), (v.name, u.name))
+        times = f"min(int(np.sum({u.name} > {self.rng.uniform(-1, 1):.2f})), 3)"
+        return Made(f"{v.name} * {times}", v.dims, v.mag * 3, (v.name, u.name))
+
+    def int_slice(self) -> Made | None:
+        """A Python int parameter that slices or indexes a value (the program specializes on
+        it), or that only scales one (a run-time value)."""
+        v = self.values[-1]
+        if not v.dims:
+            return None
+        k = f"k{sum(a.python_int for a in self.args)}"
+        self.args.append(Arg(k, (), python_int=True))
+        rest, roll = v.dims[1:], self.rng.random()
+        if roll < 0.4:
+            text = f"np.sum({v.name}[{self.pick([f'{k}:', f':{k}', f'{k}::2'])}], axis=0)"
+            return Made(text, rest, v.mag * largest(v.dims[:1]), (v.name, k))
+        if roll < 0.7:
+            self.require(v.dims[0])
+            return Made(f"{v.name}[min({k}, {v.name}.shape[0] - 1)]", rest, v.mag, (v.name, k))
+        return Made(f"{v.name} * ({k} - 1.5)", v.dims, v.mag * 1.5, (v.name, k))
 
 
 TEMPLATES = [("unary", 3), ("binary", 4), ("outer", 2), ("pairwise", 1), ("reduce", 3),

@@ -56,11 +56,13 @@ def largest(dims: tuple[Sym, ...]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Arg:
-    """A parameter: float (bound None) or an integer index array into an axis `bound`."""
+    """A parameter: float (bound None), an integer index array into an axis `bound`, or a
+    Python int in 0..3 (`python_int`: it slices, indexes or scales a value)."""
 
     name: str
     dims: tuple[Sym, ...]
     bound: Sym | None = None
+    python_int: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +94,8 @@ class RandomProgram:
 
     @property
     def float_positions(self) -> tuple[int, ...]:
-        return tuple(i for i, a in enumerate(self.args) if a.bound is None)
+        return tuple(i for i, a in enumerate(self.args)
+                     if a.bound is None and not a.python_int)
 
     def symbols(self) -> list[Sym]:
         """The base symbols of the parameters, in order."""
@@ -120,11 +123,14 @@ class RandomProgram:
         return tuple(size_of(d, sizes) for d in arg.dims)
 
     def arguments(self, sizes: dict[Sym, int], rng: np.random.Generator) -> list[np.ndarray]:
-        """Random arguments: floats in [-1.5, 1.5), indices in [-n, n) for an axis of n."""
-        out = []
+        """Random arguments: floats in [-1.5, 1.5), indices in [-n, n) for an axis of n,
+        Python ints in 0..3."""
+        out: list[Any] = []
         for arg in self.args:
             shape = self.shape(arg, sizes)
-            if arg.bound is None:
+            if arg.python_int:
+                out.append(int(rng.integers(0, 4)))
+            elif arg.bound is None:
                 out.append(rng.uniform(-1.5, 1.5, shape))
             else:
                 n = size_of(arg.bound, sizes)
@@ -133,8 +139,8 @@ class RandomProgram:
 
     def describe(self, sizes: dict[Sym, int]) -> str:
         """The argument shapes, e.g. `x0: (3, 1), i0: (2,) int64`."""
-        return ", ".join(f"{a.name}: {self.shape(a, sizes)}" + ("" if a.bound is None
-                                                                 else " int64")
+        return ", ".join(f"{a.name}: int" if a.python_int else f"{a.name}: "
+                         f"{self.shape(a, sizes)}" + ("" if a.bound is None else " int64")
                          for a in self.args)
 
     def function(self, tag: str = "selfcheck") -> Callable[..., Any]:

@@ -10,6 +10,9 @@ For each program, on arguments whose axes often have equal lengths by coincidenc
   `f` along a random direction (skipped at a kink: where the one-sided differences differ);
 - twice more with new lengths for the axes (a new batch): compiled equals numpy and the
   interpreter;
+- a program may branch with a Python `if` or `int()` on a traced value, or slice, index or
+  scale with a Python int parameter (drawn anew each call): every call takes its own branch
+  (a guarded variant), and must still equal numpy (the report counts the variants);
 - for a program with index parameters, once with one index out of its axis: where numpy
   raises IndexError, jit and grad raise `tj.IndexOutOfBoundsError` on the interpreter, on
   the compiled program (a later call) and on a new transform's first call.
@@ -41,10 +44,12 @@ RTOL = 1e-6         # compiled against numpy / the interpreter
 FD_STEP = 1e-6
 FD_RTOL = 1e-5      # the interpreted gradient against finite differences
 KINK_RTOL = 1e-3    # one-sided differences further apart than this: a kink, not checked
+GUARDED = 0.3       # the share of programs that end with a guarded statement
 
 
 def generate(seed: int | np.random.SeedSequence, statements: int | None = None) -> RandomProgram:
-    """A random program from `seed`: 1-3 float parameters and 1-6 statements."""
+    """A random program from `seed`: 1-3 float parameters and 1-6 statements, then in
+    `GUARDED` of them one that a guard decides (randops' `Builder.guarded`)."""
     rng = np.random.default_rng(seed)
     builder = Builder(rng)
     for _ in range(int(rng.integers(1, 4))):
@@ -53,7 +58,11 @@ def generate(seed: int | np.random.SeedSequence, statements: int | None = None) 
         builder.statement()
     if rng.random() < 0.7:
         builder.join()
-    return builder.program(scalar=bool(rng.random() < 0.7))
+    scalar = bool(rng.random() < 0.7)
+    guards = rng.spawn(1)[0]
+    if guards.random() < GUARDED:
+        builder.guarded(guards)
+    return builder.program(scalar=scalar)
 
 
 class Mismatch(AssertionError):
@@ -96,6 +105,7 @@ class Report:
     compiled_calls: int = 0     # ... that ran compiled code (not the first-call interpreter)
     llvm_programs: int = 0      # their compiled programs lowered to LLVM by tapejit ...
     numba_programs: int = 0     # ... and compiled by numba (the lowering did not cover them)
+    guarded: int = 0            # of the numba programs, variants chosen by their guards
     seconds: float = 0.0
     failures: list[Failure] = dataclasses.field(default_factory=list)
 
@@ -119,7 +129,7 @@ class Report:
                 f"differences); {self.out_of_range} with an index out of range; "
                 f"{self.compiled_calls} of {self.numba_calls} numba calls ran compiled code; "
                 f"{self.llvm_programs} programs lowered to LLVM, {self.numba_programs} "
-                f"compiled by numba; {self.seconds:.1f} s")
+                f"compiled by numba; {self.guarded} guarded variants; {self.seconds:.1f} s")
 
 
 def compare(got: Any, want: Any, what: str) -> None:
@@ -221,6 +231,12 @@ class Checker:
         return [p.run for t in self.compiled()
                 for p in getattr(t, "__wrapped_transform__", t)._cache.values()
                 if hasattr(p.run, "codegen")]
+
+    def guarded_variants(self) -> int:
+        """How many programs of the numba-backend transforms their guards choose (one per
+        branch a Python `if`, `int()` or int argument took)."""
+        return sum(p.guarded for t in self.compiled()
+                   for p in getattr(t, "__wrapped_transform__", t)._cache.values())
 
     def check_call(self, label: str, args: list[np.ndarray], first: bool) -> None:
         """jit (and grad) on both backends against numpy for one call."""
@@ -357,6 +373,7 @@ def run(programs: int, seed: int = 0, structures: int | None = None, shrinking: 
             made = transform.cache_info()["codegen"]
             report.llvm_programs += made["llvm"]
             report.numba_programs += made["numba"]
+        report.guarded += checker.guarded_variants()
         report.add(failure)
         report.seconds = time.perf_counter() - start
         if progress is not None:
