@@ -29,6 +29,7 @@ from tapejit.ops import linalg as LA
 from tapejit.ops import random as RB
 from tapejit.ops import reduce as R
 from tapejit.ops import sort as ST
+from tapejit.ops import triangular as TR
 
 F64, F32 = "float64", "float32"
 
@@ -1180,6 +1181,46 @@ row("linalg_matrix_rank", lambda a: (np.linalg.matrix_rank(a) + np.linalg.matrix
 row("linalg_multi_dot", lambda a, b, c, d: np.linalg.multi_dot([a, b, c, d]),
     shapes=(((3,), (3, 4), (4, 2), (2,)), ((2, 3), (3, 4), (4, 5), (5, 1))),
     covers=(np.linalg.multi_dot,))
+
+
+def _triangular_solves(a, b):
+    """Each triangle of a + 3 I, as is, transposed and with a unit diagonal (scipy.linalg's
+    solve_triangular, cho_solve and lu_solve are these), side by side."""
+    return np.concatenate([TR.triangular_solve(_shifted(a), b, lower=lower, transpose=transpose,
+                                               unit_diagonal=unit)
+                           for lower, transpose, unit in ((True, False, False),
+                                                          (False, True, False),
+                                                          (True, True, True),
+                                                          (False, False, True))], axis=-1)
+
+
+def _triangular_solves_ref(a, b):
+    t = _shifted(a)
+    outs = []
+    for lower, transpose, unit in ((True, False, False), (False, True, False),
+                                   (True, True, True), (False, False, True)):
+        m = np.tril(t) if lower else np.triu(t)
+        if unit:
+            eye = np.eye(t.shape[-1], dtype=t.dtype)
+            m = m * (1 - eye) + eye
+        outs.append(np.linalg.solve(np.swapaxes(m, -1, -2) if transpose else m, b))
+    return np.concatenate(outs, axis=-1)
+
+
+def _pivoted(a):
+    """a + 3 I with its rows reversed: LU swaps rows."""
+    return _shifted(a)[..., ::-1, :]
+
+
+row("prim_triangular_solve", _triangular_solves, ref=_triangular_solves_ref, **_LA,
+    shapes=(((3, 3), (3, 2)), ((3, 3, 3), (3, 3, 1)), ((1, 1), (1, 1))), grad2=True,
+    prim="triangular_solve")
+row("prim_lu", lambda a: TR.lu(_pivoted(a))[0], shapes=SQUARE, **_LA, grad2=True, prim="lu")
+row("prim_lu_pivots_to_permutation",
+    lambda a: TR.lu_pivots_to_permutation(TR.lu(_pivoted(a))[1]) * 1.0, shapes=SQUARE,
+    diff=False, prim="lu_pivots_to_permutation")
+
+
 if hasattr(np.linalg, "vector_norm"):      # numpy 2's array-API names
     row("linalg_vector_norm", lambda x: (np.linalg.vector_norm(x),
                                          np.linalg.vector_norm(x, axis=(0, 2), ord=3,

@@ -24,6 +24,7 @@ import numba
 import numpy as np
 
 from .. import cache
+from ..ops.triangular import SINGULAR_TRIANGLE
 
 
 @numba.njit(cache=True)
@@ -108,6 +109,66 @@ def qr(a, q, r):
 def pinv(a, p, rcond):
     for k in range(a.shape[0]):
         _put(p[k], np.linalg.pinv(a[k], rcond))
+
+
+
+@numba.njit(cache=True)
+def triangular_solve(a, b, x, lower, transpose, unit_diagonal):
+    """x = op(t)^-1 b, t the lower (upper) triangle of a, op(t) = t^T with `transpose`, its
+    diagonal 1 with `unit_diagonal`: substitution, row by row (ops/triangular.py)."""
+    n, m = b.shape[1], b.shape[2]
+    forward = lower != transpose           # op(t) is lower triangular: rows from the first
+    for k in range(a.shape[0]):
+        for step in range(n):
+            i = step if forward else n - 1 - step
+            first, last = (0, i) if forward else (i + 1, n)
+            for c in range(m):
+                x[k, i, c] = b[k, i, c]
+            for j in range(first, last):
+                t = a[k, j, i] if transpose else a[k, i, j]
+                for c in range(m):
+                    x[k, i, c] -= t * x[k, j, c]
+            if not unit_diagonal:
+                if a[k, i, i] == 0:
+                    raise np.linalg.LinAlgError(SINGULAR_TRIANGLE)
+                for c in range(m):
+                    x[k, i, c] /= a[k, i, i]
+
+
+@numba.njit(cache=True)
+def lu(a, factors, pivots):
+    """LU factorization with partial pivoting, LAPACK's getrf without blocks: row k swaps with
+    row pivots[k] (the first of largest magnitude), then L (unit diagonal, below) and U."""
+    n = a.shape[1]
+    for k in range(a.shape[0]):
+        f = factors[k]
+        _put(f, a[k])
+        for col in range(n):
+            p = col
+            for i in range(col + 1, n):
+                if abs(f[i, col]) > abs(f[p, col]):
+                    p = i
+            pivots[k, col] = p
+            for j in range(n):
+                f[col, j], f[p, j] = f[p, j], f[col, j]
+            if f[col, col] != 0:
+                inverse = 1 / f[col, col]
+                for i in range(col + 1, n):
+                    f[i, col] *= inverse
+            for i in range(col + 1, n):
+                for j in range(col + 1, n):
+                    f[i, j] -= f[i, col] * f[col, j]
+
+
+@numba.njit(cache=True)
+def lu_pivots_to_permutation(pivots, perm):
+    """The permutation LAPACK's row swaps make: rows `perm` of a are the rows of L U."""
+    for k in range(pivots.shape[0]):
+        for i in range(perm.shape[1]):
+            perm[k, i] = i
+        for i in range(pivots.shape[1]):
+            p = pivots[k, i]
+            perm[k, i], perm[k, p] = perm[k, p], perm[k, i]
 
 
 cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

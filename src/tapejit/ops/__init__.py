@@ -195,3 +195,4 @@ from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_c
 from . import random  # noqa: E402,F401  (threefry2x32, iota: tj.random's bits)
 from . import special  # noqa: E402,F401  (scipy.special's erf, digamma, ... where scipy is)
 from . import sort  # noqa: E402,F401  (sort, take_along, scatter_add_along, searchsorted)
+from . import triangular  # noqa: E402,F401  (scipy.linalg's triangular_solve, lu)

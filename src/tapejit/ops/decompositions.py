@@ -34,13 +34,13 @@ from .linalg import dot_general
 
 
 # ---- helpers: matrices with batch axes, written with traced ops -------------------------------
-def _mT(x):
+def mT(x):
     """The transpose of each matrix."""
     nb = x.ndim - 2
     return transpose(x, perm=tuple(range(nb)) + (nb + 1, nb))
 
 
-def _mm(a, b):
+def mm(a, b):
     """The product of each pair of matrices."""
     nb = a.ndim - 2
     return dot_general(a, b, contract=((nb + 1,), (nb,)), batch=(tuple(range(nb)),) * 2)
@@ -88,7 +88,7 @@ def _half_diagonal(x):
 def _lower(g):
     """The cotangent of a function of the lower triangle of `a` (cholesky, eigh), given `g`,
     its cotangent as a function of the symmetric matrix: g + g.T below the diagonal, g on it."""
-    return (g + _mT(g)) * _half_diagonal(g)
+    return (g + mT(g)) * _half_diagonal(g)
 
 
 def _inverse_gaps(d, zero_at_ties: bool):
@@ -100,7 +100,7 @@ def _inverse_gaps(d, zero_at_ties: bool):
 
 
 # ---- shape rules -----------------------------------------------------------------------------
-def _matrix(name: str, a: Aval, square: bool = False) -> tuple[tuple[int, ...], int, int]:
+def matrices(name: str, a: Aval, square: bool = False) -> tuple[tuple[int, ...], int, int]:
     """(batch shape, rows, columns) of a stack of float matrices."""
     if a.ndim < 2:
         raise ShapeError(f"{name}: needs matrices (at least 2 axes), got {a}")
@@ -113,51 +113,51 @@ def _matrix(name: str, a: Aval, square: bool = False) -> tuple[tuple[int, ...], 
 
 
 def _solve_shape(a: Aval, b: Aval) -> Aval:
-    batch, n, _ = _matrix("solve", a, square=True)
+    batch, n, _ = matrices("solve", a, square=True)
     if b.ndim != a.ndim or b.shape[:-1] != batch + (n,) or b.dtype != a.dtype:
         raise ShapeError(f"solve: right-hand sides {b} do not fit matrices {a}")
     return b
 
 
 def _slogdet_shape(a: Aval) -> tuple[Aval, Aval]:
-    batch, _, _ = _matrix("slogdet", a, square=True)
+    batch, _, _ = matrices("slogdet", a, square=True)
     return Aval(batch, a.dtype), Aval(batch, a.dtype)
 
 
 def _cholesky_shape(a: Aval) -> Aval:
-    _matrix("cholesky", a, square=True)
+    matrices("cholesky", a, square=True)
     return a
 
 
 def _eigh_shape(a: Aval) -> tuple[Aval, Aval]:
-    batch, n, _ = _matrix("eigh", a, square=True)
+    batch, n, _ = matrices("eigh", a, square=True)
     return Aval(batch + (n,), a.dtype), a
 
 
 def _svd_shape(a: Aval, *, full_matrices: bool) -> tuple[Aval, Aval, Aval]:
-    batch, m, n = _matrix("svd", a)
+    batch, m, n = matrices("svd", a)
     k = min(m, n)
     return (Aval(batch + (m, m if full_matrices else k), a.dtype), Aval(batch + (k,), a.dtype),
             Aval(batch + (n if full_matrices else k, n), a.dtype))
 
 
 def _qr_shape(a: Aval) -> tuple[Aval, Aval]:
-    batch, m, n = _matrix("qr", a)
+    batch, m, n = matrices("qr", a)
     if m < n:
         raise ShapeError(f"qr: needs at least as many rows as columns, got {a}")
     return a, Aval(batch + (n, n), a.dtype)
 
 
 def _pinv_shape(a: Aval, *, rcond: float) -> Aval:
-    batch, m, n = _matrix("pinv", a)
+    batch, m, n = matrices("pinv", a)
     return Aval(batch + (n, m), a.dtype)
 
 
 # ---- VJPs ------------------------------------------------------------------------------------
 def _solve_vjp(ct, x, a, b):
     # x = a^-1 b: db = a^-T ct, da = -(a^-T ct) x^T
-    ct_b = solve(_mT(a), ct)
-    return -_mm(ct_b, _mT(x)), ct_b
+    ct_b = solve(mT(a), ct)
+    return -mm(ct_b, mT(x)), ct_b
 
 
 def _slogdet_vjp(cts, outs, a):
@@ -166,13 +166,13 @@ def _slogdet_vjp(cts, outs, a):
     if ct is None:
         return (None,)
     scaled = broadcast_in_dim(ct, shape=a.shape, dims=tuple(range(ct.ndim)))
-    return (solve(_mT(a), scaled * np.eye(a.shape[-1]).astype(a.dtype)),)
+    return (solve(mT(a), scaled * np.eye(a.shape[-1]).astype(a.dtype)),)
 
 
 def _cholesky_vjp(ct, l, a):
     # dl = l phi(l^-1 da l^-T), phi: the lower triangle with half the diagonal (Murray 2016)
     l_inv = solve(l, _identity(l))
-    return (_lower(_mm(_mm(_mT(l_inv), _mm(_mT(l), ct) * _half_diagonal(l)), l_inv)),)
+    return (_lower(mm(mm(mT(l_inv), mm(mT(l), ct) * _half_diagonal(l)), l_inv)),)
 
 
 def _eigh_vjp(cts, outs, a):
@@ -182,8 +182,8 @@ def _eigh_vjp(cts, outs, a):
     if ct_v is not None:
         n = w.shape[-1]
         gaps = _per_column(w, n) - _per_row(w, n)        # w_j - w_i at [i, j]
-        terms.append(_inverse_gaps(gaps, zero_at_ties=False) * _mm(_mT(v), ct_v))
-    return (_lower(_mm(_mm(v, sum(terms[1:], terms[0])), _mT(v))),)
+        terms.append(_inverse_gaps(gaps, zero_at_ties=False) * mm(mT(v), ct_v))
+    return (_lower(mm(mm(v, sum(terms[1:], terms[0])), mT(v))),)
 
 
 def _svd_vjp(cts, outs, a, *, full_matrices):
@@ -203,18 +203,18 @@ def _svd_vjp(cts, outs, a, *, full_matrices):
     f = _inverse_gaps(cols * cols - rows * rows, zero_at_ties=True)
     terms = [] if ct_s is None else [_diag(ct_s)]
     if ct_u is not None:
-        ut_cu = _mm(_mT(u), ct_u)
-        terms.append(f * (ut_cu - _mT(ut_cu)) * cols)
+        ut_cu = mm(mT(u), ct_u)
+        terms.append(f * (ut_cu - mT(ut_cu)) * cols)
     if ct_vt is not None:
-        vt_cv = _mm(vt, _mT(ct_vt))
-        terms.append(rows * f * (vt_cv - _mT(vt_cv)))
-    ct_a = _mm(_mm(u, sum(terms[1:], terms[0])), vt)
+        vt_cv = mm(vt, mT(ct_vt))
+        terms.append(rows * f * (vt_cv - mT(vt_cv)))
+    ct_a = mm(mm(u, sum(terms[1:], terms[0])), vt)
     if ct_u is not None and m > n:
         scaled = ct_u / _per_column(s, m)
-        ct_a = ct_a + _mm(scaled - _mm(u, _mm(_mT(u), scaled)), vt)
+        ct_a = ct_a + mm(scaled - mm(u, mm(mT(u), scaled)), vt)
     if ct_vt is not None and n > m:
-        scaled = _mT(ct_vt) / _per_column(s, n)
-        ct_a = ct_a + _mm(u, _mT(scaled - _mm(_mT(vt), _mm(vt, scaled))))
+        scaled = mT(ct_vt) / _per_column(s, n)
+        ct_a = ct_a + mm(u, mT(scaled - mm(mT(vt), mm(vt, scaled))))
     return (ct_a,)
 
 
@@ -223,26 +223,26 @@ def _qr_vjp(cts, outs, a):
     # tril(b, -1)^T (JAX's rule); transposed: da = (cq + q sym(m)) r^-T, m = r cr^T - q^T cq,
     # sym(m) the symmetric matrix of m's upper triangle
     (ct_q, ct_r), (q, r) = cts, outs
-    terms = [] if ct_r is None else [_mm(ct_r, _mT(r))]
+    terms = [] if ct_r is None else [mm(ct_r, mT(r))]
     if ct_q is not None:
-        terms.append(-_mm(_mT(q), ct_q))
+        terms.append(-mm(mT(q), ct_q))
     m = sum(terms[1:], terms[0])
-    y = _mm(q, select(~np.tri(r.shape[-1], k=-1, dtype=bool), m, _mT(m)))
+    y = mm(q, select(~np.tri(r.shape[-1], k=-1, dtype=bool), m, mT(m)))
     if ct_q is not None:
         y = y + ct_q
-    return (_mT(solve(r, _mT(y))),)
+    return (mT(solve(r, mT(y))),)
 
 
 def _pinv_vjp(ct, p, a, *, rcond):
     # Golub and Pereyra 1973: dp = -p da p + p p^T da^T (1 - a p) + (1 - p a) da^T p^T p
-    pt, ctt = _mT(p), _mT(ct)
-    x = _mm(ctt, _mm(p, pt))
-    y = _mm(_mm(pt, p), ctt)
-    return (x - _mm(a, _mm(p, x)) + y - _mm(_mm(y, p), a) - _mm(_mm(pt, ct), pt),)
+    pt, ctt = mT(p), mT(ct)
+    x = mm(ctt, mm(p, pt))
+    y = mm(mm(pt, p), ctt)
+    return (x - mm(a, mm(p, x)) + y - mm(mm(y, p), a) - mm(mm(pt, ct), pt),)
 
 
 # ---- batching and axes -----------------------------------------------------------------------
-def _batch(bind, xs, flags, **params):
+def map_leading(bind, xs, flags, **params):
     """The op maps over leading axes: an operand without the batch axis is broadcast to it."""
     return bind(*with_batch(bind, xs, flags), **params)
 
@@ -263,12 +263,13 @@ def _pinv_axes(ins, out, **params):
 
 
 # ---- CPU code: codegen/lapack.py's function of the op, on the stack of matrices -------------
-def _cpu(params=lambda eqn: []):
+def lapack_code(params=lambda eqn: [], core: int = 2):
     """CPU code calling lapack.py's function named after the op on the operands and the
-    outputs as stacks (batch, rows, columns), then the op's `params(eqn)`."""
+    outputs as stacks (batch, rows, columns), then the op's `params(eqn)`; the first operand
+    has `core` axes past the batch axes (2: matrices, 1: vectors)."""
     def code(k, eqn, ins, out):
         outs = out if isinstance(out, list) else [out]
-        sizes, nb = k.sizes, eqn.ins[0].aval.ndim - 2
+        sizes, nb = k.sizes, eqn.ins[0].aval.ndim - core
         count = sizes.product(sizes.of(eqn.ins[0])[:nb])
         args = []
         for name, atom in zip(ins, eqn.ins):
@@ -294,23 +295,23 @@ def _stack(k, name: str, tail, count: str, stacked: bool) -> str:
 
 # ---- the ops ---------------------------------------------------------------------------------
 solve = defop("solve", Kind.LINALG, np.linalg.solve, shape=_solve_shape, vjp=_solve_vjp,
-              axes=_solve_axes, batch=_batch, cpu=_cpu(), cuda=HOST, fresh=True)
+              axes=_solve_axes, batch=map_leading, cpu=lapack_code(), cuda=HOST, fresh=True)
 slogdet = defop("slogdet", Kind.LINALG,
                 lambda a: tuple(np.asarray(r) for r in np.linalg.slogdet(a)),
-                shape=_slogdet_shape, vjp=_slogdet_vjp, multiple_results=True, batch=_batch,
-                cpu=_cpu(), cuda=HOST, fresh=True)
+                shape=_slogdet_shape, vjp=_slogdet_vjp, multiple_results=True, batch=map_leading,
+                cpu=lapack_code(), cuda=HOST, fresh=True)
 cholesky = defop("cholesky", Kind.LINALG, np.linalg.cholesky, shape=_cholesky_shape,
-                 vjp=_cholesky_vjp, axes=_axes.same, batch=_batch, cpu=_cpu(), cuda=HOST,
-                 fresh=True)
+                 vjp=_cholesky_vjp, axes=_axes.same, batch=map_leading, cpu=lapack_code(),
+                 cuda=HOST, fresh=True)
 eigh = defop("eigh", Kind.LINALG, lambda a: tuple(np.linalg.eigh(a)), shape=_eigh_shape,
-             vjp=_eigh_vjp, multiple_results=True, batch=_batch,
-             cpu=_cpu(), cuda=HOST, fresh=True)
+             vjp=_eigh_vjp, multiple_results=True, batch=map_leading,
+             cpu=lapack_code(), cuda=HOST, fresh=True)
 svd = defop("svd", Kind.LINALG,
             lambda a, *, full_matrices: tuple(np.linalg.svd(a, full_matrices=full_matrices)),
-            shape=_svd_shape, vjp=_svd_vjp, multiple_results=True, batch=_batch,
-            cpu=_cpu(lambda e: [str(e.kw["full_matrices"])]), cuda=HOST, fresh=True)
+            shape=_svd_shape, vjp=_svd_vjp, multiple_results=True, batch=map_leading,
+            cpu=lapack_code(lambda e: [str(e.kw["full_matrices"])]), cuda=HOST, fresh=True)
 qr = defop("qr", Kind.LINALG, lambda a: tuple(np.linalg.qr(a)), shape=_qr_shape, vjp=_qr_vjp,
-           multiple_results=True, batch=_batch, cpu=_cpu(), cuda=HOST, fresh=True)
+           multiple_results=True, batch=map_leading, cpu=lapack_code(), cuda=HOST, fresh=True)
 pinv = defop("pinv", Kind.LINALG, lambda a, *, rcond: np.linalg.pinv(a, rcond=rcond),
-             shape=_pinv_shape, vjp=_pinv_vjp, axes=_pinv_axes, batch=_batch,
-             cpu=_cpu(lambda e: [repr(e.kw["rcond"])]), cuda=HOST, fresh=True)
+             shape=_pinv_shape, vjp=_pinv_vjp, axes=_pinv_axes, batch=map_leading,
+             cpu=lapack_code(lambda e: [repr(e.kw["rcond"])]), cuda=HOST, fresh=True)
