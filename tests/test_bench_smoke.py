@@ -173,3 +173,24 @@ def test_harness_check_close_rejects_wrong_answers() -> None:
         H.check_close("off", np.ones(3), np.ones(3) * (1 + 1e-3), rtol=1e-6)
     with pytest.raises(AssertionError):
         H.check_close("shape", np.ones(3), np.ones(4))
+
+
+def test_autograd_examples_runner_on_programs_written_like_hips_examples() -> None:
+    """bench/autograd_examples.py runs two small programs of our own, written as HIPS
+    autograd's examples are (tests/autograd_examples/), through its shim in fresh processes:
+    both run under tapejit (and, where autograd is installed, equal its final objective)."""
+    import importlib.util
+    both = importlib.util.find_spec("autograd") is not None
+    examples = Path(__file__).resolve().parent / "autograd_examples"
+    proc = subprocess.run([sys.executable, str(BENCH / "autograd_examples.py"), "--examples",
+                           str(examples), "--only", "fit_line,series_sum", "--mode",
+                           "both" if both else "tapejit"],
+                          capture_output=True, text=True, timeout=HANG_S, cwd=BENCH)
+    out = proc.stdout
+    assert proc.returncode == 0, f"{out}\n{proc.stderr}"
+    assert re.search(r"^\| fit_line \| .+ \| ran \| ", out, re.MULTILINE), out
+    assert re.search(r"^\| series_sum \| .+ \| ran \| ", out, re.MULTILINE), out
+    assert "ran under tapejit: 2 of 2" in out, out
+    if both:
+        assert "final objective within 1e-6: 2" in out, out
+    assert RATIO.search(out), out

@@ -26,9 +26,14 @@ def _kept(transform):
     return transform
 
 
+def _scalar(fun):
+    """`fun` with its output reshaped to (): autograd differentiates outputs of size 1."""
+    return lambda *args, **kwargs: numpy.reshape(fun(*args, **kwargs), ())
+
+
 def value_and_grad(fun, argnum=0):
-    """autograd.value_and_grad: `(value, gradient)` of a scalar function."""
-    vg = _kept(tj.value_and_grad(fun, argnums=_argnums(argnum)))
+    """autograd.value_and_grad: `(value, gradient)` of a function with one output value."""
+    vg = _kept(tj.value_and_grad(_scalar(fun), argnums=_argnums(argnum)))
 
     def both(*args, **kwargs):
         value, g = vg(*args, **kwargs)
@@ -60,7 +65,7 @@ def jacobian(fun, argnum=0):
 def hessian_vector_product(fun, argnum=0):
     """autograd.hessian_vector_product: `hvp(*args, vector)`, the Hessian of `fun` at args
     times `vector`."""
-    fun_grad = tj.grad(fun, argnums=argnum)
+    fun_grad = tj.grad(_scalar(fun), argnums=argnum)
 
     def vec_prod(*args):
         *args, vector = args
