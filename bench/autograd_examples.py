@@ -54,6 +54,12 @@ REDUCED: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("(W, test_images, test_labels)", "(W, test_images[:1000], test_labels[:1000])"),
         ("(W, train_images, train_labels)", "(W, train_images[:1000], train_labels[:1000])")]),
     "generative_adversarial_net": ("1 epoch of 50", [("num_epochs = 50", "num_epochs = 1")]),
+    "deep_gaussian_process": ("CG stopped after 200 iterations", [
+        ('method="CG", callback=callback)', 'method="CG", callback=callback, '
+         'options={"maxiter": 200})')]),
+    "gplvm": ("CG stopped after 200 iterations", [
+        ('method="CG", callback=callback)', 'method="CG", callback=callback, '
+         'options={"maxiter": 200})')]),
 }
 MNIST = {"convnet", "generative_adversarial_net", "neural_net", "variational_autoencoder"}
 
