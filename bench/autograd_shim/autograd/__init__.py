@@ -51,7 +51,8 @@ def grad(fun, argnum=0):
 def elementwise_grad(fun, argnum=0):
     """autograd.elementwise_grad: the vector-Jacobian product with ones (the gradient of the
     sum of the outputs)."""
-    return _kept(tj.grad(lambda *args: numpy.sum(fun(*args)), argnums=_argnums(argnum)))
+    gradient = _kept(tj.grad(lambda *args: numpy.sum(fun(*args)), argnums=_argnums(argnum)))
+    return record._noting(gradient)
 
 
 def hessian(fun, argnum=0):

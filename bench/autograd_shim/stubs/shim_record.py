@@ -1,6 +1,7 @@
 """What an example computed last, for the runner's comparison: the value of the objective at
-the last gradient evaluation (`grad`, `value_and_grad`), recorded the same way under HIPS
-autograd and under tapejit (the runner reads `LAST` when the example returns)."""
+the last gradient evaluation (`grad`, `value_and_grad`; for `elementwise_grad`, the norm of
+the derivatives), recorded the same way under HIPS autograd and under tapejit (the runner
+reads `LAST` when the example returns)."""
 import numpy as np
 
 LAST: dict = {"objective": None, "grad_calls": 0}
@@ -8,12 +9,12 @@ TRANSFORMS: list = []      # tapejit's transformed functions (cache_info), shim 
 
 
 def note(value):
-    """Keep `value` (an objective: a scalar, or an array summed) as the latest one."""
-    try:
-        LAST["objective"] = float(np.sum(np.asarray(value, dtype=float)))
-    except (TypeError, ValueError):
-        pass
-    LAST["grad_calls"] += 1
+    """Keep `value` (an objective; of an array, its norm) as the latest one; a value
+    of a call inside another differentiation (a tracer, autograd's box) is not kept."""
+    if isinstance(value, (np.ndarray, np.generic, float, int)):
+        array = np.asarray(value, dtype=float)
+        LAST["objective"] = float(np.sum(array) if array.size == 1 else np.linalg.norm(array))
+        LAST["grad_calls"] += 1
     return value
 
 
@@ -40,5 +41,12 @@ def wrap_autograd(autograd):
             return value, g
         return both
 
+    elementwise_grad = autograd.elementwise_grad
     autograd.grad = grad
     autograd.value_and_grad = recording_value_and_grad
+    autograd.elementwise_grad = lambda fun, argnum=0: _noting(elementwise_grad(fun, argnum))
+
+
+def _noting(fn):
+    """`fn`, its outputs recorded (for elementwise_grad: the sum of the derivatives)."""
+    return lambda *args, **kwargs: note(fn(*args, **kwargs))
