@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, config
+from tapejit import autodiff, config, selfcheck
 from tapejit.control import primitives as C
 from tapejit.control.reroll import reroll
 from tapejit.interpret import interpret
 from tapejit.passes import PIPELINE
-from tapejit.pytree import flatten
+from tapejit.pytree import flatten, unflatten
 from tapejit.selfcheck import generate
 from tapejit.typecheck import typecheck
+
+from scipy.special import logsumexp   # (after tapejit: its traced version, api.md)  # noqa: E402
 
 BACKENDS = ["interpret", "numba"]
 
@@ -298,6 +300,30 @@ def fancy_index(x):
     return np.sum(x)
 
 
+ROWS = np.linspace(0.0, 1.0, 40).reshape(8, 5)      # numpy data: each row a constant
+
+
+def walk_rows(x):
+    data = np.outer(np.arange(1.0, 9.0), x)         # traced rows, walked backwards
+    for row, const in zip(data[::-1], ROWS):
+        x = step(x) * 0.5 + row * const
+    return np.sum(x)
+
+
+def joined(x):
+    outs = []
+    for _ in range(8):
+        x = step(x)
+        outs.append(x)
+    return np.sum(np.concatenate(outs[::-1]) ** 2) + np.sum(np.stack(outs, axis=1)[1] ** 3)
+
+
+def moving_slice_of_carry(x):
+    for i in range(5):
+        x = step(x) + np.sin(x[i]) * x          # element i of the state each step: a new slice
+    return np.sum(x)
+
+
 def inner_transform(x):
     return np.sum(tj.grad(lambda y: chain(y * x, 10))(x))    # a loop in an inlined gradient
 
@@ -310,6 +336,9 @@ CASES = {   # f -> (steps, carries) of each loop, outer loops before inner ones
     trajectory: [(8, 1)],
     python_time: [(10, 1)],
     fancy_index: [(6, 1)],
+    walk_rows: [(8, 1)],
+    joined: [(8, 1)],
+    moving_slice_of_carry: [],
     inner_transform: [],        # (its gradient's own tape re-rolled, see below)
 }
 X = np.linspace(-0.5, 0.7, 5)
@@ -372,8 +401,13 @@ def test_nested_ys_and_xs_compiled():
 # ---- random step bodies: unrolled vs tj.fori_loop ------------------------------------------------
 def random_loop(seed, steps=5):
     """A random program (randprog.py) as the step of a loop carrying its first float argument:
-    (unrolled, fori_loop version, arguments, float argument positions)."""
-    program = generate(seed)
+    (unrolled, fori_loop version, arguments, float argument positions). Without a guarded
+    statement: a fori_loop body cannot branch on a per-step value."""
+    saved, selfcheck.GUARDED = selfcheck.GUARDED, 0.0
+    try:
+        program = generate(seed)
+    finally:
+        selfcheck.GUARDED = saved
     f = program.function("reroll")
     at = program.float_positions[0]
 
@@ -458,3 +492,148 @@ def test_explain_shows_what_was_rerolled():
             f"eqns, 2 carries")
     assert note in ex.text.splitlines()
     assert "== rerolled: repeated steps of plain Python loops" in ex.text
+
+
+# ---- sequence models, written as HIPS autograd's examples write them -----------------------------
+# Python loops over the time steps of a data array (its rows, as constants or traced), carrying
+# one or two hidden states, collecting per-step outputs in a list read after the loop.
+def sigmoid(z):
+    return 0.5 * (np.tanh(z) + 1.0)
+
+
+def affine(weights, *parts):
+    """[parts..., 1] @ weights: the parts side by side, with a column of ones for the bias."""
+    return np.dot(np.hstack(parts + (np.ones((parts[0].shape[0], 1)),)), weights)
+
+
+def log_softmax(z):
+    return z - logsumexp(z, axis=1, keepdims=True)
+
+
+def rnn_log_probs(params, seqs):
+    hidden = np.repeat(params["h0"], seqs.shape[1], axis=0)
+    out = [log_softmax(affine(params["readout"], hidden))]
+    for x in seqs:                                    # a Python loop over the time steps
+        hidden = np.tanh(affine(params["cell"], x, hidden))
+        out.append(log_softmax(affine(params["readout"], hidden)))
+    return out
+
+
+def lstm_log_probs(params, seqs):
+    hidden = np.repeat(params["h0"], seqs.shape[1], axis=0)
+    cells = np.repeat(params["c0"], seqs.shape[1], axis=0)
+    out = [log_softmax(affine(params["readout"], hidden))]
+    for x in seqs:
+        change = np.tanh(affine(params["change"], x, hidden))
+        forget = sigmoid(affine(params["forget"], x, hidden))
+        ingate = sigmoid(affine(params["ingate"], x, hidden))
+        outgate = sigmoid(affine(params["outgate"], x, hidden))
+        cells = cells * forget + ingate * change
+        hidden = outgate * np.tanh(cells)
+        out.append(log_softmax(affine(params["readout"], hidden)))
+    return out
+
+
+def rnn_loss(params, seqs):
+    """Next-symbol log likelihood: the outputs read back one step at a time."""
+    log_probs = rnn_log_probs(params, seqs)
+    total = 0.0
+    for t in range(seqs.shape[0]):
+        total += np.sum(log_probs[t] * seqs[t])
+    return -total / seqs.size
+
+
+def lstm_loss(params, seqs):
+    """The same, the outputs joined after the loop."""
+    return -np.sum(np.concatenate(lstm_log_probs(params, seqs)[:-1]) * seqs.reshape(
+        -1, seqs.shape[2])) / seqs.size
+
+
+def hmm_log_likelihood(log_params, symbols):
+    """The forward pass of a hidden Markov model: a logsumexp recursion over the symbols."""
+    log_pi, log_a, log_b = log_params
+    log_alpha = log_pi
+    for y in symbols:
+        log_alpha = logsumexp(log_alpha[:, None] + log_a, axis=0) + log_b[:, y]
+    return logsumexp(log_alpha)
+
+
+def sequence_problem(name, steps, seed=0):
+    """(loss, params, data) of one model over `steps` time steps, small sizes."""
+    rng = np.random.default_rng(seed)
+    n_in, n_state, batch = 5, 4, 3
+
+    def weights(*shape):
+        return 0.5 * rng.normal(size=shape)
+
+    seqs = np.eye(n_in)[rng.integers(0, n_in, size=(steps, batch))]
+    if name == "rnn":
+        params = {"h0": weights(1, n_state), "cell": weights(n_in + n_state + 1, n_state),
+                  "readout": weights(n_state + 1, n_in)}
+        return rnn_loss, params, seqs
+    if name == "lstm":
+        params = {"h0": weights(1, n_state), "c0": weights(1, n_state),
+                  "readout": weights(n_state + 1, n_in),
+                  **{gate: weights(n_in + n_state + 1, n_state)
+                     for gate in ("change", "forget", "ingate", "outgate")}}
+        return lstm_loss, params, seqs
+    log_params = [np.log(rng.dirichlet(np.ones(4))), np.log(rng.dirichlet(np.ones(4), 4)),
+                  np.log(rng.dirichlet(np.ones(6), 4))]
+    return hmm_log_likelihood, log_params, rng.integers(0, 6, size=steps)
+
+
+def central_differences(f, params, grad, seed=0, eps=1e-6):
+    """(f(p + eps d) - f(p - eps d)) / 2 eps and <grad, d> along a random direction d, f run
+    by numpy itself."""
+    leaves, td = flatten(params)
+    rng = np.random.default_rng(seed)
+    d = [rng.normal(size=np.shape(leaf)) for leaf in leaves]
+    moved = [unflatten(td, [leaf + sign * eps * v for leaf, v in zip(leaves, d)])
+             for sign in (1, -1)]
+    slope = sum(np.sum(g * v) for g, v in zip(flatten(grad)[0], d))
+    return (f(moved[0]) - f(moved[1])) / (2 * eps), slope
+
+
+# (model, data given as, scans): the data an argument (traced) or a numpy array the loss
+# closes over (its rows constants); each re-rolls into scans whose number of ops does not
+# depend on the length
+SEQUENCE_CASES = [("rnn", "argument", 2), ("rnn", "closure", 2), ("lstm", "argument", 1),
+                  ("lstm", "closure", 1), ("hmm", "argument", 1), ("hmm", "closure", 1)]
+# the steps left outside the scan: the RNN's and LSTM's last output, whose step is cut short
+# (the state it would pass on is not read, so not traced)
+OUTSIDE = {"rnn": 1, "lstm": 1, "hmm": 0}
+
+
+def sequence_loss(name, data_as, steps):
+    loss, params, data = sequence_problem(name, steps)
+    if data_as == "argument":
+        return loss, params, (data,)
+    return (lambda p: loss(p, data)), params, ()
+
+
+@pytest.mark.parametrize("name, data_as, n_loops", SEQUENCE_CASES,
+                         ids=[f"{n}-{d}" for n, d, _ in SEQUENCE_CASES])
+def test_sequence_models_reroll_to_scans_of_fixed_size(name, data_as, n_loops):
+    sizes = []
+    for steps in (20, 40):
+        f, params, data = sequence_loss(name, data_as, steps)
+        ex = tj.explain(f)(params, *data)
+        assert len(scans(ex.tapes["rerolled"])) == n_loops
+        assert sum("re-rolled into a scan" in note for note in ex.notes) == n_loops
+        assert [n for n, _ in loops_of(f, params, *data)] == [steps - OUTSIDE[name]] * n_loops
+        sizes.append((len(ex.tapes["rerolled"].eqns), len(ex.tape.eqns)))
+    assert sizes[0] == sizes[1]                   # twice the steps, the same ops
+
+
+@pytest.mark.parametrize("name, data_as", [case[:2] for case in SEQUENCE_CASES],
+                         ids=[f"{n}-{d}" for n, d, _ in SEQUENCE_CASES])
+def test_sequence_models_equal_unrolled_and_central_differences(name, data_as):
+    f, params, data = sequence_loss(name, data_as, 30)
+    compiled = tj.value_and_grad(f, backend="numba")
+    value, grad = compiled(params, *data)
+    want = unrolled_value_and_grad(f, params, *data)
+    assert_trees_close((value, grad), want, rtol=1e-10, atol=1e-12)
+    assert_trees_close(compiled(params, *data), want, rtol=1e-10, atol=1e-12)   # a later call
+    assert compiled.cache_info()["rerolled"] >= 1 and compiled.cache_info()["traces"] == 1
+    numeric, slope = central_differences(lambda p: f(p, *data), params, grad)
+    np.testing.assert_allclose(numeric, slope, rtol=1e-6)
