@@ -113,16 +113,20 @@ def joined_rows(tape: Tape) -> Tape:
     index = Index(tape)
     scanned = {o.name for e in tape.eqns if e.op == C.scan.name for o in e.outs}
     stacks = Stacks(index, fresh_names(tape, "_"))
-    eqns, changed = [], False
-    for eqn in tape.eqns:
+    eqns, changed, reverse_start = [], False, None
+    for i, eqn in enumerate(tape.eqns):
+        if i == tape.reverse_start:
+            reverse_start = len(eqns)
         made = _joined(eqn, index, stacks, scanned) if eqn.op == L.concatenate.name else None
         eqns += made if made is not None else [eqn]
         changed |= made is not None
     if not changed:
         return tape
+    if tape.reverse_start is not None and reverse_start is None:
+        reverse_start = len(eqns)
     return dce(Tape(tape.invars, tuple(eqns), tape.outvars,
                     tape.constvars + tuple(stacks.constvars),
-                    tape.consts + tuple(stacks.consts), tape.reverse_start))
+                    tape.consts + tuple(stacks.consts), reverse_start))
 
 
 def _joined(eqn: Eqn, index: Index, stacks: Stacks, scanned: set[str]) -> list[Eqn] | None:
