@@ -2,6 +2,7 @@
 part of tapejit): `autograd.numpy` is numpy, `autograd.scipy.*` scipy's modules, and the
 differential operators are tapejit's transforms. Each gradient also records the objective
 (record.py), as the runner's autograd side does."""
+import functools
 import sys
 
 import numpy
@@ -28,7 +29,10 @@ def _kept(transform):
 
 def _scalar(fun):
     """`fun` with its output reshaped to (): autograd differentiates outputs of size 1."""
-    return lambda *args, **kwargs: numpy.reshape(fun(*args, **kwargs), ())
+    @functools.wraps(fun)
+    def scalar(*args, **kwargs):
+        return numpy.reshape(fun(*args, **kwargs), ())
+    return scalar
 
 
 def value_and_grad(fun, argnum=0):
