@@ -151,8 +151,6 @@ def test_guarded_programs_agree_with_numpy_on_every_branch() -> None:
     assert len(guarded) == 8 and sum(n >= 2 for n in variants) >= 3, variants
 
 
-@pytest.mark.xfail(strict=True, reason="guards are evaluated past the first that fails: the "
-                   "bounds check of an index the other branch avoids raises (issue 35)")
 def test_a_guard_that_changes_retraces_before_a_later_bounds_check_raises() -> None:
     import tapejit as tj
 

@@ -388,7 +388,11 @@ class CachedTransform:
         """The cache key of the variant of signature `key` whose guards `call` passes (the
         values its function branched on are this call's), else `key`."""
         for text, guards in self._variants.get(key, {}).items():
-            variant = (_VARIANT, key, text, _outcome(interpret(guards, call.leaves)))
+            try:
+                values = interpret(guards, call.leaves)
+            except Exception:   # noqa: BLE001  a guard past one that changed reads what its
+                continue        # branch guards against (an index out of range): not this one
+            variant = (_VARIANT, key, text, _outcome(values))
             if variant in self._cache:
                 return variant
         return key
