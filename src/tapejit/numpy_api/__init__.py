@@ -83,3 +83,4 @@ from . import creation, numeric  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401
 from . import special  # noqa: E402,F401  (scipy.special, where scipy is importable)
 from . import stats  # noqa: E402,F401  (scipy.stats, once scipy is imported)
+from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg, once scipy.linalg is imported)

@@ -24,12 +24,13 @@ import math
 
 import numpy as np
 
-from ..avals import Aval
+from ..avals import Aval, dtype_name
 from ..errors import DtypeError, ShapeError
 from . import HOST, Kind, defop, zero_vjp
 from .decompositions import lapack_code, mT, map_leading, matrices, mm
+from .elementwise import convert, eq
 from .layout import broadcast_in_dim
-from .sort import INDEX, scatter_add_along
+from .sort import INDEX
 
 SINGULAR_TRIANGLE = "singular matrix: a zero on the diagonal of a triangular matrix"
 PIVOT = np.dtype(np.int32)
@@ -96,7 +97,7 @@ def _lu_impl(a):
 def _lu_vjp(cts, outs, a):
     # a[perm] = l u; with f = l^-1 da[perm] u^-1: dl = l tril(f, -1), du = triu(f) u, so the
     # packed factors' cotangent c gives f's, tril(l^T tril(c, -1), -1) + triu(triu(c) u^T),
-    # and da[perm] = l^-T (f's) u^-T (JAX's rule, transposed)
+    # and da[perm] = l^-T (f's) u^-T (JAX's rule, transposed): da = p^T da[perm]
     ct, (factors, pivots) = cts[0], outs
     if ct is None:
         return (None,)
@@ -108,9 +109,17 @@ def _lu_vjp(cts, outs, a):
     z = triangular_solve(factors, ct_f, lower=True, transpose=True, unit_diagonal=True)
     ct_permuted = mT(triangular_solve(factors, mT(z), lower=False, transpose=False,
                                       unit_diagonal=False))
-    rows = lu_pivots_to_permutation(pivots)
-    rows = broadcast_in_dim(rows, shape=a.shape, dims=tuple(range(a.ndim - 1)))
-    return (scatter_add_along(rows, ct_permuted, axis=a.ndim - 2, size=n),)
+    return (mm(mT(permutation_matrix(lu_pivots_to_permutation(pivots), a.dtype)),
+               ct_permuted),)
+
+
+def permutation_matrix(perm, dtype):
+    """p with p @ x = x[perm] (rows; p^T @ y puts y's rows back): a product, not a gather,
+    so the LLVM generator covers it (a 0 times an inf or NaN of x is NaN, though)."""
+    n = perm.shape[-1]
+    columns = broadcast_in_dim(np.arange(n), shape=perm.shape + (n,), dims=(perm.ndim,))
+    rows = broadcast_in_dim(perm, shape=perm.shape + (n,), dims=tuple(range(perm.ndim)))
+    return convert(eq(rows, columns), dtype=dtype_name(dtype))
 
 
 # ---- lu_pivots_to_permutation --------------------------------------------------------------------
