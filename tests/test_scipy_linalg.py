@@ -259,6 +259,20 @@ def test_gp_negative_log_likelihood_three_ways():
     check_grads(gp_nll_cho, (params, x, y), rtol=1e-6)
 
 
+def test_factors_made_by_scipy_outside_the_function():
+    """Factors computed once by scipy (constants: cho_factor's other triangle holds a's
+    entries, which must not be read), applied to a traced right-hand side."""
+    a = np.array([[1.0, 4.0, 2.0], [3.0, 1.0, 0.0], [2.0, 2.0, 5.0]])
+    lu, cho = sl.lu_factor(a), sl.cho_factor(a @ a.T)
+
+    def apply(b):
+        return (sl.lu_solve(lu, b), sl.lu_solve(lu, b, trans=1), sl.cho_solve(cho, b),
+                sl.solve_triangular(cho[0], b))
+    b = np.arange(3.0)
+    for got, want in zip(tj.jit(apply)(b), apply(b)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 # ---- errors ------------------------------------------------------------------------------------
 BAD = [   # (call on traced a (3, 3) and b (3,), error type, words of the message)
     (lambda a, b: sl.solve_triangular(a[:2], b[:2]), ShapeError, "square"),
