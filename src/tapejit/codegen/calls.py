@@ -54,9 +54,9 @@ class Kit:
         """Give `var` its array: a dead one's buffer, the workspace's, or a new one."""
         self._allocate(var)
 
-    def function(self, tape: Tape) -> str:
+    def function(self, tape: Tape, stem: str = "body") -> str:
         """The name of the module's function computing `tape` (0-d values as scalars)."""
-        return self.w.module.function(tape)  # type: ignore[attr-defined]
+        return self.w.module.function(tape, stem)  # type: ignore[attr-defined]
 
     def helper(self, name: str, source: str) -> str:
         """A fixed function of the module (its source without the decorator), added once."""

@@ -151,12 +151,13 @@ class Module:
         self.checks.append((eqn.op, eqn.src, axis))
         return len(self.checks)
 
-    def function(self, tape: Tape) -> str:
-        """The name of the module's function computing `tape` (one per distinct tape); its
-        0-d inputs and outputs are scalars, so a loop step allocates no 0-d arrays."""
+    def function(self, tape: Tape, stem: str = "body") -> str:
+        """The name (`stem` and a number) of the module's function computing `tape` (one per
+        distinct tape); its 0-d inputs and outputs are scalars, so a loop step allocates no
+        0-d arrays."""
         name = self.names.get(tape)
         if name is None:
-            name = self.names[tape] = f"body{len(self.names)}"
+            name = self.names[tape] = f"{stem}{len(self.names)}"
             self.functions.append(_function(self, tape, name, scalars=True))
         return name
 

@@ -26,6 +26,7 @@ from ..ir import Eqn, Tape, Var, sub_tapes
 from ..ops import HOST, OPS, Kind, defop
 
 MAX_SEGMENT_OPS = 120     # ops per segment function
+SEGMENT = "segment"       # the stem of their names in generated modules
 SEGMENT_ABOVE = 400       # a tape of at most this many ops is one function
 
 
@@ -46,7 +47,7 @@ def _vjp(cts: Any, outs: Any, *ins: Any, body: Tape) -> tuple:
 
 
 def _cpu(kit: Any, eqn: Eqn, ins: list[str], outs: list[str]) -> None:
-    function = kit.function(eqn.kw["body"])
+    function = kit.function(eqn.kw["body"], SEGMENT)
     result = f"{outs[0]}_s" if outs else "segment_s"
     kit.line(f"{result} = {function}({''.join(a + ', ' for a in ins)}S)")
     for k, out in enumerate(outs):

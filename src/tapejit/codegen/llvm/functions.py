@@ -1,7 +1,8 @@
 """Calls of the module's other functions (a loop's body, a branch, a segment, ...).
 
 Each is lowered once per signature (its arguments' kinds, dtypes and ranks) as
-`void @tj_fnN(<arguments>, ptr %S, ptr %out)`: an array argument is its data pointer and
+`void @tj_fnN(<arguments>, ptr %S, ptr %out)`, a long tape's segments `noinline` (LLVM would
+inline each, called once, back into one function whose passes cost more than linearly): an array argument is its data pointer and
 lengths, a scalar its value. The results go to `out`, the call site's 8-byte cells: per array,
 its data pointer, whether the caller now owns it (a buffer the function allocated) and its
 lengths; per scalar, its bits. A call site's owned results are freed before it runs again and
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..segments import SEGMENT
 from .emit import I64, Array, Function, Local, NotCovered, Scalar, reg
 from .parallel import from_cell, to_cell
 
@@ -151,7 +153,8 @@ def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...
             inner.fn.init(f"store {reg(kind[1])} %a{k}, ptr {local.slot}")
             inner.env[param] = local
             text.append(f"{reg(kind[1])} %a{k}")
-    inner.fn.header = f"define internal void @{symbol}({', '.join(text + ['ptr %S', 'ptr %out'])})"
+    inner.fn.header = (f"define internal void @{symbol}({', '.join(text + ['ptr %S', 'ptr %out'])})"
+                       + (" noinline" if name.startswith(SEGMENT) else ""))
     statements = node.body
     if not statements or not isinstance(statements[-1], ast.Return):
         raise NotCovered(f"{name} without a final return")
