@@ -25,3 +25,27 @@ def jax_x64():
     jax = pytest.importorskip("jax")
     with jax.enable_x64(True):
         yield jax
+
+
+@pytest.fixture
+def shared_cache(tmp_path_factory, monkeypatch):
+    """One program cache for the whole run, for the modules that ask for it
+    (`pytest.mark.usefixtures("shared_cache")`): their programs compile once for all their
+    tests."""
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
+    from tapejit import config
+    config.reload()
+    yield
+    monkeypatch.undo()
+    config.reload()
+
+
+@pytest.fixture
+def interpreter(monkeypatch):
+    """Semantics only: run on the numpy interpreter (each compiled program costs a compile)."""
+    monkeypatch.setenv("TAPEJIT_BACKEND", "interpret")
+    from tapejit import config
+    config.reload()
+    yield
+    monkeypatch.undo()
+    config.reload()

@@ -14,15 +14,9 @@ from tapejit.errors import UnsupportedOperationError
 from gradcheck import numerical_directional
 
 # a program numba cannot compile would run on the interpreter with a warning: here, a failure
-pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
+pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
+              pytest.mark.usefixtures("shared_cache")]
 LinAlgError = np.linalg.LinAlgError
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
-    from tapejit import config
-    config.reload()
 
 
 def _inputs(batch: tuple[int, ...], dtype=np.float64, seed: int = 0):

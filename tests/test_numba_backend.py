@@ -34,14 +34,8 @@ CASES = [(rows, "float64", (0, -1)) for rows in CHUNKS] + \
     [(rows, "float32", (0,)) for rows in F32_CHUNKS]
 
 # a program numba cannot compile would run on the interpreter with a warning: here, a failure
-pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
-    from tapejit import config
-    config.reload()
+pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
+              pytest.mark.usefixtures("shared_cache")]
 
 
 def _agree(got, want, single: bool) -> None:

@@ -18,31 +18,14 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import config
 from tapejit.errors import ArgumentError, ShapeError, UnsupportedOperationError
 
 from gradcheck import check_grads
 
 sl = pytest.importorskip("scipy.linalg")
-pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
+pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
+              pytest.mark.usefixtures("shared_cache")]
 LinAlgError = np.linalg.LinAlgError
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
-    config.reload()
-
-
-@pytest.fixture
-def interpreter(monkeypatch):
-    """Gradient checks on the interpreter: one compile per check would cost the suite minutes
-    (the compiled gradients of the same functions are checked in test_compiled_gradients)."""
-    monkeypatch.setenv("TAPEJIT_BACKEND", "interpret")
-    config.reload()
-    yield
-    monkeypatch.undo()
-    config.reload()
 
 
 def _inputs(seed: int, n: int = 3):

@@ -28,17 +28,11 @@ from tapejit.numpy_api import stats as tj_stats  # noqa: E402
 from hang import HANG_S
 
 tj_stats.install()          # (a trace opening does this too: test_wrapped_once_imported)
-pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
+pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
+              pytest.mark.usefixtures("shared_cache")]
 INF, NAN = np.inf, np.nan
 ALL = ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf")
 PMF = ("logpmf", "pmf")
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
-    from tapejit import config
-    config.reload()
 
 
 def _agree(got, want, rtol=1e-12):

@@ -15,25 +15,8 @@ from tapejit.errors import ShapeError, UnsupportedOperationError
 from gradcheck import check_vjp
 
 # a program numba cannot compile would run on the interpreter with a warning: here, a failure
-pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
-    from tapejit import config
-    config.reload()
-
-
-@pytest.fixture
-def interpreter(monkeypatch):
-    """Semantics only: run on the numpy interpreter (each compiled program costs seconds)."""
-    monkeypatch.setenv("TAPEJIT_BACKEND", "interpret")
-    from tapejit import config
-    config.reload()
-    yield
-    monkeypatch.undo()
-    config.reload()
+pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
+              pytest.mark.usefixtures("shared_cache")]
 
 
 def _agree(got, want, rtol):

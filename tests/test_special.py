@@ -25,14 +25,8 @@ except ImportError:          # scipy is optional: its tests skip
 
 needs_scipy = pytest.mark.skipif(sc is None, reason="scipy is not installed")
 # a program numba cannot compile would run on the interpreter with a warning: here, a failure
-pytestmark = pytest.mark.filterwarnings("error::tapejit.TapejitWarning")
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tjcache"))
-    from tapejit import config
-    config.reload()
+pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
+              pytest.mark.usefixtures("shared_cache")]
 
 
 def ulps(got, want) -> np.ndarray:
