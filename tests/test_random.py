@@ -268,3 +268,28 @@ def test_numpy_random_in_a_traced_function_points_to_tj_random():
     with pytest.raises(tj.RandomnessError, match=r"tj.random.normal\(key, x.shape\)") as err:
         tj.jit(lambda x: x + np.random.normal(size=x.shape))(np.ones(3))
     assert __file__ in str(err.value) and "tj.random.split" in str(err.value)
+
+
+rs = np.random.RandomState(1)       # a module generator named as the closure's below
+
+
+def _noisy_objective(scale):
+    rs = np.random.RandomState(0)   # the closure's generator, drawn from while tracing
+    return lambda w: np.sum((w + scale * rs.randn(3)) ** 2)
+
+
+_mixture_noise = _noisy_objective(1.0)     # a module-level helper holding the generator
+
+
+def _calls_a_module_helper(w):
+    return _mixture_noise(w) * 2.0
+
+
+@pytest.mark.parametrize("objective", [_noisy_objective(1.0), _calls_a_module_helper],
+                         ids=["closure-shadowed-by-a-global", "through-a-module-helper"])
+def test_numpy_random_reached_by_any_path_is_an_error(objective):
+    """A generator counts once whatever its names (a module `rs` beside a closure's `rs`), and
+    the functions a traced function calls by global name are searched too (HIPS autograd's
+    bayesian_neural_net and mixture_variational_inference drew noise so, silently frozen)."""
+    with pytest.raises(tj.RandomnessError, match="`rs` was drawn from"):
+        tj.grad(objective)(np.zeros(3))

@@ -228,36 +228,57 @@ def _state(gen: Any) -> Any:
 
 def generator_states(fn: Callable[..., Any]) -> States:
     """`(name, generator, state)` of each numpy Generator or RandomState `fn` can read by
-    name: its module's globals, its closure (and those of the functions in it: `grad(lambda
-    x: g(x))` reaches g's), and the attributes of a bound method's object."""
-    named: dict[str, Any] = {}
-    _reachable(fn, named, set())
-    return [(name, gen, _state(gen)) for name, gen in named.items()
-            if isinstance(gen, _GENERATORS)]
+    name: its module's globals, its closure, the attributes of a bound method's object, and
+    the same of every function of the user's it reaches through those (`grad(lambda x: g(x))`
+    reaches g's; a loss calling a module-level helper reaches the helper's closure). Each
+    generator once, whatever names it has."""
+    found: dict[int, tuple[str, Any]] = {}
+    _reachable(fn, found, set())
+    return [(name, gen, _state(gen)) for name, gen in found.values()]
 
 
-def _reachable(fn: Any, named: dict[str, Any], seen: set[int]) -> None:
-    """Add what `fn` reads by name to `named` (see `generator_states`)."""
+def _reachable(fn: Any, found: dict[int, tuple[str, Any]], seen: set[int]) -> None:
+    """Add the generators `fn` reads by name to `found` (see `generator_states`)."""
     fn = inspect.unwrap(fn)
     if id(fn) in seen:
         return
     seen.add(id(fn))
     owner = getattr(fn, "__self__", None)
     if owner is not None and hasattr(owner, "__dict__"):
-        named.update((f"self.{k}", v) for k, v in vars(owner).items())
+        for name, value in vars(owner).items():
+            _note(f"self.{name}", value, found, seen)
         fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is None:
+    if code is None or code.co_filename.startswith(_LIBRARIES + (_PACKAGE,)):
         return
-    named.update(getattr(fn, "__globals__", {}))
+    names = getattr(fn, "__globals__", {})
+    for name, value in names.items():
+        if isinstance(value, _GENERATORS):
+            found.setdefault(id(value), (name, value))
+    for name in _global_names(code):
+        if inspect.isfunction(names.get(name)):
+            _reachable(names[name], found, seen)
     for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
         try:
-            value = cell.cell_contents
+            _note(name, cell.cell_contents, found, seen)
         except ValueError:          # a cell not filled yet
             continue
-        named.setdefault(name, value)
-        if callable(value):
-            _reachable(value, named, seen)
+
+
+def _note(name: str, value: Any, found: dict[int, tuple[str, Any]], seen: set[int]) -> None:
+    if isinstance(value, _GENERATORS):
+        found.setdefault(id(value), (name, value))
+    elif callable(value):
+        _reachable(value, found, seen)
+
+
+def _global_names(code: Any) -> set[str]:
+    """The global names `code` and the functions defined in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _global_names(const)
+    return names
 
 
 def _same(a: Any, b: Any) -> bool:
