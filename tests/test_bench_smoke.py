@@ -193,4 +193,7 @@ def test_autograd_examples_runner_on_programs_written_like_hips_examples() -> No
     assert "ran under tapejit: 2 of 2" in out, out
     if both:
         assert "final objective within 1e-6: 2" in out, out
-    assert RATIO.search(out), out
+        assert RATIO.search(out), out
+    else:                           # (the CI's environment: autograd is no dependency)
+        assert "ratio tapejit / autograd, total wall time of the examples run by both = n/a" \
+            in out, out
