@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, config, guards, trace
+from tapejit import autodiff, guards, trace
 from tapejit.interpret import interpret
 from tapejit.ops import OPS
 from tapejit.pytree import flatten
@@ -26,13 +26,7 @@ DIFF = [r for r in ROWS if r.diff and r.expect_grad is None]
 GRAD2 = [r for r in ROWS if r.grad2]
 
 
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    monkeypatch.setenv("TAPEJIT_BACKEND", "interpret")
-    config.reload()
-    yield
-    monkeypatch.undo()
-    config.reload()
+pytestmark = pytest.mark.usefixtures("interpreter")     # semantics: the numpy interpreter
 
 
 def _rng(row: Row, salt: str) -> np.random.Generator:
