@@ -23,9 +23,10 @@ thread (threadpoolctl), and the budget is written into the program's size table,
 its products (`parts(m, n, k, budget)` threads) and its nests that reduce over their outer
 axis into arrays (one chunk of the outer loop per thread) read it; all of it is put back when
 the call returns. Other programs run as they are: a window costs about 4 us. A process that has
-not imported numba (a warm start loads its programs without it) runs its first window on one
-thread, with no pool to start, then imports numba on a thread of its own (0.1-0.3 s: the first
-compiled result of a warm MLP gradient came 225 ms after `import tapejit`, now 52 ms); the
+not imported numba (a warm start loads its programs without it) runs its windows on one
+thread, with no pool to start and its BLAS libraries left as they are (threadpoolctl takes
+4-5 ms to find them), then imports numba on a thread of its own (0.1-0.3 s: the first
+compiled result of a warm MLP gradient came 225 ms after `import tapejit`, then 52 ms); the
 windows after that import use the budget. `scipy_blas` loads scipy's BLAS, the one compiled
 programs call, without scipy.linalg's package.
 
@@ -168,6 +169,9 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
     """`fn(*args)` in a window: numba's threads the budget, BLAS on one thread, and the
     budget in `sizes[slot]` for the program's products."""
     global _open
+    numba = numba_ready()
+    if numba is None:
+        return _first_window(fn, args, sizes, slot)
     with _lock:
         if _open == 0:
             _held[:] = [(lib, lib.get_num_threads()) for lib in _blas()]
@@ -176,13 +180,9 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
                     lib.set_num_threads(1)
         _open += 1
     try:
-        numba = numba_ready()
         given = inputs(_blas_limit(_held))
         n, before = decide(**given), given["numba_threads"]
-        wanted = numba is None and n > 1
-        if numba is None:              # no pool yet: one thread
-            n = before = 1
-        elif n != before:
+        if n != before:
             numba.set_num_threads(n)
         sizes[slot] = n
         try:
@@ -190,8 +190,6 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
         finally:
             if n != before:
                 numba.set_num_threads(before)
-            if wanted:                 # after the call: the import holds the GIL for a while
-                _import_numba()
     finally:
         with _lock:
             _open -= 1
@@ -200,6 +198,22 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
                     if n is not None and n > 1:
                         lib.set_num_threads(n)
                 _held.clear()
+
+
+def _first_window(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
+                  slot: int) -> Sequence[Any]:
+    """A window before numba is imported: one thread, no pool to start, and the BLAS
+    libraries left as they are (finding them costs 4-5 ms, which the windows after the import
+    pay once); then numba is imported on a thread of its own where the budget is more than
+    one (after the call: the import holds the GIL for a while). Threads made for the call
+    instead of the pool were measured: 2-4x slower first calls of the MLP and GMM gradients
+    on 2 cores, beside BLAS's own threads and the import."""
+    sizes[slot] = 1
+    try:
+        return fn(*args)
+    finally:
+        if decide(**inputs(blas=None)) > 1:
+            _import_numba()
 
 
 def numba_ready() -> ModuleType | None:
