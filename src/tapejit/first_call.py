@@ -21,6 +21,7 @@ which calls `start` on a miss).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from typing import Any, Sequence
@@ -139,9 +140,12 @@ ANNOUNCE_SECONDS = 1.0
 
 
 def _compile_failure(err: Exception) -> bool:
-    """Whether `err` says code generation or numba compilation failed (not the program)."""
-    from numba.core.errors import NumbaError    # numba is imported only when it compiles
-    return isinstance(err, (NotImplementedError, NumbaError))
+    """Whether `err` says code generation or numba compilation failed (not the program). A
+    NumbaError's module is loaded where one was raised: numba is not imported here (it may be
+    being imported on threads.py's thread, beside which importing its submodules deadlocks)."""
+    errors = sys.modules.get("numba.core.errors")
+    return isinstance(err, NotImplementedError) or (
+        errors is not None and isinstance(err, getattr(errors, "NumbaError", ())))
 
 
 def _describe(name: str, tape: Tape) -> str:
