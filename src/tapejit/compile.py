@@ -112,6 +112,11 @@ class Compiled:
             self.tail = (self.sizes, self.workspace)
         dump(f"tj_{program_hash(self.source)}", tape, self.source, self.sizes)   # TAPEJIT_DUMP
 
+    @property
+    def quick_tier(self) -> bool:
+        """Whether the LLVM program's calls run its quick tier (program.py)."""
+        return bool(getattr(self.program, "quick_tier", False))
+
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
         args = (*entry_args(self.tape, leaves), *self.tail)
         outs = self.program(*args) if self.threads_slot is None else \

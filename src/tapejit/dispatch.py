@@ -218,10 +218,13 @@ class CachedTransform:
         """Counts of traces, first calls run on the interpreter, compiles, disk loads, cache
         hits and Python loops re-rolled into scans while tracing, how many programs are kept
         and how many of those each code generator made (`codegen`: tapejit's LLVM lowering,
-        numba), and why the last call missed the cache."""
-        made = Counter(getattr(p.run, "codegen", None) for p in self._cache.values())
+        numba) and run their quick tier (`quick_tier`: the LLVM code calling its kernels,
+        while the full tier compiles), and why the last call missed the cache."""
+        runs = [p.run for p in self._cache.values()]
+        made = Counter(getattr(run, "codegen", None) for run in runs)
         return {**self._info, "programs": len(self._cache),
                 "codegen": {"llvm": made["llvm"], "numba": made["numba"]},
+                "quick_tier": sum(bool(getattr(run, "quick_tier", False)) for run in runs),
                 "last_miss": self._last_miss}
 
     def clear(self) -> None:

@@ -73,6 +73,7 @@ _log = logging.getLogger("tapejit")
 _VARIANT_ATTRIBUTE = re.compile(r'"vector-function-abi-variant"="([^"]*)"')
 _VARIANT = re.compile(r"_(tj_lib_\w+)\((\w+)\)")      # scalar, vector in a VFABI name
 _KERNEL_USE = re.compile(r"@(tj_lib_\w+)\(")
+_KERNEL_REF = re.compile(r"@(tj_lib_\w+)\b")
 _kernels: dict[str, bytes] = {}                 # symbol -> bitcode (library.py adds them)
 _sizes: dict[str, int] = {}       # symbol -> instructions, of kernels also loaded to be called
 INLINE_BUDGET = 1000              # instructions of such kernels a module inlines (_inlined)
@@ -199,10 +200,12 @@ def numba_export(numba_ir: str, wrapper: str, exports: tuple[str, ...],
     return module
 
 
-def compile_object(ir: str) -> bytes:
-    """Object code of IR text `ir` with its kernels linked in (the module docstring)."""
+def compile_object(ir: str, inline: bool = True) -> bytes:
+    """Object code of IR text `ir` with its kernels linked in (the module docstring);
+    `inline=False`: the kernels loaded to be called are all called (the quick tier,
+    `inlines`)."""
     start = time.perf_counter()
-    module = _optimised(ir)
+    module = _optimised(ir, inline)
     emitting = time.perf_counter()
     obj = _emit_object(module)
     _log.debug("llvm: module compiled in %.1f ms (code generation %.1f ms)",
@@ -229,17 +232,16 @@ def assembly(ir: str) -> str:
     return target_machine().emit_assembly(_optimised(ir))
 
 
-def _optimised(ir: str) -> llvm.ModuleRef:
+def _optimised(ir: str, inline: bool = True) -> llvm.ModuleRef:
     """`ir` parsed, its kernels linked in, all but the entry points internal, optimised."""
     start = time.perf_counter()
     tm, context = target_machine(), llvm.create_context()
-    inlined = _inlined(ir)
-    module = parse(_variants_kept(ir, inlined), context)
+    used = {s for s, n in Counter(_KERNEL_REF.findall(ir)).items() if n > 1}  # not declared only
+    inlined = _inlined(ir) if inline else set()
+    module = parse(_variants_kept(ir, used - inlined), context)
     module.triple, module.data_layout = tm.triple, str(tm.target_data)
-    for symbol in [f.name for f in module.functions
-                   if f.is_declaration and f.name.startswith(KERNEL)
-                   and (f.name not in _externals or f.name in inlined)]:  # else: by address
-        module.link_in(_kernel_module(symbol, context))
+    for symbol in sorted(s for s in used if s not in _externals or s in inlined):
+        module.link_in(_kernel_module(symbol, context))            # the others: by address
     for value in (*module.functions, *module.global_variables):
         if not value.is_declaration and not value.name.startswith((ENTRY, NEST, "llvm.")):
             value.linkage = llvm.Linkage.internal
@@ -248,6 +250,14 @@ def _optimised(ir: str) -> llvm.ModuleRef:
     _log.debug("llvm: module parsed and linked in %.1f ms, optimised in %.1f ms",
                1e3 * (parsed - start), 1e3 * (time.perf_counter() - parsed))
     return module
+
+
+def inlines(ir: str) -> bool:
+    """Whether `compile_object(ir)` inlines a kernel that `compile_object(ir, inline=False)`
+    calls: then the quick tier is worth compiling first (program.py). bench/peers.py's
+    elementwise gradient: LLVM works 57 ms inlining sin, cos, exp and tanh, 12 ms calling
+    them; its calls take 14 ms against 21 on one thread."""
+    return bool(_inlined(ir))
 
 
 def _inlined(ir: str) -> set[str]:
@@ -259,7 +269,7 @@ def _inlined(ir: str) -> set[str]:
     exp, tanh: 482 instructions) runs in 12.6 ms inlined, 19.8 ms calling them (LLVM work
     60 ms against 20; busy 2-core machine). A program calling sin at 300 places calls it."""
     sites = Counter(_KERNEL_USE.findall(ir))
-    costs = sorted((_sizes[s] * (n - 1), s) for s, n in sites.items() if s in _sizes)
+    costs = sorted((_sizes[s] * (n - 1), s) for s, n in sites.items() if s in _sizes and n > 1)
     chosen, spent = set(), 0
     for cost, symbol in costs:             # (n - 1: one of the uses is the declaration)
         spent += cost
@@ -269,12 +279,12 @@ def _inlined(ir: str) -> set[str]:
     return chosen
 
 
-def _variants_kept(ir: str, inlined: set[str]) -> str:
-    """`ir` with the vector variants its "vector-function-abi-variant" attributes name (but
-    those of `inlined` kernels) in @llvm.compiler.used: the vectoriser calls declared variants
-    only, and LLVM drops unused declarations before it runs."""
+def _variants_kept(ir: str, called: set[str]) -> str:
+    """`ir` with the vector variants of the `called` kernels that its
+    "vector-function-abi-variant" attributes name in @llvm.compiler.used: the vectoriser calls
+    declared variants only, and LLVM drops unused declarations before it runs."""
     names = sorted({name for mapping in _VARIANT_ATTRIBUTE.findall(ir)
-                    for scalar, name in _VARIANT.findall(mapping) if scalar not in inlined})
+                    for scalar, name in _VARIANT.findall(mapping) if scalar in called})
     if not names:
         return ir
     used = ", ".join(f"ptr @{name}" for name in names)
@@ -360,6 +370,7 @@ def numba_helper(symbol: str) -> int | None:
     its helper library, or its memory manager's `NRT_*` (array kernels call them): the first
     one needed imports numba (not its compiler)."""
     if symbol.startswith("NRT_"):
+        import numba  # noqa: F401  first: waits for an import under way on another thread
         from numba.core.runtime import _nrt_python
         return _nrt_python.c_helpers.get(symbol[len("NRT_"):])
     if not symbol.startswith("numba_"):

@@ -25,10 +25,12 @@ import json
 import math
 import os
 import struct
+import logging
 import threading
+import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -40,14 +42,38 @@ from .library import scalar_kernel
 from .lower import ENTRY_SYMBOL, Lowered
 
 _FOLDER = OBJECTS.name          # jit.py's folder of the programs' entries
+_log = logging.getLogger("tapejit")
 
 
 class _Code:
-    """Loaded object code and the record it was lowered with."""
-    __slots__ = ("program", "lowered", "__weakref__")
+    """Loaded object code and the record it was lowered with; the quick tier's until
+    `tier_up` hands it the full tier's code, which the functions bound to it then call."""
+    __slots__ = ("program", "lowered", "quick", "retired", "bound", "__weakref__")
 
-    def __init__(self, program: jit.Program, lowered: Lowered) -> None:
-        self.program, self.lowered = program, lowered
+    def __init__(self, program: jit.Program, lowered: Lowered, quick: bool) -> None:
+        self.program, self.lowered, self.quick = program, lowered, quick
+        self.retired: list[jit.Program] = []      # a call running still may use it
+        self.bound: list[weakref.ref] = []        # runtime.bind's functions' contexts
+
+    def bind(self, table: np.ndarray, sizes: np.ndarray, inputs: int, name: str, keep: Any,
+             fresh: list) -> Any:
+        """runtime.bind of the entry: later tiers of the code are called through it."""
+        with _lock:
+            call = runtime.bind(self.program.address(ENTRY_SYMBOL), table, sizes, inputs, name,
+                                keep=keep, fresh=fresh)
+            self.bound = [c for c in self.bound if c() is not None]
+            self.bound.append(weakref.ref(call.__self__))
+        return call
+
+    def tier_up(self, program: jit.Program) -> None:
+        """Call `program` (the full tier) from now on: calls hold the GIL, so none is running
+        the quick tier's code while the entries are swapped; it stays loaded all the same."""
+        with _lock:
+            self.retired.append(self.program)
+            self.program, self.quick = program, False
+            for context in (c() for c in self.bound):
+                if context is not None:
+                    runtime.rebind(context, program.address(ENTRY_SYMBOL))
 
 
 _loaded: "weakref.WeakValueDictionary[str, _Code]" = weakref.WeakValueDictionary()
@@ -70,7 +96,14 @@ def _sources() -> str:
     return h.hexdigest()
 
 
-def _found(program_key: str) -> tuple[_Code | None, tuple[Lowered, list[bytes]] | None]:
+class _Entry(NamedTuple):
+    """A program's object code (one per part) and the IR of the parts whose full tier is yet
+    to compile (part number -> IR; none on disk once it has)."""
+    objects: list[bytes]
+    again: dict[int, str]
+
+
+def _found(program_key: str) -> tuple[_Code | None, tuple[Lowered, _Entry] | None]:
     """The loaded code of `program_key`, else what the disk holds for it (its array kernels
     loaded: raises jit.NotBuilt under `jit.no_builds` where one is not built)."""
     with _lock:
@@ -78,29 +111,32 @@ def _found(program_key: str) -> tuple[_Code | None, tuple[Lowered, list[bytes]] 
     if code is not None:
         return code, None
     payload = jit.read_cached(_FOLDER, program_key)
-    entry = None if payload is None else _unpack(payload)
-    if entry is not None:
-        for kind, call, types in entry[0].kernels:
+    found = None if payload is None else _unpack(payload)
+    if found is not None:
+        for kind, call, types in found[0].kernels:
             try:
                 (scalar_kernel if kind == "scalar" else array_kernel)(call, types)
             except jit.JitError as err:
                 raise NotCovered(f"the kernel {call}: {err}") from None
-    return None, entry
+    return None, found
 
 
-def _pack(lowered: Lowered, objects: list[bytes]) -> bytes:
-    """The disk entry: the record (JSON, without the parts' IR), then the IR and objects."""
-    blobs = [lowered.ir.encode(), *objects]
+def _pack(lowered: Lowered, entry: _Entry) -> bytes:
+    """The disk entry: the record (JSON, without the parts' IR), then the IR, the objects
+    and the parts to compile again."""
+    again = sorted(entry.again)
+    blobs = [lowered.ir.encode(), *entry.objects, *(entry.again[k].encode() for k in again)]
     head = json.dumps({
         "inputs": lowered.inputs, "workspace": lowered.workspace,
         "frames": [[list(f.shape), np.dtype(f.dtype).str, f.fresh] for f in lowered.frames],
         "outputs": lowered.outputs, "kernels": lowered.kernels,
+        "objects": len(entry.objects), "again": again,
         "blobs": [len(b) for b in blobs]}).encode()
     return struct.pack("<Q", len(head)) + head + b"".join(blobs)
 
 
-def _unpack(payload: bytes) -> tuple[Lowered, list[bytes]] | None:
-    """`_pack`'s record and objects; None for an entry of another layout."""
+def _unpack(payload: bytes) -> tuple[Lowered, _Entry] | None:
+    """`_pack`'s record and entry; None for an entry of another layout."""
     try:
         size, = struct.unpack_from("<Q", payload)
         head = json.loads(payload[8:8 + size])
@@ -115,32 +151,70 @@ def _unpack(payload: bytes) -> tuple[Lowered, list[bytes]] | None:
                           tuple((kind, call, tuple(tuple(t) if isinstance(t, list) else t
                                                    for t in types))
                                 for kind, call, types in head["kernels"]))
-    except (ValueError, KeyError, TypeError, struct.error):
+        count, again = int(head["objects"]), [int(k) for k in head["again"]]
+        entry = _Entry(blobs[1:1 + count],
+                       {k: b.decode() for k, b in zip(again, blobs[1 + count:])})
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error):
         return None
-    return (lowered, blobs[1:]) if at == len(payload) and len(blobs) > 1 else None
+    if at != len(payload) or count < 1 or len(blobs) != 1 + count + len(again):
+        return None
+    return lowered, entry
 
 
-def _load(program_key: str, lowered: Lowered, objects: list[bytes] | None) -> tuple[_Code, str]:
+def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Code, str]:
     """The loaded code of a program, and where it came from: "memory" (another program loaded
-    it), "disk" (`objects` given) or "compiled". Its parts (the entry's module, each parallel
-    loop's) compile on threads at once: LLVM releases the GIL."""
+    it), "disk" (`entry` given) or "compiled". Its parts (the entry's module, each parallel
+    loop's) compile on threads at once: LLVM releases the GIL. Where the full tier inlines
+    kernels (`jit.inlines`), the quick tier, calling them, is compiled (and kept on disk)
+    first, and the full one on a thread after (`_tier_up`), which replaces it on disk."""
     with _lock:
         code = _loaded.get(program_key)
         if code is not None:
             return code, "memory"
         source = "disk"
-        if objects is None:
-            objects, source = _compile(lowered.parts or (lowered.ir,)), "compiled"
-            jit.write_cached(_FOLDER, program_key, _pack(lowered, objects))
-        code = _loaded[program_key] = _Code(jit.Program(objects, (ENTRY_SYMBOL,)), lowered)
+        if entry is None:
+            parts = lowered.parts or (lowered.ir,)
+            again = {k: part for k, part in enumerate(parts) if jit.inlines(part)}
+            entry, source = _Entry(_compile(parts, inline=not again), again), "compiled"
+            jit.write_cached(_FOLDER, program_key, _pack(lowered, entry))
+        code = _loaded[program_key] = _Code(jit.Program(entry.objects, (ENTRY_SYMBOL,)),
+                                            lowered, quick=bool(entry.again))
+        if entry.again:
+            _tier_thread().submit(_tier_up, program_key, weakref.ref(code), entry)
         return code, source
 
 
-def _compile(parts: Sequence[str]) -> list[bytes]:
+def _tier_up(program_key: str, code: "weakref.ref[_Code]", quick: _Entry) -> None:
+    """Compile the full tier of the parts `quick.again` names (the others keep their quick
+    objects), keep it on disk and hand it to `code`, unless every program using the code
+    was dropped first."""
+    start = time.perf_counter()
+    try:
+        loaded = code()
+        if loaded is None:
+            return
+        lowered, loaded = loaded.lowered, None
+        objects = [jit.compile_object(quick.again[k]) if k in quick.again else obj
+                   for k, obj in enumerate(quick.objects)]
+        loaded = code()
+        if loaded is None:            # (tj.clear_cache() drops the programs: nothing is kept)
+            return
+        jit.write_cached(_FOLDER, program_key, _pack(lowered, _Entry(objects, {})))
+        loaded.tier_up(jit.Program(objects, (ENTRY_SYMBOL,)))
+    except Exception as err:      # noqa: BLE001 (the quick tier stays: it is as correct)
+        _log.warning("tapejit: the full tier of a program failed to compile (%s: %s); its "
+                     "calls keep the quick tier", type(err).__name__, err)
+        return
+    _log.debug("llvm: full tier of %d part(s) in %.1f ms", len(quick.again),
+               1e3 * (time.perf_counter() - start))
+
+
+def _compile(parts: Sequence[str], inline: bool) -> list[bytes]:
+    compile_part = functools.partial(jit.compile_object, inline=inline)
     workers = _workers() if len(parts) > 1 else None
     if workers is not None:
-        return list(workers.map(jit.compile_object, parts))
-    return [jit.compile_object(part) for part in parts]
+        return list(workers.map(compile_part, parts))
+    return [compile_part(part) for part in parts]
 
 
 _pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
@@ -158,6 +232,18 @@ def _workers() -> concurrent.futures.ThreadPoolExecutor | None:
     return _pool[1] if cpus > 1 else None       # type: ignore[index]
 
 
+_tier: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _tier_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread full tiers compile on, for the process's life (a forked child makes its
+    own). Called with `_lock` held."""
+    global _tier
+    if _tier is None or _tier[0] != os.getpid():
+        _tier = (os.getpid(), concurrent.futures.ThreadPoolExecutor(1, "tapejit-tier"))
+    return _tier[1]
+
+
 class Program:
     """Calls the program of `program_key`, found in memory or on disk, else `lowering()`
     (which raises NotCovered where the lowering does not cover it). Its code is compiled or
@@ -168,7 +254,7 @@ class Program:
                  workspace: Sequence[np.ndarray], out_shapes: Sequence[tuple[int, ...]]) -> None:
         self.key, self.sizes, self.workspace = program_key, sizes, workspace
         self._code, entry = _found(program_key)
-        self._objects = None if entry is None else entry[1]
+        self._entry = None if entry is None else entry[1]
         self.lowered = self._code.lowered if self._code is not None else \
             entry[0] if entry is not None else lowering()
         self.out_shapes = tuple(out_shapes)
@@ -189,13 +275,17 @@ class Program:
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         return self.fn(*arrays)
 
+    @property
+    def quick_tier(self) -> bool:
+        """Whether its calls run the quick tier (the full one is compiling on a thread)."""
+        return self._code is not None and self._code.quick
+
     def _bind(self) -> Any:
         lowered, sizes = self.lowered, self.sizes
         if self._code is None:
-            self._code, source = _load(self.key, lowered, self._objects)
+            self._code, source = _load(self.key, lowered, self._entry)
             self.compiles, self.disk_loads = int(source == "compiled"), int(source == "disk")
-            self._objects = None
-        code = self._code.program
+            self._entry = None
         frames = lowered.frames
         env = {"S": [int(v) for v in sizes]}
         shapes = [tuple(int(eval(d, {}, env)) for d in f.shape) for f in frames]  # noqa: S307
@@ -208,8 +298,8 @@ class Program:
         table = np.zeros(lowered.inputs + len(frames) + lowered.workspace, np.int64)
         for k, a in enumerate(kept + list(self.workspace[:lowered.workspace])):
             table[lowered.inputs + len(fresh) + k] = a.ctypes.data
-        call = runtime.bind(code.address(ENTRY_SYMBOL), table, sizes, lowered.inputs,
-                            self.modname, keep=(self._code, kept), fresh=fresh)
+        call = self._code.bind(table, sizes, lowered.inputs, self.modname,
+                               keep=(self._code, kept), fresh=fresh)
         outputs = [(kind == "input", k) for kind, k in lowered.outputs]
         if all(not given and fresh[k][0] == shape
                for (given, k), shape in zip(outputs, self.out_shapes)):

@@ -223,3 +223,11 @@ def _check(entry: int, table: np.ndarray, sizes: np.ndarray, count: int, fresh: 
             not 0 <= count <= len(table) - fresh:
         raise ValueError(f"bind: count {count!r} must be an int in [0, {len(table) - fresh}] "
                          f"(the table's length less the {fresh} fresh arrays)")
+
+
+def rebind(context: np.ndarray, entry: int) -> None:
+    """Make the function `bind` made with `context` (its `__self__`) call `entry`, a program
+    of the same calling convention, from its next call on."""
+    if isinstance(entry, bool) or not isinstance(entry, int) or entry <= 0:
+        raise ValueError(f"rebind: entry {entry!r} must be the address of a program's entry")
+    context[W_ENTRY] = entry
