@@ -159,3 +159,36 @@ def test_strict_mode_keeps_jax_rule(monkeypatch):
     finally:
         monkeypatch.delenv("TAPEJIT_STRICT")
         config.reload()
+
+
+def test_a_long_guarded_loop_applies_each_traced_op_once(monkeypatch):
+    """Each value a guard asks for is computed from the values asked for before (interpret.
+    Growing): ops applied while tracing grow with the loop's length, not with its square."""
+    from tapejit import interpret
+    applied = []
+    apply_impl = interpret.apply_impl
+    monkeypatch.setattr(interpret, "apply_impl", lambda e, ins: applied.append(e.op) or
+                        apply_impl(e, ins))
+
+    def grow(x, n):
+        s = x
+        while np.sum(s) < n:
+            s = s * 1.5 + 0.25
+        return np.sum(s)
+
+    def steps(n):
+        s, k = np.ones(3), 0
+        while np.sum(s) < n:
+            s, k = s * 1.5 + 0.25, k + 1
+        return k
+
+    counts = {}
+    for n in (1e3, 1e6):
+        applied.clear()
+        x = np.ones(3)
+        assert tj.jit(grow, backend="interpret")(x, n) == pytest.approx(grow(x, n), rel=1e-14)
+        counts[n] = len(applied)
+    assert steps(1e6) > 2 * steps(1e3)
+    # the ops of each step are applied once while tracing (and once more by the call itself):
+    # linear in the steps, where evaluating each guard from the start was quadratic
+    assert counts[1e6] / counts[1e3] < 1.2 * steps(1e6) / steps(1e3)

@@ -14,7 +14,8 @@ import numpy as np
 from .errors import IndexOutOfBoundsError
 from .ir import Atom, Eqn, Lit, Tape, Var
 from .ops import OPS, Kind
-from .trace import bind_recorded, current_trace, recording_source
+from .avals import aval_of
+from .trace import Tracer, bind_recorded, current_trace, recording_source
 
 
 def _lit_value(lit: Lit) -> Any:
@@ -69,6 +70,86 @@ def interpret(tape: Tape, args: Sequence[Any]) -> list[Any]:
     with np.errstate(all="ignore"):
         outs = evaluate(tape, [np.asarray(a) for a in args], apply_impl)
     return [np.asarray(o, dtype=v.aval.dtype) for o, v in zip(outs, tape.outvars)]
+
+
+class Growing:
+    """The values of a growing tape's vars on fixed inputs (a trace asking for the values of
+    its tracers as it records: guards), each eqn applied once and only where a value asked
+    for needs it: linear in the tape's length where evaluating each snapshot from the start
+    was quadratic (a Python `while` on data, 417 iterations: 1.42 s of its trace). Values
+    past LIMIT bytes are dropped and computed again if needed."""
+
+    LIMIT = 256 << 20
+
+    def __init__(self, args: Sequence[Any]) -> None:
+        self.args = [np.asarray(a) for a in args]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.env: dict[str, Any] = {}
+        self.given: dict[str, Any] = {}      # the inputs' and constants' values by name
+        self.consts = 0
+        self.made: dict[str, int] = {}       # var name -> the eqn that makes it
+        self.eqns: tuple[Eqn, ...] = ()
+        self.nbytes = 0
+
+    def value(self, tape: Tape) -> np.ndarray | None:
+        """The value of `tape`'s one output: a snapshot of the tape whose earlier snapshots
+        this was asked for (their eqns a prefix of its eqns). None where it needs a constant
+        that is a tracer (captured from an enclosing trace) or an input whose value is not of
+        its var's shape (vmap's batch for a per-example var)."""
+        seen = len(self.eqns)
+        if seen > len(tape.eqns) or (seen and tape.eqns[seen - 1] is not self.eqns[-1]) \
+                or self.nbytes > self.LIMIT:
+            self._reset()
+            seen = 0
+        for k in range(seen, len(tape.eqns)):
+            self.made.update((o.name, k) for o in tape.eqns[k].outs)
+        self.eqns, given = tape.eqns, self.given
+        if not seen:
+            given.update((v.name, a) for v, a in zip(tape.invars, self.args))
+        given.update((tape.constvars[k].name, tape.consts[k])
+                     for k in range(self.consts, len(tape.consts)))
+        self.consts = len(tape.consts)
+        needed, touched = self._needed(tape.outvars[0], given)
+        avals = {v.name: v.aval for v in tape.invars}
+        if any(isinstance(given[n], Tracer) or (n in avals and aval_of(given[n]) != avals[n])
+               for n in touched):
+            return None
+        with np.errstate(all="ignore"):
+            for k in needed:
+                eqn = tape.eqns[k]
+                result = apply_impl(eqn, [self._read(a, given) for a in eqn.ins])
+                results = result if OPS[eqn.op].multiple_results else (result,)
+                for o, r in zip(eqn.outs, results):
+                    self.env[o.name] = r
+                    self.nbytes += getattr(r, "nbytes", 8)
+        out = tape.outvars[0]
+        return np.asarray(self._read(out, given), dtype=out.aval.dtype)
+
+    def _read(self, atom: Atom, given: dict[str, Any]) -> Any:
+        if isinstance(atom, Lit):
+            return _lit_value(atom)
+        return given[atom.name] if atom.name in given else self.env[atom.name]
+
+    def _needed(self, target: Atom, given: dict[str, Any]) -> tuple[list[int], set[str]]:
+        """The eqns (in order) that compute `target` from what is known, and the inputs and
+        constants they read."""
+        needed: set[int] = set()
+        touched: set[str] = set()
+        todo = [target]
+        while todo:
+            atom = todo.pop()
+            if isinstance(atom, Lit) or atom.name in self.env:
+                continue
+            if atom.name in given:
+                touched.add(atom.name)
+                continue
+            k = self.made[atom.name]
+            if k not in needed:
+                needed.add(k)
+                todo.extend(self.eqns[k].ins)
+        return sorted(needed), touched
 
 
 def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:

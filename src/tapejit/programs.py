@@ -34,7 +34,7 @@ from .avals import aval_of
 from .config import config
 from .control.reroll import RerolledLoop, reroll
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
-from .interpret import inline, interpret
+from .interpret import Growing, inline
 from .ir import Tape
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten
@@ -135,17 +135,18 @@ def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:
     if config().strict:
         return None
     inlined = any(isinstance(leaf, Tracer) for leaf in call.leaves)
+    values = None if inlined else Growing(call.leaves)
 
     def value(tape: Tape) -> np.ndarray | None:
+        if values is not None:
+            return values.value(tape)
         tape = dce(tape)
         if any(isinstance(c, Tracer) for c in tape.consts):   # captured from outside
             return None
-        used = {v for e in tape.eqns for v in e.ins} | set(tape.outvars)
-        if any(v in used and not isinstance(leaf, Tracer) and aval_of(leaf) != v.aval
+        read = {v for e in tape.eqns for v in e.ins} | set(tape.outvars)
+        if any(v in read and not isinstance(leaf, Tracer) and aval_of(leaf) != v.aval
                for v, leaf in zip(tape.invars, call.leaves)):
             return None             # vmap's per-example value of a batch: not one number
-        if not inlined:
-            return np.asarray(interpret(tape, call.leaves)[0])
         out = inline(tape, call.leaves)[0]
         return guarded_value(out) if isinstance(out, Tracer) else np.asarray(out)
     return value
