@@ -153,6 +153,26 @@ def test_only_trace_reads_a_tracers_fields():
     assert not found, ("a tracer's fields read outside trace.py (use trace.var_of / "
                        "trace.trace_of):\n" + "\n".join(found))
 
+# ---- module size ------------------------------------------------------------------------------
+MODULE_LINES = 400            # a module with one job reads in one sitting
+OVERSIZED = {                 # modules over it, each held to its size (issue 36 splits them)
+    "codegen.vmath": 709, "trace": 685, "codegen.cpu": 660, "transforms": 567,
+    "randops": 539, "dispatch": 503, "codegen.llvm.jit": 475, "gradient_tape": 443,
+    "numpy_api.shape": 425, "cache": 423, "control.primitives": 420,
+    "optimizers.transforms": 415, "dask": 411,
+}
+
+
+def test_no_module_grows_past_its_budget():
+    sizes = {module.removesuffix(".__init__"): len(path.read_text().splitlines())
+             for module, path in _module_files()}
+    over = {m: n for m, n in sizes.items() if n > OVERSIZED.get(m, MODULE_LINES)}
+    assert not over, (f"modules past their budget (lines; {MODULE_LINES}, or the size an "
+                      f"oversized one had): {over}: split one job out rather than grow it")
+    shrunk = {m: sizes.get(m) for m, n in OVERSIZED.items() if sizes.get(m, 0) < n}
+    assert not shrunk, f"lower OVERSIZED to the new sizes (or drop those under budget): {shrunk}"
+
+
 # ---- layers -----------------------------------------------------------------------------------
 def _imports(module: str, path: pathlib.Path) -> set[str]:
     """The tapejit modules `module` imports, at any level, outside `if TYPE_CHECKING:`."""
