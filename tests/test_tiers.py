@@ -21,7 +21,9 @@ from tapejit.config import reload as reload_config
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
-    """A program cache of the test's own (the kernels: the run's library directory)."""
+    """A program cache of the test's own (the kernels: the run's library directory), on a
+    machine with a CPU to spare for the full tier (one CPU: `test_on_one_cpu...`)."""
+    monkeypatch.setattr(programs, "_spare_cpu", lambda: True)
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "cache"))
     reload_config()
     yield tmp_path / "cache"
@@ -137,3 +139,13 @@ def test_clearing_the_cache_while_the_full_tier_compiles_keeps_nothing():
         assert tj.clear_cache() == 1
     assert tj.clear_cache() == 0        # the full tier was not written back
     assert g(X) == want and g.cache_info()["compiles"] == 2
+
+
+def test_on_one_cpu_the_full_tier_compiles_at_once(monkeypatch):
+    monkeypatch.setattr(programs, "_spare_cpu", lambda: False)
+    g = tj.grad(waves)
+    with held():
+        key, _ = new_code(lambda: g(X))
+        assert g.cache_info()["quick_tier"] == 0
+        _, entry = programs._unpack(jit.read_cached(programs._FOLDER, key))
+        assert entry.again == {}

@@ -174,7 +174,8 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
         source = "disk"
         if entry is None:
             parts = lowered.parts or (lowered.ir,)
-            again = {k: part for k, part in enumerate(parts) if jit.inlines(part)}
+            again = {k: part for k, part in enumerate(parts) if jit.inlines(part)} \
+                if _spare_cpu() else {}
             entry, source = _Entry(_compile(parts, inline=not again), again), "compiled"
             jit.write_cached(_FOLDER, program_key, _pack(lowered, entry))
         code = _loaded[program_key] = _Code(jit.Program(entry.objects, (ENTRY_SYMBOL,)),
@@ -237,11 +238,28 @@ _tier: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
 
 def _tier_thread() -> concurrent.futures.ThreadPoolExecutor:
     """The one thread full tiers compile on, for the process's life (a forked child makes its
-    own). Called with `_lock` held."""
+    own), at a lower priority than the threads running programs (Linux: niceness is per
+    thread). Called with `_lock` held."""
     global _tier
     if _tier is None or _tier[0] != os.getpid():
-        _tier = (os.getpid(), concurrent.futures.ThreadPoolExecutor(1, "tapejit-tier"))
+        _tier = (os.getpid(), concurrent.futures.ThreadPoolExecutor(
+            1, "tapejit-tier", initializer=_lower_priority))
     return _tier[1]
+
+
+def _lower_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):     # no per-thread priority here: as it is
+        pass
+
+
+def _spare_cpu() -> bool:
+    """Whether the process may run on more than one CPU: on one, the full tier compiling
+    beside the calls took their CPU (a one-thread MLP gradient's second call: 405 ms against
+    23), so a program compiles its full tier at once."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return (len(cpus) if cpus is not None else os.cpu_count() or 1) > 1
 
 
 class Program:
