@@ -78,7 +78,9 @@ def test_an_int_argument_that_slices_is_guarded_on_the_values_it_gives():
     for step in range(7):
         i = step % 3
         np.testing.assert_allclose(g(w, step), 2 * w * np.arange(4.0 * i, 4.0 * i + 4) ** 2)
-    assert g.cache_info()["programs"] == 3       # one per batch, not per step
+    # `data` (a default argument) is a Constant while traced: one program slices every batch
+    assert g.cache_info()["programs"] == 1
+    assert type(minibatch_loss.__defaults__[0]) is np.ndarray      # put back
 
 
 def test_range_flags_and_ints_in_a_pytree():
@@ -192,3 +194,70 @@ def test_a_long_guarded_loop_applies_each_traced_op_once(monkeypatch):
     # the ops of each step are applied once while tracing (and once more by the call itself):
     # linear in the steps, where evaluating each guard from the start was quadratic
     assert counts[1e6] / counts[1e3] < 1.2 * steps(1e6) / steps(1e3)
+
+
+def minibatch_of(w, data, step):
+    i = step % 3
+    return np.sum((w * data[4 * i:4 * i + 4, 1]) ** 2) + np.sum(data[None, 2 * i:2 * i + 3, :2])
+
+
+def test_a_traced_slice_of_fixed_length_is_one_program_for_every_start():
+    g = tj.grad(minibatch_of, argnums=(0, 1))
+    w, data = np.array([1.5, -0.5, 2.0, 1.0]), np.arange(36.0).reshape(12, 3)
+    for step in range(6):
+        i = step % 3
+        dw, ddata = g(w, data, step)
+        np.testing.assert_allclose(dw, 2 * w * data[4 * i:4 * i + 4, 1] ** 2)
+        want = np.zeros_like(data)
+        want[4 * i:4 * i + 4, 1] = 2 * w ** 2 * data[4 * i:4 * i + 4, 1]
+        want[2 * i:2 * i + 3, :2] += 1.0
+        np.testing.assert_allclose(ddata, want)
+        check_grads(lambda w, d: minibatch_of(w, d, step), [w, data])
+    info = g.cache_info()
+    assert info["programs"] == 1 and info["traces"] == 1        # not one per batch
+
+
+def test_a_traced_slice_past_the_axis_is_guarded_on_its_values():
+    f = tj.jit(lambda x, i: np.sum(x[i:i + 3]))
+    x = np.arange(5.0)
+    for i in (0, 1, 3, 4, 3):                    # numpy clips x[3:6] and x[4:7]
+        assert f(x, i) == np.sum(x[i:i + 3])
+    assert f.cache_info()["programs"] == 3       # in-range starts share one
+
+
+TRAIN = np.arange(48.0).reshape(16, 3)           # a module's data, as HIPS autograd's examples
+GRID = np.linspace(0.0, 1.0, 8)
+
+
+def neural_net_objective(w, step):
+    i = step % 4
+    return np.sum((TRAIN[i * 4:(i + 1) * 4] @ w) ** 2)
+
+
+def advect(x):
+    """fluidsim's semi-Lagrangian lookup: a table from outside at computed integer indices."""
+    cell = np.floor(x * 7.0).astype(int) % 8
+    return np.sum(GRID[cell] * x)
+
+
+def test_arrays_from_outside_index_and_slice_by_traced_values():
+    g = tj.grad(neural_net_objective)
+    w = np.array([0.5, -1.0, 0.25])
+    for step in range(6):
+        i = step % 4
+        batch = TRAIN[i * 4:(i + 1) * 4]
+        np.testing.assert_allclose(g(w, step), 2 * batch.T @ (batch @ w))
+    assert g.cache_info()["programs"] == 1 and type(TRAIN) is np.ndarray
+    x = np.array([0.05, 0.4, 0.93, 0.6])
+    np.testing.assert_allclose(tj.jit(advect)(x), advect(x))
+    np.testing.assert_allclose(tj.grad(advect)(x), GRID[np.floor(x * 7.0).astype(int) % 8])
+    assert type(GRID) is np.ndarray
+
+
+def test_outside_arrays_are_put_back_when_tracing_fails():
+    def broken(x):
+        return np.sum(TRAIN[: int(np.sum(x) > 0)] * x[0]) + undefined_name  # noqa: F821
+
+    with pytest.raises(NameError):
+        tj.jit(broken)(np.ones(3))
+    assert type(TRAIN) is np.ndarray

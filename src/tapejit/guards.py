@@ -295,3 +295,68 @@ def check_generators(before: States, fn_name: str, src: Any) -> None:
         if not _same(state, _state(gen)):
             raise RandomnessError(at_source(random_message(
                 f"the numpy random generator `{name}` was drawn from in {fn_name}"), src))
+
+
+# -- arrays the traced function reads by name -------------------------------------------------
+class outside_arrays:
+    """Within this context (a replayed trace of `fn`), the plain numpy arrays `fn` reads by
+    name (its globals, closure cells and default arguments, and those of the user's functions
+    it reaches by global name) are `Constant` views of themselves, put back on exit: indexed
+    by traced values one records a gather or a slice of traced bounds (`table[i]`,
+    `data[i * b:(i + 1) * b]`: HIPS autograd's minibatches), where numpy would ask the tracer
+    for its value (one program per value). The views share the arrays' memory; a traced value
+    written into one is the concretization error it was (`Outside`)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __enter__(self) -> None:
+        self.saved: list[tuple[Callable[[Any], None], np.ndarray]] = []
+        views: dict[int, Outside] = {}
+        for put, array in _array_slots(self.fn, set()):
+            put(views.setdefault(id(array), array.view(Outside)))
+            self.saved.append((put, array))
+
+    def __exit__(self, *exc: Any) -> None:
+        for put, array in reversed(self.saved):
+            put(array)
+
+
+class Outside(Constant):
+    """An array from outside the traced function: read as a `Constant`, written as a plain
+    ndarray (numpy asks a traced value written into it for its value: the error says to
+    write into a buffer made inside the function)."""
+
+    __setitem__ = np.ndarray.__setitem__
+
+
+def _array_slots(fn: Any, seen: set[int]) -> list[tuple[Callable[[Any], None], np.ndarray]]:
+    """(put, array) for each plain array `fn` reads by name; `put(v)` stores v in its place."""
+    fn = getattr(inspect.unwrap(fn), "__func__", inspect.unwrap(fn))
+    code = getattr(fn, "__code__", None)
+    if id(fn) in seen or code is None or code.co_filename.startswith(_LIBRARIES + (_PACKAGE,)):
+        return []
+    seen.add(id(fn))
+    slots: list[tuple[Callable[[Any], None], Any]] = []
+    names = getattr(fn, "__globals__", {})
+    for name in _global_names(code) & names.keys():
+        slots.append((functools.partial(names.__setitem__, name), names[name]))
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            slots.append((functools.partial(setattr, cell, "cell_contents"), cell.cell_contents))
+        except ValueError:          # a cell not filled yet
+            continue
+    for k, value in enumerate(getattr(fn, "__defaults__", None) or ()):
+        slots.append((functools.partial(_put_default, fn, k), value))
+    found = []
+    for put, value in slots:
+        if type(value) is np.ndarray and value.ndim:
+            found.append((put, value))
+        elif inspect.isfunction(value):
+            found += _array_slots(value, seen)
+    return found
+
+
+def _put_default(fn: Any, k: int, value: Any) -> None:
+    defaults = fn.__defaults__
+    fn.__defaults__ = defaults[:k] + (value,) + defaults[k + 1:]

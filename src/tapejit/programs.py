@@ -122,7 +122,8 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
         return out_leaves + aux_leaves
 
     generators = guards.generator_states(fn)
-    tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak, _evaluator(call))
+    with guards.outside_arrays(fn):
+        tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak, _evaluator(call))
     guards.check_generators(generators, fn_name(fn), fn_source(fn))
     return dce(tape), structure["out"], structure["aux"]
 

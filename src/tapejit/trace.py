@@ -425,10 +425,10 @@ class Tracer:
 
 
 def holds_tracer(x: Any) -> bool:
-    """Whether `x` is a tracer or a list/tuple holding one (at any depth)."""
-    if isinstance(x, Tracer):
-        return True
-    return isinstance(x, (list, tuple)) and any(map(holds_tracer, x))
+    """Whether `x` is a tracer, or a list, tuple or slice holding one (at any depth)."""
+    if isinstance(x, slice):
+        x = (x.start, x.stop, x.step)
+    return isinstance(x, Tracer) or isinstance(x, (list, tuple)) and any(map(holds_tracer, x))
 
 
 class Constant(np.ndarray):
@@ -463,8 +463,8 @@ class BufferWrite(ConcretizationError):
 
     def __init__(self, site: Src | None) -> None:
         super().__init__(at_source(
-            "x[...] = a recorded value (or at a recorded index), where x is an array a numpy "
-            "constructor made (np.zeros, np.empty, np.array of numbers, ...): x holds plain "
+            "x[...] = a recorded value (or at a recorded index), where x is an array made by a "
+            "numpy constructor (np.zeros, np.array of numbers, ...) or outside: x holds plain "
             "numbers, so the value would be written without its derivative. Make the buffer "
             "from a recorded value, `out = np.zeros_like(x)`, then assign into it; or build the "
             "array at once with `np.stack([...])`.", site or user_source()))

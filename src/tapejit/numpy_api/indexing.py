@@ -192,11 +192,38 @@ def getitem(x: Any, key: Any) -> Any:
     entries = _expand_key(key, x.ndim)
     if any(_is_index_array(e) for e in entries):
         return _advanced_get(x, entries)                    # numpy copies
-    out = _basic_get(x, entries)
+    out = _dynamic_get(x, entries)
+    if out is None:
+        out = _basic_get(x, entries)
     if np.ndim(out) == 0:
         return out                                          # numpy returns a scalar copy
     return as_view(x, out, View(lambda base: _basic_get(base, entries),
                                 lambda base, new: setitem(base, key, new)))
+
+
+def _dynamic_get(x: Any, entries: list[Any]) -> Any:
+    """x[entries] where one slice has traced bounds (`x[i * b:(i + 1) * b]`) within the axis
+    and a length the trace guards on: one program for every `i`, the other entries applied,
+    then a take of `start + arange(length)` along that axis. None where no slice has traced
+    bounds, or several do, or one has a step, or its bounds may fall outside the axis (numpy
+    then clips: `_basic_get` guards on their values)."""
+    traced = [k for k, e in enumerate(entries) if isinstance(e, slice)
+              and any(isinstance(b, Tracer) for b in (e.start, e.stop, e.step))]
+    if len(traced) != 1 or entries[traced[0]].step not in (None, 1):
+        return None
+    k = traced[0]
+    axis = sum(1 for e in entries[:k] if e is not None)
+    n = x.shape[axis]
+    start, stop = entries[k].start, entries[k].stop
+    start, stop = 0 if start is None else start, n if stop is None else stop
+    if any(isinstance(b, Tracer) and (b.ndim or b.dtype.kind not in "iu") for b in (start, stop)):
+        return None
+    if not (bool(start >= 0) and bool(stop <= n) and bool(start <= stop)):
+        return None
+    index = start + np.arange(int(stop - start), dtype=np.int64)
+    out = _basic_get(x, entries[:k] + [slice(None)] + entries[k + 1:])
+    at = sum(1 for e in entries[:k] if not isinstance(e, int))   # out's axes before it
+    return I.take(lift(out), _normalized(index, n, axis), axis=at)
 
 
 def _linear_indices(shape: tuple[int, ...], key: Any) -> Any:
