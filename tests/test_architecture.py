@@ -35,7 +35,7 @@ LAYERS = [
     ("autodiff", ["autodiff", "batching"]),
     ("passes", ["passes"]),
     ("codegen", ["codegen"]),
-    ("control flow", ["control", "custom"]),
+    ("control flow", ["control", "custom", "integrate"]),
     ("compile", ["explanation", "compile", "cuda_support", "first_call"]),
     ("programs", ["arguments", "programs"]),
     ("dispatch", ["dispatch"]),

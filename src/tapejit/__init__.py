@@ -11,6 +11,7 @@ from .numpy_api.sorting import unique
 from .api import grad, jit, make_tape, value_and_grad
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
+from .integrate import odeint
 from .transforms import (hessian, jacfwd, jacobian, jacrev, jvp, jvp_cache_info, linearize,
                          vjp)
 from .vmap import vmap
@@ -46,6 +47,6 @@ __all__ = [
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",
     "set_num_threads", "get_num_threads",
     "jacobian", "jacrev", "jacfwd", "hessian", "jvp", "linearize", "jvp_cache_info",
-    "custom_vjp", "stop_gradient",
+    "custom_vjp", "stop_gradient", "odeint",
     "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info", "unique",
 ]

@@ -1,0 +1,158 @@
+"""tj.odeint (tapejit/integrate.py): solutions against scipy.integrate.odeint and exact ones,
+gradients (adjoint method) against central finite differences of scipy's solution in float64
+(y0, args, both ends of t, a value the dynamics capture), a pytree state, scipy.integrate.odeint
+routed to it inside traced code, and the errors for bad input. Few programs: each is called
+twice with different inputs (conftest checks every compiled call against the interpreter), and
+one test runs on the interpreter alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.integrate
+
+import tapejit as tj
+
+pytestmark = pytest.mark.usefixtures("shared_cache")
+
+T = np.linspace(0.0, 4.0, 9)
+Y0 = np.array([1.0, 0.5])
+
+
+def lotka_volterra(y, t, a, b):
+    """Predator and prey, the prey's growth varying in time (so t[0]'s gradient has a term
+    from the adjoint system)."""
+    growth = a * (1.0 + 0.3 * np.sin(t))
+    return np.stack([growth * y[0] - b * y[0] * y[1], -y[1] + b * y[0] * y[1]])
+
+
+def reference(y0, t, a, b):
+    return scipy.integrate.odeint(lotka_volterra, y0, t, args=(a, b), rtol=1e-12, atol=1e-12)
+
+
+def lv_loss(y0, t, a, b):
+    """Through scipy.integrate.odeint as users call it: routed to tj.odeint when traced."""
+    ys = scipy.integrate.odeint(lotka_volterra, y0, t, args=(a, b))
+    return np.sum(ys[1:] ** 2 * np.arange(1, len(t))[:, None]), ys
+
+
+lv_grad = tj.value_and_grad(lv_loss, argnums=(0, 1, 2, 3), has_aux=True)
+
+
+def central(f, x, eps=1e-5):
+    x = np.array(x, float)
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[i] = eps
+        out[i] = (f(x + step) - f(x - step)) / (2 * eps)
+    return out
+
+
+def ref_loss(y0, t, a, b):
+    return np.sum(reference(y0, t, a, b)[1:] ** 2 * np.arange(1, len(t))[:, None])
+
+
+@pytest.mark.parametrize("a, b", [(1.1, 0.4), (0.9, 0.6)])
+def test_lotka_volterra_and_its_gradients_match_scipy(a, b):
+    (value, ys), (g_y0, g_t, g_a, g_b) = lv_grad(Y0, T, a, b)
+    np.testing.assert_allclose(ys, reference(Y0, T, a, b), rtol=1e-6)
+    assert value == pytest.approx(ref_loss(Y0, T, a, b), rel=1e-6)
+    np.testing.assert_allclose(g_y0, central(lambda v: ref_loss(v, T, a, b), Y0), rtol=1e-5)
+    fd_t = central(lambda v: ref_loss(Y0, v, a, b), T)
+    np.testing.assert_allclose(g_t[[0, -1]], fd_t[[0, -1]], rtol=1e-5)   # the ends of t
+    np.testing.assert_allclose(g_t, fd_t, rtol=1e-5, atol=1e-5 * np.abs(fd_t).max())
+    assert g_a == pytest.approx(central(lambda v: ref_loss(Y0, T, v, b), a), rel=1e-5)
+    assert g_b == pytest.approx(central(lambda v: ref_loss(Y0, T, a, v), b), rel=1e-5)
+
+
+def decay_loss(k, state):
+    """A pytree state; the rate `k` is captured by the dynamics, not passed as an argument."""
+    out = tj.odeint(lambda y, t: {"x": -k * y["x"], "s": k * y["s"] * 0.5 + 0 * t}, state, T)
+    return np.sum(out["x"]) + np.sum(out["s"]), out
+
+
+decay_grad = tj.value_and_grad(decay_loss, has_aux=True)
+
+
+@pytest.mark.parametrize("k", [0.3, 1.7])
+def test_exponential_decay_of_a_pytree_is_exact_and_so_is_its_gradient(k):
+    state = {"x": np.array([1.0, -2.0, 3.0]), "s": np.float64(0.25)}
+    (value, out), g = decay_grad(k, state)
+    x = np.exp(-k * T)[:, None] * state["x"]
+    s = 0.25 * np.exp(0.5 * k * T)
+    np.testing.assert_allclose(out["x"], x, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(out["s"], s, rtol=1e-6)
+    assert out["x"].shape == (len(T), 3) and out["s"].shape == (len(T),)
+    assert value == pytest.approx(x.sum() + s.sum(), rel=1e-6)
+    exact = np.sum(-T[:, None] * x) + np.sum(0.5 * T * s)
+    assert g == pytest.approx(exact, rel=1e-6)
+
+
+def test_the_interpreter_agrees_with_the_compiled_program(interpreter):
+    (value, ys), grads = lv_grad(Y0, T, 1.1, 0.4)
+    np.testing.assert_allclose(ys, reference(Y0, T, 1.1, 0.4), rtol=1e-6)
+    np.testing.assert_allclose(grads[0], central(lambda v: ref_loss(v, T, 1.1, 0.4), Y0),
+                               rtol=1e-5)
+
+
+def test_outside_traces_odeint_runs_on_numpy_and_scipy_stays_scipy():
+    ys = tj.odeint(lotka_volterra, Y0, T, 1.1, 0.4)
+    np.testing.assert_allclose(ys, reference(Y0, T, 1.1, 0.4), rtol=1e-6)
+    got = scipy.integrate.odeint(lotka_volterra, Y0, T, args=(1.1, 0.4))
+    assert np.array_equal(got, scipy.integrate.odeint.__wrapped__(lotka_volterra, Y0, T,
+                                                                   args=(1.1, 0.4)))
+
+
+def test_too_few_steps_give_nan_rows_and_the_rest_agrees():
+    solve = tj.jit(lambda y0: tj.odeint(lotka_volterra, y0, T, 1.1, 0.4, mxstep=3))
+    for y0 in (Y0, Y0 * 1.5):
+        ys = solve(y0)
+        assert np.isnan(ys[-1]).all() and not np.isnan(ys[0]).any()
+        assert np.array_equal(ys, tj.odeint(lotka_volterra, y0, T, 1.1, 0.4, mxstep=3),
+                              equal_nan=True)
+
+
+# ---- bad input -------------------------------------------------------------------------------
+def _traced(call):
+    return tj.grad(lambda a: np.sum(call(a)))(1.1)
+
+
+@pytest.mark.parametrize("t, error, builtin, words", [
+    (np.ones((2, 3)), tj.ShapeError, ValueError, ["t of shape (2, 3)", "1-D"]),
+    (np.array([0.0, 2.0, 1.0]), tj.ArgumentError, ValueError, ["not strictly increasing"]),
+])
+def test_bad_times_are_refused(t, error, builtin, words):
+    with pytest.raises(error) as info:
+        _traced(lambda a: tj.odeint(lotka_volterra, Y0, t, a, 0.4))
+    assert isinstance(info.value, builtin)
+    assert all(w in str(info.value) for w in words) and "test_integrate.py" in str(info.value)
+
+
+@pytest.mark.parametrize("func, error, builtin, words", [
+    (lambda y, t, a: y[:1] * a, tj.ShapeError, ValueError, ["f64[1] where y0 is f64[2]"]),
+    (lambda y, t, a: (y * a).astype(np.float32), tj.DtypeError, TypeError, ["f32[2] where y0 is f64[2]"]),
+    (lambda y, t, a: (y * a, y), tj.ShapeError, ValueError, ["structure"]),
+])
+def test_dynamics_of_another_shape_or_dtype_are_refused(func, error, builtin, words):
+    with pytest.raises(error) as info:
+        _traced(lambda a: tj.odeint(func, Y0, T, a))
+    assert isinstance(info.value, builtin) and "odeint: func returns" in str(info.value)
+    assert all(w in str(info.value) for w in words) and "test_integrate.py" in str(info.value)
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(tj.ArgumentError, match="rtol=-1.0 must be a positive"):
+        tj.odeint(lotka_volterra, Y0, T, 1.1, 0.4, rtol=-1.0)
+    with pytest.raises(tj.UnsupportedOperationError, match=r"the options \['tfirst'\]"):
+        _traced(lambda a: scipy.integrate.odeint(lotka_volterra, Y0, T, (a, 0.4), tfirst=True))
+
+
+def test_traced_times_out_of_order_give_nan_rows():
+    solve = tj.jit(lambda t: tj.odeint(lambda y, t: -y, np.array([1.0]), t)[:, 0])
+    for t, bad in ((np.array([0.0, 1.0, 0.5, 2.0]), [2]), (np.array([0.0, 1.0, 1.0, 2.0]), [2]),
+                   (np.array([0.0, 0.5, 1.0, 2.0]), [])):
+        ys = solve(t)
+        assert list(np.flatnonzero(np.isnan(ys))) == bad
+        good = ~np.isnan(ys)
+        np.testing.assert_allclose(ys[good], np.exp(-t[good]), rtol=1e-6)
