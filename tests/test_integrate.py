@@ -156,3 +156,35 @@ def test_traced_times_out_of_order_give_nan_rows():
         assert list(np.flatnonzero(np.isnan(ys))) == bad
         good = ~np.isnan(ys)
         np.testing.assert_allclose(ys[good], np.exp(-t[good]), rtol=1e-6)
+
+
+def test_the_gradient_stores_no_steps():
+    """The adjoint: the gradient's tape has one forward and one backward scan over the times,
+    and no loop that keeps its carries for a reverse sweep (loop_grad, a saving scan)."""
+    def eqns(tape):
+        for eqn in tape.eqns:
+            yield eqn
+            for sub in eqn.kw.values():
+                if isinstance(sub, tj.Tape):
+                    yield from eqns(sub)
+
+    tape = tj.make_tape(tj.grad(lambda a: lv_loss(Y0, T, a, 0.4)[0]))(1.1)
+    assert [e.op for e in tape.eqns if e.op == "scan"] == ["scan", "scan"]
+    assert not [e for e in eqns(tape) if e.op == "loop_grad" or e.kw.get("save")]
+
+
+def decay_sum(k):
+    return np.sum(tj.odeint(lambda y, t: -k * y, np.array([1.0, 3.0]), T))
+
+
+curvature = tj.grad(tj.grad(decay_sum))
+
+
+@pytest.mark.parametrize("k", [0.5, 1.5])
+def test_grad_of_grad_differentiates_the_adjoint(k):
+    assert curvature(k) == pytest.approx(4.0 * np.sum(T ** 2 * np.exp(-k * T)), rel=1e-6)
+
+
+def test_a_second_derivative_through_the_adjoints_loops_is_refused():
+    with pytest.raises(tj.UnsupportedOperationError, match="second derivative through a loop"):
+        tj.hessian(lambda y0: np.sum(tj.odeint(lambda y, t: -y * y, y0, T)[-1]))(np.ones(1))

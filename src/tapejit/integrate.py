@@ -134,14 +134,17 @@ def _integrate(f: Callable, y0: Any, ts: Any, rtol: float, atol: float, mxstep: 
 # ---- the adjoint -----------------------------------------------------------------------------
 class _Problem:
     """A closed dynamics tape `(y, t, *leaves) -> y'` with its VJP tape and the solver's
-    options: the custom_vjp solving it (one per tape and options, so re-traces share it)."""
+    options (one per tape and options, so re-traces share it). `attach(ys, y0, ts, *leaves)`
+    is the custom_vjp that gives the solution `ys` (solved beside it) the adjoint's
+    cotangents, and none to `ys` itself: its VJP rule recomputes `ys`, not the solve, and
+    a second derivative still sees how `ys` depends on the inputs."""
 
     def __init__(self, tape: Any, options: tuple) -> None:
         self.tape, self.options = tape, options
         self.floats = [k for k, v in enumerate(tape.invars[2:]) if v.aval.is_float]
         self.joint = vjp_tape(tape, [0, 1] + [k + 2 for k in self.floats], [INPUT])
-        self.solve = custom_vjp(self.odeint)
-        self.solve.defvjp(self.forward, self.backward)
+        self.attach = custom_vjp(self.solution)
+        self.attach.defvjp(self.forward, self.backward)
 
     def rate(self, leaves: tuple) -> Callable:
         return lambda y, t: inline(self.tape, [y, t, *leaves])[0]
@@ -149,13 +152,15 @@ class _Problem:
     def odeint(self, y0: Any, ts: Any, *leaves: Any) -> Any:
         return _integrate(self.rate(leaves), y0, ts, *self.options)
 
-    def forward(self, y0: Any, ts: Any, *leaves: Any) -> tuple:
-        ys = self.odeint(y0, ts, *leaves)
+    def solution(self, ys: Any, y0: Any, ts: Any, *leaves: Any) -> Any:
+        return ys
+
+    def forward(self, ys: Any, y0: Any, ts: Any, *leaves: Any) -> tuple:
         return ys, (ys, ts, leaves)
 
     def backward(self, residuals: tuple, g: Any) -> tuple:
-        """Cotangents of (y0, ts, *leaves): the adjoint system solved backwards over each
-        interval, from the last time to the first."""
+        """Cotangents of (ys: none, y0, ts, *leaves): the adjoint system solved backwards
+        over each interval, from the last time to the first."""
         ys, ts, leaves = residuals
         n, dtype = ys.shape[1], ys.dtype
         params = [leaves[k] for k in self.floats]
@@ -184,7 +189,7 @@ class _Problem:
         for k, p in zip(self.floats, params):
             cts[k] = p_ct[offset:offset + p.size].reshape(p.shape).astype(p.dtype)
             offset += p.size
-        return (a, ts_ct, *cts)
+        return (None, a, ts_ct, *cts)
 
 
 @functools.lru_cache(maxsize=256)
@@ -272,7 +277,8 @@ def odeint(func: Callable, y0: Any, t: Any, *args: Any, rtol: float = 1.4e-8,
     arg_leaves = [_array(leaf, "args", src) for leaf in arg_leaves]
     tape, captured = _dynamics(func, y_leaves, y_td, dtype, ts, arg_leaves, arg_td, src)
     flat = np.concatenate([leaf.reshape(-1).astype(dtype) for leaf in y_leaves])
-    ys = _problem(tape, options).solve(flat, ts, *arg_leaves, *captured)
+    problem, leaves = _problem(tape, options), (*arg_leaves, *captured)
+    ys = problem.attach(problem.odeint(flat, ts, *leaves), flat, ts, *leaves)
     sizes = np.cumsum([0] + [leaf.size for leaf in y_leaves])
     return unflatten(y_td, [ys[:, a:b].reshape((ts.shape[0],) + leaf.shape).astype(leaf.dtype)
                             for a, b, leaf in zip(sizes[:-1], sizes[1:], y_leaves)])
