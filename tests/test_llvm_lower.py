@@ -574,11 +574,14 @@ CARRIES = textwrap.dedent("""
 """)
 
 
-def test_loop_carries_that_trade_buffers():
+@pytest.mark.parametrize("unrolled", [2000, 0])
+def test_loop_carries_that_trade_buffers(unrolled, tmp_path):
     """A body that returns one carry's array as another's (swapped, copied, rotated) while
     making new ones: each buffer is freed only when no carry holds it. (In a new process: a
-    buffer freed too early is read after it is freed.)"""
-    out = _child(CARRIES)
+    buffer freed too early is read after it is freed.) With the hand-over checks written out,
+    and as loops over tables (ownership.py's UNROLLED: 0 makes every function use them)."""
+    setting = f"from tapejit.codegen.llvm import ownership; ownership.UNROLLED = {unrolled}\n"
+    out = _child(setting + CARRIES, TAPEJIT_CACHE_DIR=str(tmp_path / "cache"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.splitlines() == [f"{name} ok" for name in
                                        ("swap", "copy", "rotate", "scan", "keep")], out.stdout

@@ -23,7 +23,7 @@ from . import calls
 from .plan import plan
 from .scalar import combine_of, reduction_init, scalar_expr
 from .schedule import Call, Loop, steps
-from .segments import segmented
+from .segments import SEGMENT, segmented
 from .views import is_view, view_expr
 from .writer import (ENTRY, Sizes, Writer, comment, dtype_code, full_index, literal, name_of,
                      operand_parts)
@@ -153,12 +153,12 @@ class Module:
 
     def function(self, tape: Tape, stem: str = "body") -> str:
         """The name (`stem` and a number) of the module's function computing `tape` (one per
-        distinct tape); its 0-d inputs and outputs are scalars, so a loop step allocates no
-        0-d arrays."""
+        tape); 0-d inputs and outputs are scalars: a loop step allocates no 0-d arrays."""
         name = self.names.get(tape)
         if name is None:
             name = self.names[tape] = f"{stem}{len(self.names)}"
-            self.functions.append(_function(self, tape, name, scalars=True))
+            body = tape if stem == SEGMENT else segmented(tape)   # a loop's body may be long
+            self.functions.append(_function(self, body, name, scalars=True))
         return name
 
     def helper(self, name: str, source: str) -> str:

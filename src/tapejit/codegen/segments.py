@@ -75,6 +75,8 @@ def segmented(tape: Tape) -> Tape:
             size = 0
         parts[-1].append(eqn)
         size += weight
+    if len(parts) == 1:          # one eqn past the limit: a segment of it would be itself
+        return tape
     read_after = _read_after(parts, tape)
     eqns = []
     for part, later in zip(parts, read_after):

@@ -15,6 +15,69 @@ from .arrays import VAR, Arrays
 from .emit import Array, ArrayVar, NotCovered
 
 
+UNROLLED = 2000      # hand-over checks written out in a function; past it, loops over tables
+# tj_hand_over(vars, n, skip, old, drop, cells, m): the first array variable (its slots'
+# addresses in `vars`, but the one at `skip`) and then the first call site output (its cells'
+# in `cells`) that holds `old` takes it over where `drop`; returns whether one did
+_HAND_OVER = """define internal i1 @tj_hand_over(ptr %vars, i64 %n, ptr %skip, ptr %old, i1 %drop,
+                                     ptr %cells, i64 %m) noinline {
+entry:
+  %old.i = ptrtoint ptr %old to i64
+  br label %var
+var:
+  %k = phi i64 [0, %entry], [%k.1, %var.next]
+  %f = phi i1 [false, %entry], [%f.1, %var.next]
+  %more = icmp slt i64 %k, %n
+  br i1 %more, label %var.body, label %cell
+var.body:
+  %ptr.at = getelementptr {ptr, ptr}, ptr %vars, i64 %k, i32 0
+  %ptr.slot = load ptr, ptr %ptr.at
+  %own.at = getelementptr {ptr, ptr}, ptr %vars, i64 %k, i32 1
+  %own.slot = load ptr, ptr %own.at
+  %held.ptr = load ptr, ptr %ptr.slot
+  %held = icmp eq ptr %held.ptr, %old
+  %other = icmp ne ptr %ptr.slot, %skip
+  %open = xor i1 %f, true
+  %h.1 = and i1 %held, %other
+  %h.2 = and i1 %h.1, %open
+  %hit = and i1 %h.2, %drop
+  %own = load i1, ptr %own.slot
+  %own.1 = or i1 %own, %hit
+  store i1 %own.1, ptr %own.slot
+  %f.1 = or i1 %f, %hit
+  br label %var.next
+var.next:
+  %k.1 = add i64 %k, 1
+  br label %var
+cell:
+  %j = phi i64 [0, %var], [%j.1, %cell.next]
+  %g = phi i1 [%f, %var], [%g.1, %cell.next]
+  %more.c = icmp slt i64 %j, %m
+  br i1 %more.c, label %cell.body, label %done
+cell.body:
+  %cp.at = getelementptr {ptr, ptr}, ptr %cells, i64 %j, i32 0
+  %cp = load ptr, ptr %cp.at
+  %co.at = getelementptr {ptr, ptr}, ptr %cells, i64 %j, i32 1
+  %co = load ptr, ptr %co.at
+  %v = load i64, ptr %cp
+  %held.c = icmp eq i64 %v, %old.i
+  %open.c = xor i1 %g, true
+  %c.1 = and i1 %held.c, %open.c
+  %hit.c = and i1 %c.1, %drop
+  %o = load i64, ptr %co
+  %hit.64 = zext i1 %hit.c to i64
+  %o.1 = or i64 %o, %hit.64
+  store i64 %o.1, ptr %co
+  %g.1 = or i1 %g, %hit.c
+  br label %cell.next
+cell.next:
+  %j.1 = add i64 %j, 1
+  br label %cell
+done:
+  ret i1 %g
+}"""
+
+
 class Ownership(Arrays):
     """Array variables' bindings, and the buffers a function frees."""
 
@@ -72,22 +135,52 @@ class Ownership(Arrays):
         """Where an array variable let go of a buffer it owned: another variable or a call's
         result that holds the same buffer takes it over (carries that trade buffers: a swap,
         a rotation, a body returning its argument); where none does, it is freed. Written once
-        the function's variables and call sites are all known."""
+        the function's variables and call sites are all known: unrolled, or where that would
+        be more than UNROLLED checks (quadratic: a fluid simulation's step, 71,000 lines of
+        them, took LLVM 71 s), as loops over tables of the holders (`_tables`)."""
         f = self.fn
         holders = [(n, v) for n, v in self.env.items() if isinstance(v, ArrayVar)]
+        outputs = sum(1 for r in self.results for o in r.layout if o.array)
+        tables = self._tables(holders) \
+            if len(self.drops) * (len(holders) + outputs) > UNROLLED else None
         for k, (old, drop, name) in enumerate(self.drops):
             at = f.lines.index(f"  ;@@DROP{k}")
             lines, terminated = f.lines, f.terminated
             f.lines, f.terminated, found = [], False, "false"
-            for other, var in holders:
-                if other != name:
-                    found = self._hand(var.ptr, var.owned, old, drop, found)
-            for results in self.results:
-                found = functions.adopt(self, results, old, drop, found)
+            if tables is not None:
+                skip = next(v.ptr for n, v in holders if n == name)
+                found = f.op(f"call i1 @tj_hand_over(ptr {tables[0]}, i64 {len(holders)}, "
+                             f"ptr {skip}, ptr {old}, i1 {drop}, ptr {tables[1]}, "
+                             f"i64 {outputs})")
+            else:
+                for other, var in holders:
+                    if other != name:
+                        found = self._hand(var.ptr, var.owned, old, drop, found)
+                for results in self.results:
+                    found = functions.adopt(self, results, old, drop, found)
             free = f.op(f"and i1 {drop}, {f.op(f'xor i1 {found}, true')}")
             f.do(f"call void @free(ptr {f.op(f'select i1 {free}, ptr {old}, ptr null')})")
             lines[at:at + 1] = f.lines
             f.lines, f.terminated = lines, terminated
+
+    def _tables(self, holders: list) -> tuple[str, str]:
+        """Stack tables of the array variables' slots (pointer, owned flag) and of the call
+        sites' array outputs' cells (pointer, owned), for `_HAND_OVER`."""
+        f = self.fn
+        self.module.declarations.add(_HAND_OVER)
+        cells = [(r.cells, o.cell) for r in self.results for o in r.layout if o.array]
+        tables = []
+        for entries in ([(v.ptr, v.owned) for _, v in holders],
+                        [(f.early(f"getelementptr i64, ptr {c}, i64 {k}"),
+                          f.early(f"getelementptr i64, ptr {c}, i64 {k + 1}"))
+                         for c, k in cells]):
+            table = f.slot(f"[{max(1, len(entries))} x {{ptr, ptr}}]")
+            for k, (ptr, owned) in enumerate(entries):
+                for half, address in enumerate((ptr, owned)):
+                    at = f.early(f"getelementptr {{ptr, ptr}}, ptr {table}, i64 {k}, i32 {half}")
+                    f.init(f"store ptr {address}, ptr {at}")
+            tables.append(table)
+        return tables[0], tables[1]
 
     def _hand(self, ptr_slot: str, owned_slot: str, old: str, drop: str, found: str) -> str:
         """The variable whose slots are given takes over `old` if it holds it and nobody took
