@@ -1298,6 +1298,18 @@ if sc is not None:
     row("scipy_softmax_all", lambda x: sc.softmax(x), shapes=MATRIX, covers=(sc.softmax,))
     row("scipy_log_softmax", lambda x: sc.log_softmax(x, axis=-1), shapes=CUBE, grad2=True,
         covers=(sc.log_softmax,))
+    # incomplete gamma and beta functions: differentiable in x only (their a, b, df are
+    # constants here; a derivative in them raises: tests/test_special_incomplete.py)
+    from tapejit.ops import special_incomplete as SI
+    _INCOMPLETE = [(sc.gammainc, SI.gammainc, (2.5,), POS),
+                   (sc.gammaincc, SI.gammaincc, (0.7,), POS),
+                   (sc.betainc, SI.betainc, (2.0, 3.5), _PROB), (sc.stdtr, SI.stdtr, (3.0,), REAL)]
+    for _uf, _prim, _shapes, _dom in _INCOMPLETE:
+        row(f"scipy_{_uf.__name__}", lambda x, _uf=_uf, _s=_shapes: _uf(*_s, x), domain=_dom,
+            grad2=True, covers=(_uf,))
+        row(f"prim_{_prim.name}", lambda x, _p=_prim, _s=_shapes: _p(*_s, x), domain=_dom,
+            grad2=True, prim=_prim.name,
+            ref=lambda x, _uf=_uf, _s=_shapes: _uf(*_s, x).astype(x.dtype))
 
 # ---- nan-reductions, nan_to_num, reductions with where= and initial= --------------------------
 _NAN_AT = np.array([[False, True, False, False], [True, False, False, True],

@@ -19,8 +19,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .avals import Aval
+from .errors import UnsupportedOperationError, at_source
 from .ir import Eqn, Tape, Var, dce
-from .ops import OPS
+from .ops import OPS, NoDerivative
 from .ops import layout as L
 from .ops import reduce as R
 from .trace import Tracer, new_trace, recording_source, var_of
@@ -83,6 +84,8 @@ def vjp_tape(tape: Tape, wrt: Sequence[int], seeds: Sequence[str | None]) -> Tap
                     in_cts = op.vjp(out_cts[0], outs[0], *ins, **eqn.kw)
                 for atom, ct_in in zip(eqn.ins, in_cts):
                     if ct_in is not None and isinstance(atom, Var) and atom.name in active:
+                        if isinstance(ct_in, NoDerivative):
+                            raise UnsupportedOperationError(at_source(ct_in.message, eqn.src))
                         _accumulate(cts, atom.name, unbroadcast(ct_in, atom.aval))
         grads = []
         for i in wrt:

@@ -2,8 +2,9 @@
 kernels cannot call (np.floor, np.ceil, np.trunc, np.rint, np.cbrt), Threefry's random
 bits (`threefry_bits32`, `threefry_bits64`: codegen/threefry.py's intrinsics, inlined code),
 and the special functions (erfinv: libdevice's; digamma, polygamma, ndtr, log_ndtr:
-codegen/special.py's numba functions, which numba-cuda compiles for the device as it compiles
-a kernel calling them; the simulator calls them on the host).
+codegen/special.py's numba functions, gammainc, gammaincc, betainc, stdtr: special_incomplete.py's,
+which numba-cuda compiles for the device as it compiles a kernel calling them; the simulator
+calls them on the host).
 
 Generated CUDA modules import this module as `tjm`. On a GPU these are libdevice's (the `f`
 names take float32); the CUDA simulator runs kernels as Python and has no libdevice, so there
@@ -18,6 +19,7 @@ from numba import config
 
 from ..ops import random as _random
 from .special import digamma, erfinv as _erfinv, log_ndtr, ndtr, polygamma  # noqa: F401
+from .special_incomplete import betainc, gammainc, gammaincc, stdtr  # noqa: F401
 
 if config.ENABLE_CUDASIM:
     threefry_bits32, threefry_bits64 = _random.bits32, _random.bits64

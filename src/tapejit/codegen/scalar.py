@@ -21,12 +21,14 @@ from ..ir import Eqn
 from ..ops import OPS, ByKind
 from ..ops.random import CPU_GLOBAL
 from ..ops.special import CPU_GLOBAL as SPECIAL
+from ..ops.special_incomplete import CPU_GLOBAL as INCOMPLETE
 from .writer import dtype_code, scalar
 
 VMATH = "tj_vmath"
 cache.MODULES[VMATH] = "tapejit.codegen.vmath"
 cache.MODULES[CPU_GLOBAL] = "tapejit.codegen.threefry"    # random bits (ops/random.py)
 cache.MODULES[SPECIAL] = "tapejit.codegen.special"       # digamma, erfinv, ... (ops/special.py)
+cache.MODULES[INCOMPLETE] = "tapejit.codegen.special_incomplete"   # gammainc, betainc, ...
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 

@@ -9,8 +9,9 @@ An `Op` holds, side by side, everything the pipeline needs to know about a primi
 - `impl(*arrays, **params) -> ndarray`: its numpy reference implementation (the interpreter);
 - `vjp(ct, out, *ins, **params) -> tuple`: its reverse-mode rule, written with traced ops so the
   reverse sweep is ordinary IR that can be differentiated again. It returns one cotangent per
-  input (None for no contribution); cotangents may have the broadcast shape of the output, since
-  autodiff unbroadcasts them centrally. `zero_vjp` marks an op whose gradient is zero or which is
+  input (None for no contribution, a `NoDerivative` where the op has no rule for that input:
+  autodiff raises it where a gradient needs it); cotangents may have the broadcast shape of
+  the output, since autodiff unbroadcasts them centrally. `zero_vjp` marks an op whose gradient is zero or which is
   not differentiable (integer/bool results): the choice is always written down, never implied;
 - `axes(operand shapes, output shape, **params) -> groups`: which axes the op forces to be
   one axis (ops/axes.py); by default from its kind (broadcasting for elementwise ops, kept
@@ -171,6 +172,14 @@ def nest_reduction(eqn: Any) -> Reduction | None:
     return None if reduction is None or is_view(eqn) else reduction
 
 
+@dataclasses.dataclass(frozen=True)
+class NoDerivative:
+    """What a VJP returns for an input the op has no derivative rule for (`message` names the
+    function, the argument and the fix): autodiff raises it where that input needs a gradient,
+    and drops it elsewhere. Never a silent zero."""
+    message: str
+
+
 def zero_vjp(ct: Any, out: Any, *ins: Any, **params: Any) -> tuple:
     """The VJP of an op with zero gradient (floor, sign) or non-float results (comparisons)."""
     return (None,) * len(ins)
@@ -194,5 +203,6 @@ from . import decompositions  # noqa: E402,F401  (np.linalg's solve, eigh, svd, 
 from . import custom  # noqa: E402,F401  (stop_gradient, custom_vjp_call, njit_call)
 from . import random  # noqa: E402,F401  (threefry2x32, iota: tj.random's bits)
 from . import special  # noqa: E402,F401  (scipy.special's erf, digamma, ... where scipy is)
+from . import special_incomplete  # noqa: E402,F401  (gammainc, gammaincc, betainc)
 from . import sort  # noqa: E402,F401  (sort, take_along, scatter_add_along, searchsorted)
 from . import triangular  # noqa: E402,F401  (scipy.linalg's triangular_solve, lu)
