@@ -29,12 +29,6 @@ RULES: dict[tuple[type, str], Callable[..., Any]] = {}
 _NAMES: dict[type, str] = {}        # distribution class -> its name in scipy.stats
 _METHODS = ("logpdf pdf logpmf pmf cdf logcdf sf logsf ppf isf rvs stats entropy moment median "
             "mean var std cov interval expect nnlf support fit marginal").split()
-# why a method is missing: the function it needs, which tapejit does not have
-_NEEDS = {"t": "scipy.special.stdtr, an incomplete beta function",
-          "beta": "scipy.special.betainc, the incomplete beta function",
-          "binom": "scipy.special.bdtr, an incomplete beta function",
-          "gamma": "scipy.special.gammainc, the incomplete gamma function",
-          "poisson": "scipy.special.pdtr, an incomplete gamma function"}
 _WHY = {"ppf": "an inverse distribution function", "isf": "an inverse distribution function",
         "rvs": "random draws: use tj.random with a key passed in"}
 
@@ -51,8 +45,7 @@ def _unsupported(dist: Any, method: str, error: type = UnsupportedOperationError
     name = _name(dist)
     mine = sorted(m for (cls, m) in RULES if cls is type(dist))
     if mine:
-        why = _NEEDS.get(name) if method in ("cdf", "logcdf", "sf", "logsf") else None
-        why = f" (it needs {why or _WHY[method]})" if why or method in _WHY else ""
+        why = f" (it needs {_WHY[method]})" if method in _WHY else ""
         told = f"scipy.stats.{name}.{method} is not supported on traced arrays{why}.\n" \
                f"  Supported for {name}: {', '.join(mine)}"
     else:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..ops import custom as C
 from ..ops import special as S
 from . import asarray, cast
 from .math import compute_dtype
@@ -110,6 +111,40 @@ def _binom_logpmf(k: Any, n: Any, p: Any) -> Any:
     return combinations + sc.xlogy(k, p) + sc.xlog1py(n - k, -p)
 
 
+def _t_cdf(z: Any, df: Any) -> Any:
+    """Student's t distribution function; the normal's where df is infinite."""
+    return np.where(df == INF, sc.ndtr(z), sc.stdtr(np.where(df == INF, 1.0, df), z))
+
+
+def _count(k: Any) -> Any:
+    """floor(k), a constant to differentiation (the distribution functions are steps in k)."""
+    return C.stop_gradient(np.floor(k))
+
+
+def _log_of(fn: Callable[..., Any], other: Callable[..., Any]) -> Callable[..., Any]:
+    """log fn, as log1p(-other) where fn > 1/2 (other = 1 - fn: scipy's log(fn) loses the
+    digits of values near 1 there)."""
+    def log_fn(*args: Any) -> Any:
+        value = fn(*args)
+        return np.where(value > 0.5, np.log1p(-other(*args)), np.log(value))
+    return log_fn
+
+
+def _cdf_methods(cdf: Callable[..., Any], sf: Callable[..., Any]) -> dict:
+    """cdf, sf and their logarithms."""
+    return {"cdf": cdf, "sf": sf, "logcdf": _log_of(cdf, sf), "logsf": _log_of(sf, cdf)}
+
+
+_T_CDF = _cdf_methods(_t_cdf, lambda z, df: _t_cdf(-z, df))
+_GAMMA_CDF = _cdf_methods(lambda z, a: sc.gammainc(a, z), lambda z, a: sc.gammaincc(a, z))
+_BETA_CDF = _cdf_methods(lambda z, a, b: sc.betainc(a, b, z),
+                         lambda z, a, b: sc.betainc(b, a, 1 - z))
+_POISSON_CDF = _cdf_methods(lambda k, mu: sc.gammaincc(_count(k) + 1, mu),
+                            lambda k, mu: sc.gammainc(_count(k) + 1, mu))
+_BINOM_CDF = _cdf_methods(lambda k, n, p: sc.betainc(n - _count(k), _count(k) + 1, 1 - p),
+                          lambda k, n, p: sc.betainc(_count(k) + 1, n - _count(k), p))
+
+
 def _log_z(fn: Callable[[Any], Any], sign: int) -> Callable[[Any, Any], Any]:
     """fn(sign * log(z) / s): lognorm's cdf-like methods, through the normal's."""
     return lambda z, s: fn(sign * np.log(z) / s)
@@ -119,11 +154,12 @@ FAMILIES: dict[str, Family] = {
     "norm": Family({"logpdf": lambda z: -z * z / 2 - HALF_LOG_2PI,
                     "cdf": sc.ndtr, "logcdf": sc.log_ndtr,
                     "sf": lambda z: sc.ndtr(-z), "logsf": lambda z: sc.log_ndtr(-z)}),
-    "t": Family({"logpdf": _t_logpdf}, safe=(1.0,)),
-    "gamma": Family({"logpdf": lambda z, a: sc.xlogy(a - 1, z) - z - sc.gammaln(a)},
+    "t": Family({"logpdf": _t_logpdf, **_T_CDF}, safe=(1.0,)),
+    "gamma": Family({"logpdf": lambda z, a: sc.xlogy(a - 1, z) - z - sc.gammaln(a),
+                     **_GAMMA_CDF},
                     support=lambda a: (0.0, INF), inner=1.0, safe=(1.0,)),
     "beta": Family({"logpdf": lambda z, a, b: (sc.xlog1py(b - 1, -z) + sc.xlogy(a - 1, z)
-                                              - _betaln(a, b))},
+                                              - _betaln(a, b)), **_BETA_CDF},
                    support=lambda a, b: (0.0, 1.0), inner=0.5, safe=(1.0, 1.0)),
     "laplace": Family({"logpdf": lambda z: LOG_HALF - np.abs(z), "cdf": _laplace_cdf,
                        "logcdf": _laplace_logcdf, "sf": lambda z: _laplace_cdf(-z),
@@ -148,10 +184,11 @@ FAMILIES: dict[str, Family] = {
                        "cdf": _log_z(sc.ndtr, 1), "logcdf": _log_z(sc.log_ndtr, 1),
                        "sf": _log_z(sc.ndtr, -1), "logsf": _log_z(sc.log_ndtr, -1)},
                       support=lambda s: (0.0, INF), inner=1.0, safe=(1.0,), open_density=True),
-    "poisson": Family({"logpdf": lambda k, mu: sc.xlogy(k, mu) - sc.gammaln(k + 1) - mu},
+    "poisson": Family({"logpdf": lambda k, mu: sc.xlogy(k, mu) - sc.gammaln(k + 1) - mu,
+                       **_POISSON_CDF},
                       valid=lambda mu: mu >= 0, support=lambda mu: (0.0, INF), safe=(1.0,),
                       discrete=True),
-    "binom": Family({"logpdf": _binom_logpmf},
+    "binom": Family({"logpdf": _binom_logpmf, **_BINOM_CDF},
                     valid=lambda n, p: (n >= 0) & (np.floor(n) == n) & _unit(p),
                     support=lambda n, p: (0.0, n), safe=(1.0, 0.5), discrete=True),
     "bernoulli": Family({"logpdf": lambda k, p: _binom_logpmf(k, 1, p),
