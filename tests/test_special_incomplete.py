@@ -106,6 +106,16 @@ def test_large_a_against_mpmath():
     np.testing.assert_allclose(got[1], q, rtol=1e-13)
 
 
+def test_huge_parameters_sum_enough_terms():
+    """Near x = a the series and fractions need about 9 sqrt(a) terms: at a = 1e8 (b = 1e8)
+    a fixed bound of 5000 gave 60% errors; the bound grows with sqrt(a)."""
+    a = np.array([1e6, 1e8, 1e8, 1e8])
+    x = a + np.array([-0.5, -0.5, 0.0, 0.5]) * np.sqrt(a)
+    f = lambda a, x: (sc.gammainc(a, x), sc.gammaincc(a, x), sc.betainc(a, a, 0.5 + x / a * 1e-5))
+    for g, w in zip(tj.jit(f)(a, x), f(a, x)):
+        np.testing.assert_allclose(g, w, rtol=3e-11)
+
+
 def test_edges_are_scipys():
     """NaN, a <= 0, x < 0, x = 0, x = inf, betainc outside [0, 1], a = 0, b = 0, infinite
     parameters and df."""

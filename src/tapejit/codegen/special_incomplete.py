@@ -67,6 +67,13 @@ _STIRLING = (-3617.0 / 122400.0, 1.0 / 156.0, -691.0 / 360360.0, 1.0 / 1188.0, -
 
 
 @_jit
+def _iterations(size):
+    """The bound on a series' or continued fraction's terms for parameters of `size`: they
+    converge after about 9 sqrt(size) terms where the argument is near the parameter."""
+    return MAX_ITER + int(10.0 * math.sqrt(min(size, 1e15)))
+
+
+@_jit
 def _lgamma1p(a):
     """lgamma(1 + a), accurate also for small |a| (1 + a would round a's digits away)."""
     if abs(a) >= 0.2:
@@ -119,7 +126,7 @@ def _gamma_factor(a, x):
 def _p_series(a, x):
     """P(a, x) by its power series: x^a e^-x / Gamma(a + 1) sum x^n / ((a + 1)...(a + n))."""
     term, total, r = 1.0, 1.0, a
-    for _ in range(MAX_ITER):
+    for _ in range(_iterations(a)):
         r += 1.0
         term *= x / r
         total += term
@@ -134,7 +141,7 @@ def _q_fraction(a, x):
     b = x + 1.0 - a
     c, d = 1.0 / TINY, 1.0 / b
     h = d
-    for i in range(1, MAX_ITER):
+    for i in range(1, _iterations(a)):
         an = -i * (i - a)
         b += 2.0
         d = an * d + b
@@ -246,7 +253,7 @@ def _beta_fraction(a, b, x):
     c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
     d = 1.0 / (TINY if abs(d) < TINY else d)
     h = d
-    for m in range(1, MAX_ITER):
+    for m in range(1, _iterations(a + b)):
         m2 = 2.0 * m
         for an in (m * (b - m) * x / ((a + m2 - 1.0) * (a + m2)),
                    -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0))):
