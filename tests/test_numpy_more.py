@@ -9,6 +9,7 @@ target that does not depend on a source still gives None."""
 from __future__ import annotations
 
 import inspect
+import types
 import warnings
 
 import numpy as np
@@ -211,11 +212,15 @@ def test_errors_name_function_shapes_and_fix(fn, error, message):
 
 
 @pytest.mark.usefixtures("interpreter")
-def test_indexing_an_outside_constant_points_to_a_copy():
+def test_indexing_an_outside_constant_gathers_or_points_to_a_copy():
     table = np.arange(6.0).reshape(3, 2)         # made outside: a plain ndarray
+    x = np.array([0.0, 2.0, 1.0])
+    # read by name (a closure cell here): a Constant while traced (guards.outside_arrays)
+    np.testing.assert_array_equal(tj.jit(lambda x: table[np.argsort(x)])(x), table[[0, 2, 1]])
+    held = types.SimpleNamespace(table=table)    # reached through an attribute: not swapped
     with pytest.raises(ConcretizationError, match=r"np.array\(table\)\[idx\]"):
-        tj.jit(lambda x: table[np.argsort(x)])(np.ones(3))
-    taken = tj.jit(lambda x: np.array(table)[np.argsort(x)])(np.array([0.0, 2.0, 1.0]))
+        tj.jit(lambda x: held.table[np.argsort(x)])(np.ones(3))
+    taken = tj.jit(lambda x: np.array(held.table)[np.argsort(x)])(x)
     np.testing.assert_array_equal(taken, table[[0, 2, 1]])
 
 
