@@ -42,7 +42,7 @@ import os
 import sys
 import sysconfig
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -233,43 +233,48 @@ def generator_states(fn: Callable[..., Any]) -> States:
     reaches g's; a loss calling a module-level helper reaches the helper's closure). Each
     generator once, whatever names it has."""
     found: dict[int, tuple[str, Any]] = {}
-    _reachable(fn, found, set())
+    for name, value, _ in _by_name(fn, set()):
+        if isinstance(value, _GENERATORS):
+            found.setdefault(id(value), (name, value))
     return [(name, gen, _state(gen)) for name, gen in found.values()]
 
 
-def _reachable(fn: Any, found: dict[int, tuple[str, Any]], seen: set[int]) -> None:
-    """Add the generators `fn` reads by name to `found` (see `generator_states`)."""
+Put = Callable[[Any], None]
+
+
+def _by_name(fn: Any, seen: set[int]) -> Iterator[tuple[str, Any, Put | None]]:
+    """`(name, value, put)` for what `fn` can read by name: the attributes of a bound
+    method's object, its module's globals, its closure cells and default arguments, then the
+    same of each function of the user's it reaches through those it reads. `put(v)` stores v
+    in that place: None for an object's attributes and the globals it does not read (those
+    are not changed)."""
     fn = inspect.unwrap(fn)
     if id(fn) in seen:
         return
     seen.add(id(fn))
+    places: list[tuple[str, Any, Put | None, bool]] = []     # ..., whether to follow it
     owner = getattr(fn, "__self__", None)
     if owner is not None and hasattr(owner, "__dict__"):
-        for name, value in vars(owner).items():
-            _note(f"self.{name}", value, found, seen)
+        places += [(f"self.{name}", value, None, True) for name, value in vars(owner).items()]
         fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is None or code.co_filename.startswith(_LIBRARIES + (_PACKAGE,)):
-        return
-    names = getattr(fn, "__globals__", {})
-    for name, value in names.items():
-        if isinstance(value, _GENERATORS):
-            found.setdefault(id(value), (name, value))
-    for name in _global_names(code):
-        if inspect.isfunction(names.get(name)):
-            _reachable(names[name], found, seen)
-    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            _note(name, cell.cell_contents, found, seen)
-        except ValueError:          # a cell not filled yet
-            continue
-
-
-def _note(name: str, value: Any, found: dict[int, tuple[str, Any]], seen: set[int]) -> None:
-    if isinstance(value, _GENERATORS):
-        found.setdefault(id(value), (name, value))
-    elif callable(value):
-        _reachable(value, found, seen)
+    if code is not None and not code.co_filename.startswith(_LIBRARIES + (_PACKAGE,)):
+        names, read = getattr(fn, "__globals__", {}), _global_names(code)
+        places += [(name, value, functools.partial(names.__setitem__, name), True)
+                   if name in read else (name, value, None, False)
+                   for name, value in names.items()]
+        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+            try:
+                places.append((name, cell.cell_contents,
+                               functools.partial(setattr, cell, "cell_contents"), True))
+            except ValueError:          # a cell not filled yet
+                continue
+        places += [(f"default {k}", value, functools.partial(_put_default, fn, k), True)
+                   for k, value in enumerate(getattr(fn, "__defaults__", None) or ())]
+    for name, value, put, follow in places:
+        yield name, value, put
+        if follow and callable(value) and not isinstance(value, _GENERATORS):
+            yield from _by_name(value, seen)
 
 
 def _global_names(code: Any) -> set[str]:
@@ -313,9 +318,10 @@ class outside_arrays:
     def __enter__(self) -> None:
         self.saved: list[tuple[Callable[[Any], None], np.ndarray]] = []
         views: dict[int, Outside] = {}
-        for put, array in _array_slots(self.fn, set()):
-            put(views.setdefault(id(array), array.view(Outside)))
-            self.saved.append((put, array))
+        for _, array, put in _by_name(self.fn, set()):
+            if put is not None and type(array) is np.ndarray and array.ndim:
+                put(views.setdefault(id(array), array.view(Outside)))
+                self.saved.append((put, array))
 
     def __exit__(self, *exc: Any) -> None:
         for put, array in reversed(self.saved):
@@ -328,33 +334,6 @@ class Outside(Constant):
     write into a buffer made inside the function)."""
 
     __setitem__ = np.ndarray.__setitem__
-
-
-def _array_slots(fn: Any, seen: set[int]) -> list[tuple[Callable[[Any], None], np.ndarray]]:
-    """(put, array) for each plain array `fn` reads by name; `put(v)` stores v in its place."""
-    fn = getattr(inspect.unwrap(fn), "__func__", inspect.unwrap(fn))
-    code = getattr(fn, "__code__", None)
-    if id(fn) in seen or code is None or code.co_filename.startswith(_LIBRARIES + (_PACKAGE,)):
-        return []
-    seen.add(id(fn))
-    slots: list[tuple[Callable[[Any], None], Any]] = []
-    names = getattr(fn, "__globals__", {})
-    for name in _global_names(code) & names.keys():
-        slots.append((functools.partial(names.__setitem__, name), names[name]))
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            slots.append((functools.partial(setattr, cell, "cell_contents"), cell.cell_contents))
-        except ValueError:          # a cell not filled yet
-            continue
-    for k, value in enumerate(getattr(fn, "__defaults__", None) or ()):
-        slots.append((functools.partial(_put_default, fn, k), value))
-    found = []
-    for put, value in slots:
-        if type(value) is np.ndarray and value.ndim:
-            found.append((put, value))
-        elif inspect.isfunction(value):
-            found += _array_slots(value, seen)
-    return found
 
 
 def _put_default(fn: Any, k: int, value: Any) -> None:

@@ -22,10 +22,10 @@ import concurrent.futures
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import struct
-import logging
 import threading
 import time
 import weakref
