@@ -302,14 +302,15 @@ def _driver(tmp_path, *args, **env):
 
 
 def test_numba_bounds_check_sees_no_access_out_of_range(tmp_path):
-    """A second oracle: numba's own bounds check on every array access of the generated
-    programs (NUMBA_BOUNDSCHECK=1) never fires for the out-of-range programs of
+    """A second oracle: numba's own bounds check on every array access of the numba
+    generator's programs (NUMBA_BOUNDSCHECK=1) never fires for the out-of-range programs of
     tests/bounds_memcheck.py: each raises tapejit's error first. Without tapejit's checks it
     does fire (the control: it sees the accesses)."""
-    proc = _driver(tmp_path)
+    proc = _driver(tmp_path, TAPEJIT_CODEGEN="numba")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "32 out-of-range calls raised, 0 did not" in proc.stdout, proc.stdout
-    control = _driver(tmp_path, "--only", "take_along", TAPEJIT_BOUNDSCHECK="0")
+    control = _driver(tmp_path, "--only", "take_along", TAPEJIT_BOUNDSCHECK="0",
+                      TAPEJIT_CODEGEN="numba")
     assert "FAIL take_along: numba's bounds check" in control.stdout, control.stdout
 
 

@@ -62,8 +62,8 @@ def call(body: Any, node: ast.Call) -> Results:
 
 
 def _kind(value: Scalar | Array) -> tuple:
-    if isinstance(value, Array):
-        return ("array", value.dtype, len(value.dims))
+    if isinstance(value, Array):      # with its lengths over S, which hold inside the function
+        return ("array", value.dtype, len(value.dims), tuple(d.sym for d in value.dims))
     return ("scalar", value.dtype)
 
 
@@ -144,7 +144,7 @@ def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...
                          statements=node.body, in_nest=caller.in_nest)
     for k, (param, kind) in enumerate(zip(params, kinds)):
         if kind[0] == "array":
-            dims = tuple(Scalar(f"%a{k}d{d}", I64) for d in range(kind[2]))
+            dims = tuple(Scalar(f"%a{k}d{d}", I64, kind[3][d]) for d in range(kind[2]))
             inner.env[param] = Array(f"%a{k}", kind[1], dims, param)
             inner.given.add(param)
             text += [f"ptr %a{k}"] + [f"i64 %a{k}d{d}" for d in range(kind[2])]
