@@ -49,3 +49,12 @@ def interpreter(monkeypatch):
     yield
     monkeypatch.undo()
     config.reload()
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_programs():
+    """Each test starts without the programs of another test's transforms of the same
+    function (tapejit/sharing.py): counts of traces and compiles stay each test's own."""
+    from tapejit import sharing
+    sharing.forget()
+

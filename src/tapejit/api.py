@@ -37,6 +37,7 @@ class _ValueAndGrad(CachedTransform):
         super().__init__(fn, static_argnums, backend, "grad" if grad_only else "value_and_grad")
         self.argnums = check_argnums(argnums, self.transform)
         self.has_aux, self.grad_only = has_aux, grad_only
+        self._share(self.argnums, has_aux)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(args, kwargs)
@@ -115,6 +116,11 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
 
 class _Jit(CachedTransform):
     """`jit(f)`: a callable with a per-signature cache of forward programs."""
+
+    def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
+                 backend: str | None) -> None:
+        super().__init__(fn, static_argnums, backend)
+        self._share()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(args, kwargs)

@@ -254,3 +254,35 @@ def check_float_inputs(what: str, call: CallArgs, wrt: Sequence[int]) -> None:
                 f"with functools.partial).", user_source()))
 
 
+def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
+                new_names: Sequence[str]) -> str:
+    """Why `new` missed: what differs from `old` (keys `(options, treedefs, avals, weak,
+    static, n_pos)`, then the device on the CUDA backend), naming the leaves whose shape or
+    dtype changed."""
+    o_opts, o_tds, o_avals, o_weak, o_static, o_npos = old[:6]
+    n_opts, n_tds, n_avals, n_weak, n_static, n_npos = new[:6]
+    reasons = []
+    if old[6:] != new[6:]:
+        reasons.append(f"device changed: {old[6:]} -> {new[6:]}")
+    if o_opts != n_opts:
+        reasons.append(f"argnums changed: {o_opts} -> {n_opts}")
+    if o_npos != n_npos:
+        reasons.append(f"positional count changed: {o_npos} -> {n_npos}")
+    if o_tds != n_tds:
+        shown = lambda tds: ", ".join(map(str, tds))  # noqa: E731
+        reasons.append(f"structure changed: ({shown(o_tds)}) -> ({shown(n_tds)})")
+    elif o_avals != n_avals or o_weak != n_weak:
+        def typed(aval: Any, weak: bool) -> str:
+            return f"{aval}{' (Python scalar)' if weak else ''}"
+        leaves = [f"{name}: {typed(a, w)} -> {typed(b, v)}" for name, a, w, b, v
+                  in zip(new_names, o_avals, o_weak, n_avals, n_weak) if (a, w) != (b, v)]
+        what = "shapes/dtypes" if o_avals != n_avals else "weak types"
+        reasons.append(f"{what} changed: {', '.join(leaves[:4])}"
+                       + (f" (and {len(leaves) - 4} more)" if len(leaves) > 4 else ""))
+    if o_static != n_static:
+        old_values = {i: (t, v) for i, t, v in o_static}
+        changed = [f"argument {i}: {old_values[i][1]!r:.40} -> {v!r:.40}"
+                   for i, t, v in n_static if old_values.get(i, (t, v)) != (t, v)]
+        reasons.append("static arguments changed: " + (", ".join(changed) or
+                                                        f"{o_static!r:.60} -> {n_static!r:.60}"))
+    return "; ".join(reasons) or "signature changed"

@@ -19,7 +19,9 @@ A program remembers which input leaves its function assigns into (`x[i] = v`); e
 refuses arguments where such a leaf shares memory with another (numpy would show the write
 through the other; tapejit never writes into the arrays passed in).
 
-Inside another transform's trace nothing is cached: the tape is inlined. A transform keeps at
+Transforms of one plain function with the same options share their programs while it reads
+the same things by name (sharing.py). Inside another transform's trace nothing is cached: the
+tape is inlined. A transform keeps at
 most `max_programs` programs (least recently used go first) and warns (`TapejitWarning`) when
 it has been re-traced more than `RETRACE_WARNING` times. `cache_info()` reports what happened,
 `clear_cache()` empties every transform's cache and the disk cache. A transform pickles as its
@@ -42,8 +44,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import cache
-from .arguments import fn_name, refuse_aliasing
+from . import cache, sharing
+from .arguments import fn_name, miss_reason, refuse_aliasing
 from .compile import check_backend, default_backend, direct_caller
 from .cuda_support import device_key
 from .errors import ConcretizationError, at_source, require_callable, warn_at_user
@@ -201,6 +203,13 @@ class CachedTransform:
         # signature key -> guard tape's text -> that tape (its values choose the variant)
         self._variants: dict[tuple, dict[str, Tape]] = {}
         _transforms.add(self)
+
+    def _share(self, *options: Any) -> None:
+        """Take the program store of the last transform of the same function with the same
+        options, where the function can share (sharing.py)."""
+        self._cache, self._fast, self._lock, self._variants = sharing.store(
+            self.fn, (type(self), self.transform, self.backend, self.static_argnums, *options),
+            lambda: (self._cache, self._fast, self._lock, self._variants))
 
     def __reduce__(self) -> tuple:
         """Pickled (cloudpickle, as Dask ships functions) as its function and options with a
@@ -461,43 +470,10 @@ def _last_src(guards: Tape) -> Any:
     return next((e.src for e in reversed(guards.eqns) if e.src), None)
 
 
-def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
-                new_names: Sequence[str]) -> str:
-    """Why `new` missed: what differs from `old` (keys `(options, treedefs, avals, weak,
-    static, n_pos)`, then the device on the CUDA backend), naming the leaves whose shape or
-    dtype changed."""
-    o_opts, o_tds, o_avals, o_weak, o_static, o_npos = old[:6]
-    n_opts, n_tds, n_avals, n_weak, n_static, n_npos = new[:6]
-    reasons = []
-    if old[6:] != new[6:]:
-        reasons.append(f"device changed: {old[6:]} -> {new[6:]}")
-    if o_opts != n_opts:
-        reasons.append(f"argnums changed: {o_opts} -> {n_opts}")
-    if o_npos != n_npos:
-        reasons.append(f"positional count changed: {o_npos} -> {n_npos}")
-    if o_tds != n_tds:
-        shown = lambda tds: ", ".join(map(str, tds))  # noqa: E731
-        reasons.append(f"structure changed: ({shown(o_tds)}) -> ({shown(n_tds)})")
-    elif o_avals != n_avals or o_weak != n_weak:
-        def typed(aval: Any, weak: bool) -> str:
-            return f"{aval}{' (Python scalar)' if weak else ''}"
-        leaves = [f"{name}: {typed(a, w)} -> {typed(b, v)}" for name, a, w, b, v
-                  in zip(new_names, o_avals, o_weak, n_avals, n_weak) if (a, w) != (b, v)]
-        what = "shapes/dtypes" if o_avals != n_avals else "weak types"
-        reasons.append(f"{what} changed: {', '.join(leaves[:4])}"
-                       + (f" (and {len(leaves) - 4} more)" if len(leaves) > 4 else ""))
-    if o_static != n_static:
-        old_values = {i: (t, v) for i, t, v in o_static}
-        changed = [f"argument {i}: {old_values[i][1]!r:.40} -> {v!r:.40}"
-                   for i, t, v in n_static if old_values.get(i, (t, v)) != (t, v)]
-        reasons.append("static arguments changed: " + (", ".join(changed) or
-                                                        f"{o_static!r:.60} -> {n_static!r:.60}"))
-    return "; ".join(reasons) or "signature changed"
-
-
 def clear_cache() -> int:
     """Empty the program cache of every transform in this process and the disk cache of
     compiled programs; return how many programs were on disk."""
+    sharing.forget()
     for transform in list(_transforms):
         transform.clear()
     return cache.clear_cache()

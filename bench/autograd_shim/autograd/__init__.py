@@ -4,6 +4,7 @@ differential operators are tapejit's transforms. Each gradient also records the 
 (record.py), as the runner's autograd side does."""
 import functools
 import sys
+import weakref
 
 import numpy
 import numpy.linalg
@@ -28,11 +29,24 @@ def _kept(transform):
 
 
 def _scalar(fun):
-    """`fun` with its output reshaped to (): autograd differentiates outputs of size 1."""
+    """`fun` with its output reshaped to (): autograd differentiates outputs of size 1. One
+    wrapper per function, so that `grad(f)` made again (in a loop) shares f's programs."""
+    try:
+        return _SCALARS[fun]
+    except (KeyError, TypeError):
+        pass
+
     @functools.wraps(fun)
     def scalar(*args, **kwargs):
         return numpy.reshape(fun(*args, **kwargs), ())
+    try:
+        _SCALARS[fun] = scalar
+    except TypeError:       # not weakly referable
+        pass
     return scalar
+
+
+_SCALARS = weakref.WeakKeyDictionary()
 
 
 def value_and_grad(fun, argnum=0):
