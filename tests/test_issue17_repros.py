@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit import config
 
 BACKENDS = ["interpret", "numba"]
 CALLS = 3
@@ -140,21 +141,31 @@ def _make_closure():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn, named", [
-    (_draws_from_module, "numpy.random.rand"),
-    (lambda x: np.sum(np.random.normal(0.0, 1.0, size=3) * x), "numpy.random.normal"),
-    (lambda x: np.random.default_rng().random(3) * x, "numpy.random.default_rng"),
-    (_draws_from_global_generator, "generator `rng`"),
-    (_make_closure(), "generator `local`"),
+@pytest.mark.parametrize("fn, named, strict", [
+    (_draws_from_module, "numpy.random.rand", True),
+    (lambda x: np.sum(np.random.normal(0.0, 1.0, size=3) * x), "numpy.random.normal", True),
+    (lambda x: np.random.default_rng().random(3) * x, "numpy.random.default_rng", False),
+    (_draws_from_global_generator, "generator `rng`", True),
+    (_make_closure(), "generator `local`", True),
 ])
-def test_numpy_random_while_tracing_is_an_error(backend, fn, named):
+def test_numpy_random_while_tracing_is_an_error(backend, fn, named, strict, monkeypatch):
+    """An unseeded generator made while tracing; and, with TAPEJIT_STRICT=1, any draw (without
+    it, draws from numpy's global RandomState and generators read by name are recorded with a
+    key per call: tests/test_draws.py)."""
+    monkeypatch.setenv("TAPEJIT_STRICT", "1" if strict else "0")
+    config.reload()
     x = np.ones(3)
-    for transform in (tj.jit(fn, backend=backend),
-                      tj.grad(lambda x: np.sum(fn(x)), backend=backend)):
-        for _ in range(CALLS):
-            with pytest.raises(tj.RandomnessError, match="pass them in as an argument") as err:
-                transform(x)
-            assert named in str(err.value) and __file__ in str(err.value)
+    try:
+        for transform in (tj.jit(fn, backend=backend),
+                          tj.grad(lambda x: np.sum(fn(x)), backend=backend)):
+            for _ in range(CALLS):
+                with pytest.raises(tj.RandomnessError, match="pass them in as an argument") \
+                        as err:
+                    transform(x)
+                assert named in str(err.value) and __file__ in str(err.value)
+    finally:
+        monkeypatch.undo()
+        config.reload()
     assert np.random.rand(2).shape == (2,) and rng.normal(size=2).shape == (2,)
     assert np.random.rand == np.random.mtrand._rand.rand        # restored
 

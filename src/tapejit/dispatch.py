@@ -48,6 +48,7 @@ from . import cache, sharing
 from .arguments import fn_name, miss_reason, refuse_aliasing
 from .compile import check_backend, default_backend, direct_caller
 from .cuda_support import device_key
+from .draws import collecting, with_keys
 from .errors import ConcretizationError, at_source, require_callable, warn_at_user
 from .first_call import PENDING, compile_and_run, start
 from .interpret import inline, interpret
@@ -121,6 +122,7 @@ class Specialization:
     names: tuple[str, ...] = ()
     assigned: tuple[int, ...] = ()   # the input leaves the function assigns into
     guarded: bool = False            # one of several variants: its guards choose it per call
+    draws: tuple = ()                # the generators whose keys each call adds (draws.py)
 
 
 def getter(tape: Tape, k: int, keep: bool = False) -> Callable[[Sequence[Any]], Any]:
@@ -321,16 +323,17 @@ class CachedTransform:
         if default_backend(self.backend) == "cuda":     # programs are per device
             key = (*key, device_key())
         if current_trace() is not None:   # inside another trace: inline, never cache
-            with collecting_assignments() as assigned, collecting_guards():
+            with collecting_assignments() as assigned, collecting_guards(), collecting(self):
                 program = build()       # (its guards are the enclosing trace's: _evaluator)
             refuse_aliasing(call.leaves, assigned, call.names, self.label())
             return self._finisher(program, call, True)(inline(program.tape, call.leaves))
         program, outs = self._lookup(key, call, build)
         if outs is None:
-            outs = program.run(call.leaves)
+            outs = program.run(with_keys(program.draws, call.leaves))
         finish = self._finisher(program, call, False)
         result = finish(outs)
-        if fast_key is not None and program.run is not PENDING and not program.guarded:
+        if fast_key is not None and program.run is not PENDING and not program.guarded \
+                and not program.draws:      # the fast path adds no keys
             fn, tail = direct_caller(program.run, call.dynamic, call.leaves, len(call.args))
             if program.assigned:
                 fn = self._refusing_aliases(fn, call, program.assigned)
@@ -368,7 +371,7 @@ class CachedTransform:
                 self._info["hits"] += 1
                 if program.run is not PENDING:
                     return program, None
-                runner, outs = compile_and_run(program.tape, call.leaves,
+                runner, outs = compile_and_run(program.tape, with_keys(program.draws, call.leaves),
                                                default_backend(self.backend), self._info,
                                                self.label())
                 program = self._cache[key] = dataclasses.replace(program, run=runner)
@@ -378,16 +381,17 @@ class CachedTransform:
             if self._cache:
                 self._retraces += 1
             with collecting_rerolls() as loops, collecting_assignments() as assigned, \
-                    collecting_guards() as guards:
+                    collecting_guards() as guards, collecting(self) as drawn:
                 program = build()
             self._info["rerolled"] += len(loops)
             refuse_aliasing(call.leaves, assigned, call.names, self.label())
             if guards:
                 key = self._new_variant(base, *guards[0])
-            runner, outs = start(program.tape, call.leaves, default_backend(self.backend),
-                                 self._info, self.label())
+            runner, outs = start(program.tape, with_keys(drawn, call.leaves),
+                                 default_backend(self.backend), self._info, self.label())
             program = dataclasses.replace(program, run=runner, names=tuple(call.names),
-                                          assigned=tuple(assigned), guarded=bool(guards))
+                                          assigned=tuple(assigned), guarded=bool(guards),
+                                          draws=tuple(drawn))
             self._cache[key] = program
             self._evict()
             warn = self._retraces > RETRACE_WARNING and not self._warned

@@ -15,8 +15,10 @@ While a replayed trace (`Trace.replays`: not GradientTape's eager recording, whi
 user's code again on every step) is open, also:
 
 - numpy.random: a draw made while tracing would be a constant of the tape, so every call
-  would reuse the same numbers (dropout, noise injection), silently. It is an error
-  (`RandomnessError`) that points to tj.random's explicit keys (random.py).
+  would reuse the same numbers (dropout, noise injection), silently. Where the trace records
+  draws (draws.py, through `DRAWS`: grad, value_and_grad and jit) it is recorded from numpy's
+  global RandomState with a key per call; elsewhere it is an error (`RandomnessError`) that
+  points to tj.random's explicit keys (random.py).
 - array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the
   size and the fix (`static_argnums`).
@@ -29,10 +31,11 @@ user's code again on every step) is open, also:
   rather than a lost gradient.
 
 The wrappers are installed when the first trace opens and restored when the last one closes
-(also when tracing raised). numpy's Generator and RandomState types cannot be wrapped, so
-`trace_flat` also compares the states of the generators the traced function reaches by name
-(its globals, its closure, the attributes of a method's object) before and after tracing; a
-draw from one of them by another thread during the trace is reported too.
+(also when tracing raised). numpy's Generator and RandomState types cannot be wrapped: those
+the traced function reads by name where they can be put back are swapped for draws.py's
+recorders while it is traced, and `trace_flat` compares the states of the others it reaches
+(the attributes of a method's object; all of them where draws are not recorded) before and
+after tracing; a draw from one of them by another thread during the trace is reported too.
 """
 from __future__ import annotations
 
@@ -83,6 +86,8 @@ _originals: dict[Any, dict[str, Callable[..., Any]]] = {}   # module -> name -> 
 _guards: dict[Any, dict[str, Callable[..., Any]]] = {}
 # called when the first trace opens (numpy_api/stats.py's: wrap scipy.stats once it is imported)
 ON_FIRST_OPEN: list[Callable[[], None]] = []
+# draws.py's: numpy.random's function `name` as the trace open on this thread records it, or None
+DRAWS: list[Callable[[str], Callable[..., Any] | None]] = []
 
 
 def random_message(what: str) -> str:
@@ -130,6 +135,9 @@ def _random_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         # default_rng(seed) gives the same numbers on every call in numpy too
         seeded = name == "default_rng" and (args[0] if args else kwargs.get("seed")) is not None
         if _depth.traces and not seeded:
+            drawn = next((d for d in (draw(name) for draw in DRAWS) if d is not None), None)
+            if drawn is not None:   # recorded from numpy's global RandomState (draws.py)
+                return drawn(*args, **kwargs)
             raise RandomnessError(at_source(random_message(f"numpy.random.{name} was called"),
                                             user_source()))
         return fn(*args, **kwargs)
@@ -334,12 +342,13 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def check_generators(before: States, fn_name: str, src: Any) -> None:
-    """Raise if a generator of `before` was drawn from since (while `fn_name` was traced)."""
+def check_generators(before: States, fn_name: str, src: Any, why: str = "") -> None:
+    """Raise if a generator of `before` was drawn from since (while `fn_name` was traced);
+    `why` says why its draws were not recorded (draws.py)."""
     for name, gen, state in before:
         if not _same(state, _state(gen)):
             raise RandomnessError(at_source(random_message(
-                f"the numpy random generator `{name}` was drawn from in {fn_name}"), src))
+                f"the numpy random generator `{name}` was drawn from in {fn_name}") + why, src))
 
 
 # -- arrays the traced function reads by name -------------------------------------------------

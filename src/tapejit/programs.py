@@ -33,12 +33,13 @@ from .arguments import CallArgs, check_float_inputs, fn_name
 from .avals import aval_of
 from .config import config
 from .control.reroll import RerolledLoop, reroll
+from .draws import Recording
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .interpret import Growing, inline
 from .ir import Tape
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten
-from .trace import Tracer, guarded_value, trace_to_tape
+from .trace import Tracer, current_trace, guarded_value, trace_to_tape
 
 # observes each stage of a program being built: (stage name, tape)
 Stages = Callable[[str, Tape], None]
@@ -107,6 +108,7 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
     structure: dict[str, Any] = {}
 
     def flat_fn(tracers: Sequence[Tracer]) -> list[Any]:
+        drawn.enter(current_trace())
         out = _call_traced(fn, call, tracers)
         aux = None
         if has_aux:
@@ -121,11 +123,11 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
             _check_output(leaf, fn)
         return out_leaves + aux_leaves
 
-    generators = guards.generator_states(fn)
-    with guards.outside_arrays(fn):
+    with Recording(fn) as drawn, guards.outside_arrays(fn):   # generators swapped: not checked
+        generators = guards.generator_states(fn)
         tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak, _evaluator(call))
-    guards.check_generators(generators, fn_name(fn), fn_source(fn))
-    return dce(tape), structure["out"], structure["aux"]
+    guards.check_generators(generators, fn_name(fn), fn_source(fn), drawn.refusal)
+    return dce(drawn.keyed(tape)), structure["out"], structure["aux"]
 
 
 def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:
@@ -140,7 +142,10 @@ def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:
 
     def value(tape: Tape) -> np.ndarray | None:
         if values is not None:
-            return values.value(tape)
+            try:
+                return values.value(tape)
+            except KeyError:        # it reads a random draw's key (draws.py): not a value of
+                return None         # the call's arguments
         tape = dce(tape)
         if any(isinstance(c, Tracer) for c in tape.consts):   # captured from outside
             return None

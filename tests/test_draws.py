@@ -1,0 +1,180 @@
+"""numpy random generators drawn from inside a traced function (draws.py): each call takes a
+key from the generator and draws new numbers with tj.random; the generator advances once per
+call; gradients flow through `mu + sigma * eps`. Every compiled call is checked against the
+interpreter by conftest (TAPEJIT_VERIFY) with the same key."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import config
+
+rs = np.random.RandomState(0)       # a module generator, as HIPS autograd's examples hold one
+
+
+def monte_carlo(mu, log_sigma):
+    eps = rs.randn(1000, 3)
+    return np.mean((mu + np.exp(log_sigma) * eps) ** 2)
+
+
+def _closure_objective(seed):
+    gen = np.random.default_rng(seed)
+
+    def objective(mu, log_sigma):
+        eps = gen.standard_normal((1000, 3))
+        return np.mean((mu + np.exp(log_sigma) * eps) ** 2)
+    return objective, gen
+
+
+def _keys_taken(gen, calls):
+    """The generator's state after `calls` calls took their keys, from a copy of it."""
+    copy = np.random.RandomState() if isinstance(gen, np.random.RandomState) else \
+        np.random.default_rng()
+    if isinstance(gen, np.random.RandomState):
+        copy.set_state(gen.get_state())
+        return lambda: [copy.randint(0, 2 ** 32, size=2, dtype=np.uint32)
+                        for _ in range(calls)] and copy.get_state()[1]
+    copy.bit_generator.state = gen.bit_generator.state
+    return lambda: [copy.integers(0, 2 ** 32, size=2, dtype=np.uint32)
+                    for _ in range(calls)] and copy.bit_generator.state["state"]["state"]
+
+
+def _state(gen):
+    if isinstance(gen, np.random.RandomState):
+        return gen.get_state()[1]
+    return gen.bit_generator.state["state"]["state"]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpret"])
+@pytest.mark.parametrize("which", ["global RandomState", "closure Generator"])
+def test_monte_carlo_gradient_draws_fresh_numbers_every_call(backend, which):
+    fn, gen = (monte_carlo, rs) if which == "global RandomState" else _closure_objective(3)
+    grad = tj.grad(fn, argnums=(0, 1), backend=backend)
+    mu, log_sigma = np.full(3, 0.5), np.zeros(3)
+    expected_state = _keys_taken(gen, 3)()
+    grads = [grad(mu, log_sigma) for _ in range(3)]
+    np.testing.assert_array_equal(_state(gen), expected_state)    # one key per call
+    assert not np.allclose(grads[0][0], grads[1][0]) and not np.allclose(grads[1][1], grads[2][1])
+    info = grad.cache_info()
+    assert info["traces"] == 1 and info["programs"] == 1 and info["hits"] == 2
+    assert isinstance(rs, np.random.RandomState)      # put back after the trace
+
+
+def test_gradient_matches_finite_differences_with_the_same_draws():
+    grad, value = tj.grad(monte_carlo, argnums=(0, 1)), tj.jit(monte_carlo)
+    mu, log_sigma, h = np.array([0.3, -0.2, 0.1]), np.array([0.1, -0.3, 0.2]), 1e-6
+    state = rs.get_state()
+    g_mu, g_sigma = grad(mu, log_sigma)
+
+    def at(m, s):           # the value with the key the gradient's call took
+        rs.set_state(state)
+        return value(m, s)
+    for k in range(3):
+        e = np.eye(3)[k] * h
+        assert g_mu[k] == pytest.approx((at(mu + e, log_sigma) - at(mu - e, log_sigma)) / (2 * h),
+                                        rel=1e-6, abs=1e-8)
+        assert g_sigma[k] == pytest.approx(
+            (at(mu, log_sigma + e) - at(mu, log_sigma - e)) / (2 * h), rel=1e-6, abs=1e-8)
+
+
+def test_mean_gradient_approaches_the_analytic_gradient():
+    """E[d/dmu] = 2 mu / 3 and E[d/dlog_sigma] = 2 sigma^2 / 3 (mean over 3 columns); one
+    call's standard error is 0.021 and 0.030 (1000 samples): 40 calls, bound 4 standard
+    errors of the mean."""
+    grad = tj.grad(monte_carlo, argnums=(0, 1))
+    mu, log_sigma = np.array([0.5, -1.0, 0.0]), np.zeros(3)
+    g = [grad(mu, log_sigma) for _ in range(40)]
+    np.testing.assert_allclose(np.mean([a for a, _ in g], axis=0), 2 * mu / 3, atol=0.014)
+    np.testing.assert_allclose(np.mean([b for _, b in g], axis=0), np.full(3, 2 / 3), atol=0.02)
+
+
+def test_value_and_grad_and_jit_trace_once():
+    vg, jitted = tj.value_and_grad(monte_carlo), tj.jit(monte_carlo)
+    values = [vg(np.zeros(3), np.zeros(3))[0] for _ in range(3)]
+    jitted_values = [jitted(np.zeros(3), np.zeros(3)) for _ in range(3)]
+    assert len(set(values)) == 3 and len(set(jitted_values)) == 3
+    for t in (vg, jitted):
+        assert t.cache_info()["traces"] == 1 and t.cache_info()["hits"] == 2
+    assert all(0.85 < v < 1.15 for v in values + jitted_values)   # E = 1, std 0.026
+
+
+def test_each_method_draws_numpys_distribution():
+    gen = np.random.default_rng(5)
+
+    def draws():
+        return (rs.rand(4000), rs.randint(2, 5, size=4000), rs.normal(1.0, 2.0, size=4000),
+                rs.uniform(-1.0, 3.0, 4000), rs.choice(np.array([10.0, 20.0]), size=4000),
+                rs.permutation(6), gen.integers(3, size=4000), gen.random(4000),
+                rs.choice(3, size=4000, p=np.array([0.2, 0.3, 0.5])),
+                gen.choice(5, size=5, replace=False), np.random.randn(4000))
+    before = np.random.mtrand._rand.get_state()[1].copy()
+    u, i, n, v, c, p, k, r, cp, perm, z = tj.jit(draws)()
+    assert not np.array_equal(before, np.random.mtrand._rand.get_state()[1])   # global too
+    assert abs(u.mean() - 0.5) < 0.03 and set(np.unique(i)) == {2, 3, 4} and i.dtype == np.int64
+    assert abs(n.mean() - 1.0) < 0.15 and abs(n.std() - 2.0) < 0.15
+    assert v.min() >= -1 and v.max() < 3 and abs(v.mean() - 1.0) < 0.1
+    assert set(np.unique(c)) == {10.0, 20.0} and sorted(p) == list(range(6))
+    assert set(np.unique(k)) == {0, 1, 2} and abs(r.mean() - 0.5) < 0.03
+    np.testing.assert_allclose(np.bincount(cp) / 4000, [0.2, 0.3, 0.5], atol=0.03)
+    assert sorted(perm) == list(range(5)) and abs(z.mean()) < 0.1
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (1, 1), (0, 3), ()])
+def test_empty_single_and_scalar_draws(shape):
+    f = tj.jit(lambda x: x + rs.randn(*shape))
+    a, b = f(1.0), f(1.0)
+    assert np.shape(a) == shape and np.shape(b) == shape
+    if np.size(a):
+        assert not np.array_equal(a, b)
+
+
+def test_draws_in_a_python_loop_and_a_nested_transform():
+    def rows(x):
+        return np.stack([x * rs.randn(3) for _ in range(6)])
+    out = tj.jit(rows)(1.0)
+    assert len({tuple(row) for row in out}) == 6       # six draws, six keys
+
+    inner = tj.grad(monte_carlo)
+    outer = tj.jit(lambda mu: np.sum(inner(mu, np.zeros(3))))
+    assert outer(np.zeros(3)) != outer(np.zeros(3))
+
+
+def test_unsupported_method_names_it_and_the_offered_ones():
+    def f(x):
+        return x * rs.binomial(10, 0.5)
+    with pytest.raises(tj.RandomnessError, match=r"`rs.binomial`.*randint, randn") as err:
+        tj.jit(f)(1.0)
+    assert __file__ in str(err.value) and isinstance(rs, np.random.RandomState)
+
+
+def test_refused_under_vmap_in_loop_bodies_and_other_transforms():
+    def f(x):
+        return x * rs.randn()
+    with pytest.raises(tj.RandomnessError, match=r"Under vmap\(f\).*draws of its own"):
+        tj.vmap(f)(np.ones(3))
+    with pytest.raises(tj.RandomnessError, match=r"under vmap\(f\).*draws of its own"):
+        tj.grad(lambda x: np.sum(tj.vmap(f)(x)))(np.ones(3))
+    with pytest.raises(tj.RandomnessError, match="traces once and runs many times"):
+        tj.jit(lambda x: tj.fori_loop(0, 3, lambda i, c: c + rs.randn(), x))(1.0)
+    with pytest.raises(tj.RandomnessError, match=r"Under jacobian\(f\).*tj.value_and_grad"):
+        tj.jacobian(f)(1.0)
+    assert isinstance(rs, np.random.RandomState)
+
+
+def test_a_branch_on_a_draw_is_a_concretization_error():
+    with pytest.raises(tj.ConcretizationError, match="cannot compute it"):
+        tj.jit(lambda x: x if rs.rand() < 0.5 else -x)(1.0)
+
+
+def test_strict_keeps_the_error(monkeypatch):
+    monkeypatch.setenv("TAPEJIT_STRICT", "1")
+    config.reload()
+    try:
+        with pytest.raises(tj.RandomnessError, match=r"`rs` was drawn from.*TAPEJIT_STRICT"):
+            tj.grad(monte_carlo)(np.zeros(3), np.zeros(3))
+        with pytest.raises(tj.RandomnessError, match="numpy.random.randn was called"):
+            tj.jit(lambda x: x * np.random.randn())(1.0)
+    finally:
+        monkeypatch.undo()
+        config.reload()
