@@ -28,8 +28,8 @@ SRC = pathlib.Path(tapejit.__file__).parent
 
 # bottom first; a module imports only modules of its own layer or below
 LAYERS = [
-    ("base", ["errors", "avals", "config", "pytree", "threads", "cache_trust", "numba_cache",
-              "cache", "ir", "parse"]),
+    ("base", ["errors", "avals", "config", "pytree", "pages", "threads", "cache_trust",
+              "numba_cache", "cache", "ir", "parse"]),
     ("ops", ["ops"]),
     ("tracing", ["trace", "typecheck", "interpret", "dims", "numpy_api", "guards", "random"]),
     ("autodiff", ["autodiff", "batching"]),

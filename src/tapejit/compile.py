@@ -44,6 +44,7 @@ from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError
 from .explanation import dump
 from .interpret import interpret
 from .ir import Tape
+from .pages import prefault
 
 
 
@@ -102,6 +103,7 @@ class Compiled:
         self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
         self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
+        prefault(self.workspace)         # mapped while the program loads (pages.py)
         self.program: Any = _llvm_program(tape, generated, self.workspace)
         self.codegen = "numba" if self.program is None else "llvm"
         self.tail: tuple = ()      # what the entry takes after the inputs and constants
