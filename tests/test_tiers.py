@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit import sharing
 from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm import program as programs
 from tapejit.config import reload as reload_config
@@ -90,6 +91,7 @@ def test_the_disk_keeps_the_quick_tier_until_the_full_one_replaces_it():
     _, entry = programs._unpack(jit.read_cached(programs._FOLDER, key))
     assert entry.again == {}
     del g, program
+    sharing.forget()                        # waves's transforms share their programs
     gc.collect()
     assert key not in programs._loaded      # as in a new process: the disk has it
     again = tj.jit(waves)
@@ -104,6 +106,7 @@ def test_a_quick_tier_found_on_disk_compiles_its_full_tier_too():
         f = tj.jit(waves)
         key, _ = new_code(lambda: f(X))
         del f, _
+        sharing.forget()
         gc.collect()                     # the transform is dropped: its full tier is not made
         assert key not in programs._loaded
     want = tj.jit(waves, backend="interpret")(X)

@@ -82,12 +82,19 @@ def _kernel(symbol: str, restype: np.dtype | None, args: tuple[str, ...], ret: s
     return Kernel(symbol, restype, declaration or plain, args, ret)
 
 
+def scalar_symbol(call: str, argtypes: tuple[np.dtype, ...]) -> str:
+    """The symbol of `scalar_kernel(call, argtypes)` (its vector variants and body append
+    `_v<width>` and `.one`: called_kernels.py)."""
+    text = "\0".join((call, *(np.dtype(t).str for t in argtypes)))
+    return "tj_lib_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def scalar_kernel(call: str, argtypes: tuple[np.dtype, ...]) -> Kernel:
     """The kernel computing `call` (an expression over a0, a1, ...) for arguments of
     `argtypes`, registered with jit.py: from memory, the disk cache, or compiled by numba."""
     argtypes = tuple(np.dtype(t) for t in argtypes)
     text = "\0".join((call, *(t.str for t in argtypes)))
-    symbol = "tj_lib_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    symbol = scalar_symbol(call, argtypes)
     with _lock:
         kernel = _kernels.get(symbol)
         if kernel is None:

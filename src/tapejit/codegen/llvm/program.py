@@ -38,7 +38,7 @@ from ...cache import OBJECTS
 from . import jit, runtime
 from .array_kernels import array_kernel
 from .emit import Frame, NotCovered
-from .library import scalar_kernel
+from .library import scalar_kernel, scalar_symbol
 from .lower import ENTRY_SYMBOL, Lowered
 
 _FOLDER = OBJECTS.name          # jit.py's folder of the programs' entries
@@ -113,12 +113,22 @@ def _found(program_key: str) -> tuple[_Code | None, tuple[Lowered, _Entry] | Non
     payload = jit.read_cached(_FOLDER, program_key)
     found = None if payload is None else _unpack(payload)
     if found is not None:
+        calls = None if found[1].again else \
+            {s for obj in found[1].objects for s in jit.undefined_symbols(obj)}
         for kind, call, types in found[0].kernels:
+            if kind == "scalar" and calls is not None and not _calls(calls, call, types):
+                continue            # inlined into the full tier's code: nothing to load
             try:
                 (scalar_kernel if kind == "scalar" else array_kernel)(call, types)
             except jit.JitError as err:
                 raise NotCovered(f"the kernel {call}: {err}") from None
     return None, found
+
+
+def _calls(symbols: set[str], call: str, types: Any) -> bool:
+    """Whether object code using `symbols` calls the scalar kernel of `call` on `types`."""
+    symbol = scalar_symbol(call, types)
+    return any(s == symbol or s.startswith((symbol + "_v", symbol + ".")) for s in symbols)
 
 
 def _pack(lowered: Lowered, entry: _Entry) -> bytes:
