@@ -4,6 +4,8 @@ call; gradients flow through `mu + sigma * eps`. Every compiled call is checked 
 interpreter by conftest (TAPEJIT_VERIFY) with the same key."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,43 @@ def test_strict_keeps_the_error(monkeypatch):
     finally:
         monkeypatch.undo()
         config.reload()
+
+
+def test_another_thread_draws_from_the_generator_itself():
+    drawn = {}
+
+    def f(x):
+        worker = threading.Thread(target=lambda: drawn.setdefault("r", rs.randn(2)))
+        worker.start()
+        worker.join()
+        return x * 2
+    assert tj.jit(f)(1.0) == 2.0 and type(drawn["r"]) is np.ndarray
+
+
+def test_explain_shows_the_key_input():
+    traced = tj.explain(monte_carlo)(np.zeros(3), np.zeros(3)).tapes["traced"]
+    assert [v.name for v in traced.invars] == ["mu", "log_sigma", "key_rs"]
+
+
+def test_bad_bounds_are_numpys_value_error():
+    with pytest.raises(tj.ArgumentError, match="low >= high") as err:
+        tj.jit(lambda x: x * rs.randint(5, 5))(1.0)
+    assert isinstance(err.value, ValueError) and __file__ in str(err.value)
+
+
+def test_a_trace_on_another_thread_waits_for_the_swapped_generators():
+    """Two threads tracing functions that read the same generator: each records its own
+    draws (the second waits until the first has put the generator back)."""
+    results, barrier = {}, threading.Barrier(2)
+
+    def run(name):
+        f = tj.jit(lambda x: x + rs.randn(3))
+        barrier.wait()
+        results[name] = [f(0.0) for _ in range(2)]
+    workers = [threading.Thread(target=run, args=(n,)) for n in "ab"]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    draws = [tuple(v) for n in "ab" for v in results[n]]
+    assert len(set(draws)) == 4 and isinstance(rs, np.random.RandomState)

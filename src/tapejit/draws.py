@@ -37,7 +37,7 @@ import numpy as np
 from . import guards, random
 from .avals import Aval
 from .config import config
-from .errors import RandomnessError, at_source, user_source
+from .errors import ArgumentError, RandomnessError, at_source, user_source
 from .ir import Tape
 from .trace import Trace, Tracer, current_trace, lift, var_of
 
@@ -61,10 +61,12 @@ _collector: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def collecting(transform: Any) -> Iterator[list[Any]]:
-    """Within: programs are built for `transform` (a dispatch.CachedTransform). Yields the
-    generators whose keys the program built takes, in order (after the argument leaves)."""
-    found = _Collector(transform.label(), transform.transform in KEYED,
-                       transform.transform == "vmap")
+    """Within: programs are built for `transform` (a dispatch.CachedTransform, or the label
+    of a keyed build: tj.explain's). Yields the generators whose keys the program built
+    takes, in order (after the argument leaves)."""
+    found = (_Collector(transform, True, False) if isinstance(transform, str) else
+             _Collector(transform.label(), transform.transform in KEYED,
+                        transform.transform == "vmap"))
     token = _collector.set(found)
     try:
         yield found.drawn
@@ -89,6 +91,9 @@ class _Thread(threading.local):
 
 
 _active = _Thread()
+# held while a thread's trace has generators swapped for its recorders: a trace on another
+# thread reaching them waits, rather than find recorders that are not its own
+_swapping = threading.Lock()
 
 
 class Recording:
@@ -98,7 +103,7 @@ class Recording:
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn, self.collector = fn, _collector.get()
-        self.parent, self.top_level, self.top = current_trace(), None, None
+        self.parent, self.top, self.locked = current_trace(), None, False
         self.saved: list[tuple[Callable[[Any], None], Any]] = []
         self.traces: dict[Trace, str | None] = {}   # trace -> why it may not draw (None: may)
         self.keys: dict[int, Tracer] = {}           # id(generator) -> its key's tracer
@@ -121,19 +126,32 @@ class Recording:
     def __enter__(self) -> "Recording":
         found = self.collector
         if self.parent is None and found is not None and found.keyed and not config().strict:
-            self.top_level, _active.recording = _active.recording, self
-            recorders: dict[int, Recorder] = {}
-            for name, value, put in guards._by_name(self.fn, set()):
-                if put is not None and isinstance(value, guards._GENERATORS):
-                    put(recorders.setdefault(id(value), Recorder(self, value, name)))
-                    self.saved.append((put, value))
+            _active.recording = self
+            if any(put is not None and isinstance(value, _DRAWN)
+                   for _, value, put in guards._by_name(self.fn, set())):
+                _swapping.acquire()     # another thread's recorders are put back first
+                self.locked = True
+                try:
+                    self._swap()
+                except BaseException:
+                    self.__exit__()
+                    raise
         return self
+
+    def _swap(self) -> None:
+        recorders: dict[int, Recorder] = {}
+        for name, value, put in guards._by_name(self.fn, set()):
+            if put is not None and isinstance(value, guards._GENERATORS):
+                put(recorders.setdefault(id(value), Recorder(self, value, name)))
+                self.saved.append((put, value))
 
     def __exit__(self, *exc: Any) -> None:
         for put, gen in reversed(self.saved):
             put(gen)
-        if self.saved or _active.recording is self:
-            _active.recording = self.top_level
+        if _active.recording is self:
+            _active.recording = None
+        if self.locked:
+            _swapping.release()
 
     def enter(self, trace: Trace) -> None:
         """The trace of the function opened (again: a retry starts afresh)."""
@@ -184,10 +202,6 @@ def _size(size: Any) -> tuple[int, ...]:
     return tuple(size) if isinstance(size, (tuple, list)) else (size,)
 
 
-def _bounds(low: Any, high: Any) -> tuple[Any, Any]:
-    return (0, low) if high is None else (low, high)
-
-
 class Recorder:
     """A numpy RandomState or Generator as the traced function sees it: its drawing methods
     record tj.random's ops; on another thread, or once the trace is over, it is the generator
@@ -204,13 +218,16 @@ class Recorder:
         if method in self.offered:
             return lambda *args, **kwargs: self.offered[method](
                 self.recording.key(self, method), *args, **kwargs)
-        kind = type(self.generator).__name__
+        kind = "Generator" if isinstance(self.generator, np.random.Generator) else "RandomState"
         raise RandomnessError(at_source(
             f"`{self.name}.{method}` (a numpy {kind}) is called while tapejit traces the "
             f"function; draws are recorded per call from {kind}'s "
             f"{', '.join(sorted(self.offered))} only. Draw the rest outside the traced "
             f"function and pass them in, or use tj.random with a key passed in.",
             user_source()))
+
+
+_DRAWN = (*guards._GENERATORS, Recorder)     # a generator, or one a trace swapped
 
 
 def _normal(key: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
@@ -225,8 +242,13 @@ def _uniform(key: Any, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any
 
 def _randint(key: Any, low: Any, high: Any = None, size: Any = None, dtype: Any = np.int64,
              endpoint: bool = False) -> Any:
-    low, high = _bounds(low, high)
-    return random.randint(key, _size(size), low, high + endpoint, dtype)
+    low, high = (0, low) if high is None else (low, high)
+    high = high + endpoint
+    if not isinstance(low, Tracer) and not isinstance(high, Tracer) and np.any(
+            np.asarray(high) <= np.asarray(low)):
+        raise ArgumentError(at_source(f"randint/integers: low >= high ({low!r} >= {high!r} "
+                                      f"with high exclusive), as numpy says", user_source()))
+    return random.randint(key, _size(size), low, high, dtype)
 
 
 def _choice(key: Any, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:

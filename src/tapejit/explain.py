@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 from .arguments import fn_name, normalize_argnums, split_args
 from .compile import BACKENDS
 from .dispatch import CachedTransform
+from .draws import collecting
 from .errors import ArgumentError, at_source, user_source
 from .explanation import Explanation, build
 from .ir import Tape
@@ -52,7 +53,8 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
         call, _ = split_args(fn, args, kwargs, static)
         tapes: dict[str, Tape] = {}
         what = "forward program"
-        with collecting_rerolls() as loops:
+        builder = transform or f"explain({fn_name(fn)})"     # draws recorded as grad's
+        with collecting_rerolls() as loops, collecting(builder):
             if nums_given is None:
                 forward_program(fn, call, has_aux, stages=tapes.__setitem__)
             else:
