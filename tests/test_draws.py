@@ -220,3 +220,11 @@ def test_a_trace_on_another_thread_waits_for_the_swapped_generators():
         w.join()
     draws = [tuple(v) for n in "ab" for v in results[n]]
     assert len(set(draws)) == 4 and isinstance(rs, np.random.RandomState)
+
+
+def test_static_arguments_and_the_fast_path_take_a_key_per_call():
+    f = tj.jit(lambda x, n: x + rs.randn(n), static_argnums=1)
+    expected_state = _keys_taken(rs, 4)()
+    out = [f(np.zeros(2), 2) for _ in range(3)] + [f(np.zeros(3), 3)]
+    np.testing.assert_array_equal(_state(rs), expected_state)
+    assert len({tuple(o) for o in out}) == 4 and f.cache_info()["traces"] == 2

@@ -5,9 +5,10 @@ A transform (`value_and_grad`, `jit`, ...) is a `CachedTransform`. A call is loo
 - the **fast path**: when every argument is an ndarray or a scalar (or static) and there are no
   keyword arguments, a cheap key (each argument's type, shape, dtype and strides; static values)
   finds the entry an earlier call of that key made: it calls the runner as `direct_caller`
-  (compile.py) prepared it for that key (a compiled program's numba function directly), and
-  builds the result with everything about the signature precomputed. (Strides are in the key
-  so that whether an array needs a copy is known per entry, not checked per call.)
+  (compile.py) prepared it for that key (a compiled program's numba function directly; new
+  keys of its numpy random draws passed after the arguments, draws.py), and builds the result
+  with everything about the signature precomputed. (Strides are in the key so that whether an
+  array needs a copy is known per entry, not checked per call.)
 - otherwise the subclass's `_signature` flattens the call (`arguments.split_args`), and its full
   key (pytree structure, leaf avals, weak types, static values) finds the `Specialization`; on
   a miss it builds one (programs.py) and gets its runner and first outputs from the first-call
@@ -46,9 +47,9 @@ import numpy as np
 
 from . import cache, sharing
 from .arguments import fn_name, miss_reason, refuse_aliasing
-from .compile import check_backend, default_backend, direct_caller
+from .compile import check_backend, default_backend
 from .cuda_support import device_key
-from .draws import collecting, with_keys
+from .draws import collecting, fast_caller, with_keys
 from .errors import ConcretizationError, at_source, require_callable, warn_at_user
 from .first_call import PENDING, compile_and_run, start
 from .interpret import inline, interpret
@@ -332,9 +333,8 @@ class CachedTransform:
             outs = program.run(with_keys(program.draws, call.leaves))
         finish = self._finisher(program, call, False)
         result = finish(outs)
-        if fast_key is not None and program.run is not PENDING and not program.guarded \
-                and not program.draws:      # the fast path adds no keys
-            fn, tail = direct_caller(program.run, call.dynamic, call.leaves, len(call.args))
+        if fast_key is not None and program.run is not PENDING and not program.guarded:
+            fn, tail = fast_caller(program.run, call, program.draws)
             if program.assigned:
                 fn = self._refusing_aliases(fn, call, program.assigned)
             self._fast[fast_key] = (key, fn, tail, finish)

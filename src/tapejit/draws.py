@@ -36,6 +36,7 @@ import numpy as np
 
 from . import guards, random
 from .avals import Aval
+from .compile import DirectCall, direct_caller
 from .config import config
 from .errors import ArgumentError, RandomnessError, at_source, user_source
 from .ir import Tape
@@ -79,6 +80,19 @@ def with_keys(generators: Sequence[Any], leaves: Sequence[Any]) -> Sequence[Any]
     if not generators:
         return leaves
     return [*leaves, *(_new_key(gen) for gen in generators)]
+
+
+def fast_caller(runner: Any, call: Any, generators: Sequence[Any]) -> DirectCall:
+    """compile.py's `direct_caller` `(fn, tail)` for dispatch's fast path on calls like `call`
+    (positional leaves): `fn(*args, *tail)` passes a new key from each generator after the
+    arguments."""
+    n = len(call.args)
+    if not generators:
+        return direct_caller(runner, call.dynamic, call.leaves, n)
+    keys = [np.zeros(2, np.uint32)] * len(generators)
+    fn, tail = direct_caller(runner, (*call.dynamic, *range(n, n + len(keys))),
+                             [*call.leaves, *keys], n + len(keys))
+    return (lambda *args: fn(*args[:n], *map(_new_key, generators), *args[n:])), tail
 
 
 def _new_key(gen: Any) -> np.ndarray:
