@@ -3,9 +3,9 @@
 A Monte-Carlo objective draws from a numpy generator it reads by name (`rs.randn(n, D)` with
 `rs = npr.RandomState(0)` a global or a closure cell; `np.random.randn(...)`, numpy's global
 RandomState). A draw made while tracing would be a constant of the tape, the same numbers on
-every call. So while `grad`, `value_and_grad` or `jit` traces a function (`recording`), each
+every call. So while `grad`, `value_and_grad` or `jit` traces a function (a `Recording`), each
 numpy `RandomState` and `Generator` it reads by name where it can be swapped
-(`guards._by_name`: its globals, closure cells and default arguments, and those of the user's
+(`guards.swappable`: its globals, closure cells and default arguments, and those of the user's
 functions it reaches) is a `Recorder`, put back after the trace (also when it raises). A
 recorder's draws are tj.random's ops (random.py) on `fold_in(key, k)`, k the draw's index in
 the trace, and `key` a uint32[2] input of the program, one per generator drawn from, after
@@ -20,8 +20,9 @@ take no keys (jacobian, hessian, jvp, ...: `guards.check_generators` sees the ge
 state change); and everything under TAPEJIT_STRICT=1. A generator made inside the function
 from a seed gives the same numbers on every call in numpy too: it stays a constant.
 
-In the layers: beside programs.py (which opens a `recording` around each trace), on random.py
-and guards.py; dispatch.py says which transform builds (`collecting`) and adds the keys.
+In the layers: beside programs.py (which opens a `Recording` around each trace), on random.py,
+guards.py and compile.py; dispatch.py says which transform builds (`collecting`) and adds the
+keys to each call (`with_keys`, `fast_caller`).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from .ir import Tape
 from .trace import Trace, Tracer, current_trace, lift, var_of
 
 KEYED = frozenset({"grad", "value_and_grad", "jit"})  # transforms whose programs take keys
+_GENERATORS = (np.random.Generator, np.random.RandomState)
 _KEY = Aval((2,), np.dtype(np.uint32))
 _BODY = ("in a body tapejit traces once and runs many times (tj.fori_loop, scan, while_loop, "
          "cond, checkpoint, a custom_vjp rule), where it would be the same draw every time")
@@ -141,8 +143,7 @@ class Recording:
         found = self.collector
         if self.parent is None and found is not None and found.keyed and not config().strict:
             _active.recording = self
-            if any(put is not None and isinstance(value, _DRAWN)
-                   for _, value, put in guards._by_name(self.fn, set())):
+            if guards.swappable(self.fn, _DRAWN):
                 _swapping.acquire()     # another thread's recorders are put back first
                 self.locked = True
                 try:
@@ -154,10 +155,9 @@ class Recording:
 
     def _swap(self) -> None:
         recorders: dict[int, Recorder] = {}
-        for name, value, put in guards._by_name(self.fn, set()):
-            if put is not None and isinstance(value, guards._GENERATORS):
-                put(recorders.setdefault(id(value), Recorder(self, value, name)))
-                self.saved.append((put, value))
+        for name, value, put in guards.swappable(self.fn, _GENERATORS):
+            put(recorders.setdefault(id(value), Recorder(self, value, name)))
+            self.saved.append((put, value))
 
     def __exit__(self, *exc: Any) -> None:
         for put, gen in reversed(self.saved):
@@ -241,7 +241,7 @@ class Recorder:
             user_source()))
 
 
-_DRAWN = (*guards._GENERATORS, Recorder)     # a generator, or one a trace swapped
+_DRAWN = (*_GENERATORS, Recorder)     # a generator, or one a trace swapped
 
 
 def _normal(key: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:

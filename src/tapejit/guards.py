@@ -251,6 +251,13 @@ def generator_states(fn: Callable[..., Any]) -> States:
 Put = Callable[[Any], None]
 
 
+def swappable(fn: Callable[..., Any], types: tuple[type, ...]) -> list[tuple[str, Any, Put]]:
+    """`(name, value, put)` of what `fn` reads by name (`_by_name`) that is of `types`, where
+    `put` can replace it (draws.py swaps generators so while `fn` is traced)."""
+    return [(name, value, put) for name, value, put in _by_name(fn, set())
+            if put is not None and isinstance(value, types)]
+
+
 def _by_name(fn: Any, seen: set[int]) -> Iterator[tuple[str, Any, Put | None]]:
     """`(name, value, put)` for what `fn` can read by name: the attributes of a bound
     method's object, its module's globals, its closure cells and default arguments, then the
