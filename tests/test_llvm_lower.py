@@ -374,7 +374,7 @@ THREE_THREADS = textwrap.dedent("""
         for call in range(2):
             for got, want in zip(f(x[:rows], y), reductions(x[:rows], y)):
                 np.testing.assert_allclose(got, want, rtol=1e-12)
-        p, = [s.run for s in f._cache.values()]
+        p = list(f._cache.values())[-1].run     # this size's (the transforms share them)
         assert p.codegen == "llvm" and "numba.prange" in p.source, p.source
         print(rows, p.sizes[p.threads_slot])
 """)

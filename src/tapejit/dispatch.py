@@ -48,6 +48,7 @@ import numpy as np
 from . import cache, sharing
 from .arguments import fn_name, miss_reason, refuse_aliasing
 from .compile import check_backend, default_backend
+from .config import config
 from .cuda_support import device_key
 from .draws import collecting, fast_caller, with_keys
 from .errors import ConcretizationError, at_source, require_callable, warn_at_user
@@ -209,10 +210,10 @@ class CachedTransform:
 
     def _share(self, *options: Any) -> None:
         """Take the program store of the last transform of the same function with the same
-        options, where the function can share (sharing.py)."""
+        options and settings, where the function can share (sharing.py)."""
         self._cache, self._fast, self._lock, self._variants = sharing.store(
-            self.fn, (type(self), self.transform, self.backend, self.static_argnums, *options),
-            lambda: (self._cache, self._fast, self._lock, self._variants))
+            self.fn, (type(self), self.transform, self.backend, self.static_argnums, config(),
+                      *options), lambda: (self._cache, self._fast, self._lock, self._variants))
 
     def __reduce__(self) -> tuple:
         """Pickled (cloudpickle, as Dask ships functions) as its function and options with a

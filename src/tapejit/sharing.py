@@ -4,9 +4,9 @@ once, not once per step.
 
 A transform of a plain function (`grad`, `value_and_grad`, `jit`) takes its program store
 (programs, fast-path entries, lock, guarded variants) from the last transform of the same
-function with the same options, provided the function still reads equal things by name
-(`guards.read_by_name`: numbers, strings, and arrays of up to 1 MiB compared by content, in
-tuples, lists and dicts). A global or closure variable the function reads that was rebound or
+function with the same options and settings (`config()`), provided the function still reads
+equal things by name (`guards.read_by_name`: numbers, strings, and arrays of up to 1 MiB
+compared by content, in tuples, lists and dicts). A global or closure variable the function reads that was rebound or
 changed in place, or one that cannot be compared cheaply (a larger array, an object, a
 generator, a method's `self`), gives the new transform a store of its own, which traces again:
 what a new transform computes never depends on what an older one saw. `clear_cache()` forgets
