@@ -209,8 +209,7 @@ class CachedTransform:
         _transforms.add(self)
 
     def _share(self, *options: Any) -> None:
-        """Take the program store of the last transform of the same function with the same
-        options and settings, where the function can share (sharing.py)."""
+        """Take the store of the last transform of fn with these options (sharing.py)."""
         self._cache, self._fast, self._lock, self._variants = sharing.store(
             self.fn, (type(self), self.transform, self.backend, self.static_argnums, config(),
                       *options), lambda: (self._cache, self._fast, self._lock, self._variants))
