@@ -228,3 +228,27 @@ def test_static_arguments_and_the_fast_path_take_a_key_per_call():
     out = [f(np.zeros(2), 2) for _ in range(3)] + [f(np.zeros(3), 3)]
     np.testing.assert_array_equal(_state(rs), expected_state)
     assert len({tuple(o) for o in out}) == 4 and f.cache_info()["traces"] == 2
+
+
+def test_a_rerolled_loop_of_draws_matches_the_unrolled_one(monkeypatch):
+    def walk(x):
+        for _ in range(60):
+            x = x * 0.99 + rs.randn(3)
+        return x
+    state = rs.get_state()
+    rolled = tj.jit(walk)
+    a = rolled(np.zeros(3))
+    assert rolled.cache_info()["rerolled"] == 1
+    rs.set_state(state)                 # the same key
+    monkeypatch.setenv("TAPEJIT_REROLL", "0")
+    config.reload()
+    try:
+        unrolled = tj.jit(walk)
+        b = unrolled(np.zeros(3))
+    finally:
+        monkeypatch.undo()
+        config.reload()
+    info = unrolled.cache_info()
+    assert (info["traces"], info["rerolled"]) == (1, 0)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert 0.5 < np.abs(a).max() < 40.0         # damped sums of 60 normals, not 0
