@@ -252,3 +252,16 @@ def test_a_rerolled_loop_of_draws_matches_the_unrolled_one(monkeypatch):
     assert (info["traces"], info["rerolled"]) == (1, 0)
     np.testing.assert_allclose(a, b, rtol=1e-12)
     assert 0.5 < np.abs(a).max() < 40.0         # damped sums of 60 normals, not 0
+
+
+def test_a_generator_passed_as_a_static_argument():
+    """HIPS autograd's GAN passes its RandomState down as an argument: marked static, it is
+    recorded as one read by name is (elsewhere its draws are the state-change error)."""
+    def noisy(x, gen):
+        return np.sum(x + gen.randn(3))
+    jitted, gen = tj.jit(noisy, static_argnums=1), np.random.RandomState(4)
+    expected_state = _keys_taken(gen, 2)()
+    assert jitted(0.0, gen) != jitted(0.0, gen) and jitted.cache_info()["traces"] == 1
+    np.testing.assert_array_equal(_state(gen), expected_state)
+    with pytest.raises(tj.RandomnessError, match=r"`gen` was drawn from.*Under jacobian"):
+        tj.jacobian(noisy, static_argnums=1)(0.0, gen)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import inspect
 import re
 import threading
 from typing import Any, Callable, Iterator, Sequence
@@ -117,8 +118,9 @@ class Recording:
     swapped for recorders and the keys drawn from; nested in it, its trace allowed to draw
     (or why not). Elsewhere it does nothing but say why draws are refused (`refusal`)."""
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn, self.collector = fn, _collector.get()
+    def __init__(self, fn: Callable[..., Any], call: Any) -> None:
+        self.fn, self.call, self.collector = fn, call, _collector.get()
+        self.checked: list[tuple[str, Any, Any]] = []   # static arguments' (name, gen, state)
         self.parent, self.top, self.locked = current_trace(), None, False
         self.saved: list[tuple[Callable[[Any], None], Any]] = []
         self.traces: dict[Trace, str | None] = {}   # trace -> why it may not draw (None: may)
@@ -141,8 +143,14 @@ class Recording:
 
     def __enter__(self) -> "Recording":
         found = self.collector
-        if self.parent is None and found is not None and found.keyed and not config().strict:
+        static = [(i, gen) for i, gen in enumerate(self.call.args)
+                  if i not in self.call.dynamic and isinstance(gen, _GENERATORS)]
+        if self.parent is not None or found is None or not found.keyed or config().strict:
+            self.checked = [(_argument(self.fn, i), gen, guards.generator_state(gen))
+                            for i, gen in static]
+        else:
             _active.recording = self
+            self._swap_arguments(static)
             if guards.swappable(self.fn, _DRAWN):
                 _swapping.acquire()     # another thread's recorders are put back first
                 self.locked = True
@@ -152,6 +160,13 @@ class Recording:
                     self.__exit__()
                     raise
         return self
+
+    def _swap_arguments(self, static: list[tuple[int, Any]]) -> None:
+        """Static arguments that are generators, as recorders (a new one traces again)."""
+        args = list(self.call.args)
+        for i, gen in static:
+            args[i] = Recorder(self, gen, _argument(self.fn, i))
+        self.call = dataclasses.replace(self.call, args=tuple(args))
 
     def _swap(self) -> None:
         recorders: dict[int, Recorder] = {}
@@ -208,6 +223,14 @@ class Recording:
             self.order.append(gen)
         self.count += 1
         return random.fold_in(self.keys[id(gen)], self.count - 1)
+
+
+def _argument(fn: Callable[..., Any], i: int) -> str:
+    """The name of `fn`'s positional parameter i, for messages."""
+    try:
+        return list(inspect.signature(fn).parameters)[i]
+    except (TypeError, ValueError, IndexError):
+        return f"argument {i}"
 
 
 def _size(size: Any) -> tuple[int, ...]:

@@ -229,7 +229,8 @@ _GENERATORS = (np.random.Generator, np.random.RandomState)
 States = list[tuple[str, Any, Any]]
 
 
-def _state(gen: Any) -> Any:
+def generator_state(gen: Any) -> Any:
+    """A numpy Generator's or RandomState's state, to compare."""
     if isinstance(gen, np.random.Generator):
         return gen.bit_generator.state
     return gen.get_state(legacy=False)
@@ -245,7 +246,7 @@ def generator_states(fn: Callable[..., Any]) -> States:
     for name, value, _ in _by_name(fn, set()):
         if isinstance(value, _GENERATORS):
             found.setdefault(id(value), (name, value))
-    return [(name, gen, _state(gen)) for name, gen in found.values()]
+    return [(name, gen, generator_state(gen)) for name, gen in found.values()]
 
 
 Put = Callable[[Any], None]
@@ -353,7 +354,7 @@ def check_generators(before: States, fn_name: str, src: Any, why: str = "") -> N
     """Raise if a generator of `before` was drawn from since (while `fn_name` was traced);
     `why` says why its draws were not recorded (draws.py)."""
     for name, gen, state in before:
-        if not _same(state, _state(gen)):
+        if not _same(state, generator_state(gen)):
             raise RandomnessError(at_source(random_message(
                 f"the numpy random generator `{name}` was drawn from in {fn_name}") + why, src))
 

@@ -109,7 +109,7 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
 
     def flat_fn(tracers: Sequence[Tracer]) -> list[Any]:
         drawn.enter(current_trace())
-        out = _call_traced(fn, call, tracers)
+        out = _call_traced(fn, drawn.call, tracers)   # its generators swapped
         aux = None
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
@@ -123,8 +123,8 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
             _check_output(leaf, fn)
         return out_leaves + aux_leaves
 
-    with Recording(fn) as drawn, guards.outside_arrays(fn):   # generators swapped: not checked
-        generators = guards.generator_states(fn)
+    with Recording(fn, call) as drawn, guards.outside_arrays(fn):   # swapped: not checked
+        generators = guards.generator_states(fn) + drawn.checked
         tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak, _evaluator(call))
     guards.check_generators(generators, fn_name(fn), fn_source(fn), drawn.refusal)
     return dce(drawn.keyed(tape)), structure["out"], structure["aux"]
