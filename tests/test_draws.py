@@ -265,3 +265,18 @@ def test_a_generator_passed_as_a_static_argument():
     np.testing.assert_array_equal(_state(gen), expected_state)
     with pytest.raises(tj.RandomnessError, match=r"`gen` was drawn from.*Under jacobian"):
         tj.jacobian(noisy, static_argnums=1)(0.0, gen)
+
+
+class _Model:
+    def __init__(self):
+        self.rng = np.random.default_rng(8)
+
+    def loss(self, mu):
+        return np.mean((mu + self.rng.normal(size=500)) ** 2)
+
+
+def test_a_method_drawing_from_its_objects_generator():
+    model = _Model()
+    grad = tj.grad(model.loss)
+    assert grad(0.5) != grad(0.5) and grad.cache_info()["traces"] == 1
+    assert isinstance(model.rng, np.random.Generator)

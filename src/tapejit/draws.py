@@ -6,7 +6,8 @@ RandomState). A draw made while tracing would be a constant of the tape, the sam
 every call. So while `grad`, `value_and_grad` or `jit` traces a function (a `Recording`), each
 numpy `RandomState` and `Generator` it reads by name where it can be swapped
 (`guards.swappable`: its globals, closure cells and default arguments, and those of the user's
-functions it reaches) is a `Recorder`, put back after the trace (also when it raises). A
+functions it reaches; the attributes of a bound method's object; a static argument) is a
+`Recorder`, put back after the trace (also when it raises). A
 recorder's draws are tj.random's ops (random.py) on `fold_in(key, k)`, k the draw's index in
 the trace, and `key` a uint32[2] input of the program, one per generator drawn from, after
 the argument leaves. Each call takes those keys from the generators themselves (`with_keys`:
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import re
 import threading
@@ -151,7 +153,7 @@ class Recording:
         else:
             _active.recording = self
             self._swap_arguments(static)
-            if guards.swappable(self.fn, _DRAWN):
+            if self._places(_DRAWN):
                 _swapping.acquire()     # another thread's recorders are put back first
                 self.locked = True
                 try:
@@ -168,9 +170,20 @@ class Recording:
             args[i] = Recorder(self, gen, _argument(self.fn, i))
         self.call = dataclasses.replace(self.call, args=tuple(args))
 
+    def _places(self, types: tuple[type, ...]) -> list[tuple[str, Any, Any]]:
+        """`guards.swappable`'s places of `types`, and the attributes of a bound method's
+        object (`tj.grad(model.loss)` reading `self.rng`): `(name, value, put)`."""
+        places = guards.swappable(self.fn, types)
+        owner = getattr(inspect.unwrap(self.fn), "__self__", None)
+        attributes = getattr(owner, "__dict__", None)
+        if isinstance(attributes, dict):
+            places += [(f"self.{name}", value, functools.partial(attributes.__setitem__, name))
+                       for name, value in list(attributes.items()) if isinstance(value, types)]
+        return places
+
     def _swap(self) -> None:
         recorders: dict[int, Recorder] = {}
-        for name, value, put in guards.swappable(self.fn, _GENERATORS):
+        for name, value, put in self._places(_GENERATORS):
             put(recorders.setdefault(id(value), Recorder(self, value, name)))
             self.saved.append((put, value))
 
