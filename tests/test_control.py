@@ -267,8 +267,17 @@ def test_checkpointed_scan_grad_matches_unrolled():
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+def _full_tiers_in() -> None:
+    """Wait for the full tiers compiling in the background (codegen/llvm/program.py)."""
+    from tapejit.codegen.llvm import program
+    with program._lock:
+        pool = program._tier_thread()
+    pool.submit(lambda: None).result()
+
+
 def _peak_bytes(fn, *args) -> int:
     fn(*args)                                  # trace first: count the run only
+    _full_tiers_in()                           # compiling meanwhile, they allocate too
     tracemalloc.start()
     tracemalloc.reset_peak()
     fn(*args)

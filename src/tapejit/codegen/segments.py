@@ -28,6 +28,7 @@ from ..ops import HOST, OPS, Kind, defop
 MAX_SEGMENT_OPS = 120     # ops per segment function
 SEGMENT = "segment"       # the stem of their names in generated modules
 SEGMENT_ABOVE = 400       # a tape of at most this many ops is one function
+CONTROL_WEIGHT = 10       # a loop's ops in its caller (HMM forward-backward: 270 IR lines)
 
 
 def _shape(*avals: Aval, body: Tape) -> tuple[Aval, ...]:
@@ -92,11 +93,13 @@ def segmented(tape: Tape) -> Tape:
 
 
 def _weight(eqn: Eqn) -> int:
-    """An eqn's ops: a fused group's, one for any other (a loop's body is a function
-    of its own)."""
-    if OPS[eqn.op].kind is Kind.FUSED:
+    """An eqn's ops: a fused group's; a loop's or branch's `CONTROL_WEIGHT` (its body is a
+    function of its own, but the caller slices its inputs, stacks its outputs and frees
+    what each step made); one for any other."""
+    kind = OPS[eqn.op].kind
+    if kind is Kind.FUSED:
         return sum(_weight(e) for _, body in sub_tapes(eqn) for e in body.eqns)
-    return 1
+    return CONTROL_WEIGHT if kind is Kind.CONTROL else 1
 
 
 def _read_after(parts: list[list[Eqn]], tape: Tape) -> list[set[str]]:
