@@ -256,6 +256,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--as-published", action="store_true",
                         help="run every example with its published iteration counts")
+    parser.add_argument("--markdown", help="also write the table to this file (run_all.py)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="ignored: each example runs once on each side (run_all.py)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -279,7 +282,10 @@ def main() -> None:
               f"{tj.get('compiles', '-')} compiles {fmt(tj.get('compile_s'), '.1f')} s, "
               f"{tj.get('cache_traces', '-')} traces", flush=True)
         rows.append((name, ag, tj))
-    print("\n" + table(rows, not args.as_published))
+    made = table(rows, not args.as_published)
+    print("\n" + made)
+    if args.markdown:
+        Path(args.markdown).write_text(made + "\n")
     summary(rows)
 
 

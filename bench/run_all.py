@@ -11,7 +11,10 @@ lennard_jones.py and first_call.py and unpins itself as unrolled.py does). Then 
 (issue 20: re-rolled loops, compile time and memory), which unpins itself (default threading;
 its table rows say so) unless TAPEJIT_BENCH_CPUS is set, and dask_scaling.py (issue 23: local
 Dask clusters against one process) and contention.py (issue 33: tapejit and JAX beside
-CPU-bound processes), which always unpin themselves (they measure every core). Every script gets a
+CPU-bound processes), which always unpin themselves (they measure every core); last, where
+$AUTOGRAD_EXAMPLES names HIPS autograd's examples folder, autograd_examples.py (issue 35: the
+29 published examples under autograd and under tapejit, pinned; its table gets a section).
+Every script gets a
 fresh empty TAPEJIT_CACHE_DIR (so every "tapejit [numba]" first call is a real compile; pass
 --keep-cache to use the environment's cache instead). It benchmarks the *committed* src/ at git
 HEAD (exported with `git archive` into a temp dir, first on PYTHONPATH), so edits in progress
@@ -46,7 +49,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ["peers.py", "elementwise.py", "dispatch.py", "mlp.py", "lennard_jones.py",
            "compile.py", "first_call.py", "vmap.py", "unrolled.py", "dask_scaling.py",
-           "contention.py"]
+           "contention.py", "autograd_examples.py"]
+EXAMPLES_ENV = "AUTOGRAD_EXAMPLES"     # autograd's examples folder (bench/README.md)
 
 
 def cpu_model() -> str:
@@ -134,7 +138,7 @@ def main() -> None:
     load_before = loadavg()
     work = tempfile.mkdtemp(prefix="tapejit-run-all-")
     results = os.path.join(work, "results.jsonl")
-    peers_md = os.path.join(work, "peers.md")
+    peers_md, examples_md = os.path.join(work, "peers.md"), os.path.join(work, "examples.md")
     env = dict(os.environ, **{H.RESULTS_ENV: results})
     commit = None
     if not args.working_tree:
@@ -158,6 +162,11 @@ def main() -> None:
                 cmd.append("--quick")
             if script == "peers.py":
                 cmd += ["--markdown", peers_md] + ["--keep-cache"] * args.keep_cache
+            if script == "autograd_examples.py":
+                if not os.environ.get(EXAMPLES_ENV):
+                    print(f"### {script}: not run (set {EXAMPLES_ENV})", flush=True)
+                    continue
+                cmd = [c for c in cmd if c != "--quick"] + ["--markdown", examples_md]
             print(f"### {' '.join(cmd[1:])}", flush=True)
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, env=env, cwd=HERE, stdout=subprocess.PIPE,
@@ -175,6 +184,10 @@ def main() -> None:
         if os.path.exists(peers_md):
             with open(peers_md) as fh:
                 peers = fh.read().splitlines()
+        examples = []
+        if os.path.exists(examples_md):
+            with open(examples_md) as fh:
+                examples = fh.read().splitlines()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -216,6 +229,9 @@ def main() -> None:
     md += ["## Compiler goals: one thread (pinned to one CPU; compile.py's, unrolled.py's, "
            "dask_scaling.py's and contention.py's: default threading)",
            "", *table(entries), ""]
+    if examples:
+        md += ["## HIPS autograd's examples (`autograd_examples.py`, issue 35): one thread", "",
+               *examples, ""]
     failed = [s for s, _, _, rc in outputs if rc != 0]
     if failed:
         md += [f"**Failed scripts (non-zero exit): {', '.join(failed)}**", ""]
