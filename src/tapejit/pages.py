@@ -5,7 +5,10 @@ whose temporaries hold 50 MB (bench/peers.py's GMM gradient) paid 3,000-12,000 p
 third of its first run (28 ms against 17), in its first call. `prefault(arrays)` asks the
 kernel to map them now (Linux 5.14's `madvise(MADV_POPULATE_WRITE)`, which changes no data)
 on a daemon thread, while the program is still being loaded and bound; elsewhere it does
-nothing.
+nothing. They are mapped in small pages (`MADV_NOHUGEPAGE`): numpy asks for huge pages for
+arrays from 4 MiB, and mapping those could wait for the kernel to compact memory, holding the
+process's memory map (the GMM gradient's first call took 310-610 ms, and 310-330 ms without;
+its calls after it are as fast either way).
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-LARGE = 1 << 18                 # bytes of an array worth a thread's call
-_POPULATE_WRITE = 23            # <linux/mman.h>
+LARGE = 1 << 18                 # bytes of an array worth it
+_NOHUGEPAGE, _POPULATE_WRITE = 15, 23       # <linux/mman.h>
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _madvise = None
 if sys.platform.startswith("linux"):
@@ -30,19 +33,24 @@ if sys.platform.startswith("linux"):
         _madvise = None
 
 
-def populate(arrays: Sequence[np.ndarray]) -> bool:
-    """Map the memory of `arrays` now (ctypes releases the GIL meanwhile); whether the kernel
-    could."""
+def _advise(arrays: Sequence[np.ndarray], advice: int) -> bool:
     if _madvise is None:
         return False
     starts = [a.ctypes.data // _PAGE * _PAGE for a in arrays]
-    return all([_madvise(start, a.ctypes.data + a.nbytes - start, _POPULATE_WRITE) == 0
+    return all([_madvise(start, a.ctypes.data + a.nbytes - start, advice) == 0
                 for start, a in zip(starts, arrays)])
 
 
+def populate(arrays: Sequence[np.ndarray]) -> bool:
+    """Map the memory of `arrays` now (ctypes releases the GIL meanwhile); whether the kernel
+    could."""
+    return _advise(arrays, _POPULATE_WRITE)
+
+
 def prefault(arrays: Sequence[np.ndarray]) -> None:
-    """`populate` the arrays of at least LARGE bytes on a daemon thread (which holds them)."""
+    """The arrays of at least LARGE bytes in small pages, `populate`d on a daemon thread
+    (which holds them)."""
     large = [a for a in arrays if a.nbytes >= LARGE]
-    if large and _madvise is not None:
+    if large and _advise(large, _NOHUGEPAGE):
         threading.Thread(target=populate, args=(large,), name="tapejit-prefault",
                          daemon=True).start()
