@@ -8,6 +8,10 @@ the quick one compiles the full one too.
 The tier thread is held (`held`) where a test must see the quick tier: it runs one job at a
 time, in order, so the full tier waits behind the held job."""
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -117,6 +121,40 @@ def test_a_quick_tier_found_on_disk_compiles_its_full_tier_too():
         assert (info["disk_loads"], info["quick_tier"]) == (1, 1)
     assert found.cache_info()["quick_tier"] == 0
     assert found(X) == pytest.approx(want, rel=1e-14)
+
+
+PROCESS = textwrap.dedent("""
+    import os, sys, threading, numpy as np, tapejit as tj
+    from tapejit.codegen.llvm import program
+    program._spare_cpu = lambda: True
+    def f(x, y):     # kernels called by address (sin, tanh) and linked into both tiers (atan2)
+        return np.sum(np.sin(x) * np.tanh(y) + np.arctan2(x, y) + np.maximum(abs(x), y))
+    x, y = np.linspace(-3.0, 3.0, 101), np.linspace(1.0, 2.0, 101)
+    g = tj.jit(f)
+    if sys.argv[1] == "first":          # ends before its full tier compiles
+        with program._lock:
+            program._tier_thread().submit(threading.Event().wait)
+        print(g(x, y), g.cache_info()["quick_tier"], flush=True)
+        os._exit(0)
+    print(g(x, y), g.cache_info()["quick_tier"], flush=True)
+    with program._lock:
+        done = program._tier_thread().submit(lambda: None)
+    done.result(timeout=600)
+    print(g.cache_info()["quick_tier"], g.cache_info()["disk_loads"])
+""")
+
+
+def test_a_quick_tier_left_by_another_process_compiles_its_full_tier(cache_dir):
+    """Every kernel the full tier inlines is on the disk entry's list, not only those the
+    quick tier calls: a new process has none of them registered."""
+    env = {**os.environ, "TAPEJIT_CACHE_DIR": str(cache_dir), "TAPEJIT_FIRST_CALL": "compile"}
+    runs = [subprocess.run([sys.executable, "-c", PROCESS, step], env=env, capture_output=True,
+                           text=True, timeout=600) for step in ("first", "second")]
+    assert all(r.returncode == 0 for r in runs), runs[1].stderr[-2000:]
+    first, second = runs[0].stdout.split(), runs[1].stdout.split()
+    assert first[1] == "1" and second[:2] == [first[0], "1"]       # the quick tier, from disk
+    assert second[2:] == ["0", "1"], runs[1].stderr[-2000:]        # then the full one
+    assert "full tier" not in runs[1].stderr
 
 
 def test_a_program_with_no_kernel_to_inline_has_one_tier():

@@ -22,7 +22,6 @@ import ast
 import re
 from typing import NamedTuple
 
-from . import jit
 from .body import Body, Shaped
 from .emit import Array, Frame, Function, NotCovered
 from ..writer import ENTRY
@@ -40,8 +39,9 @@ class Lowered(NamedTuple):
     outputs: tuple[tuple[str, int], ...]   # per output: ("input", k) or ("frame", k)
     parts: tuple[str, ...] = ()      # `ir` as modules to compile apart (on threads): the
                                      # entry's, then one per parallel loop's chunk function
-    kernels: tuple[tuple, ...] = ()  # the kernels it calls by address, loaded before its
-                                     # code: ("scalar", call, dtypes) or ("array", call, kinds)
+    kernels: tuple[tuple, ...] = ()  # the kernels it uses: ("scalar", call, dtypes) or
+                                     # ("array", call, kinds); those its code calls by address
+                                     # load before it, all before its full tier compiles
 
 
 class _Module:
@@ -127,8 +127,7 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
     renumber = {k: n for n, k in enumerate(order)}
     outs = tuple((kind, renumber[k] if kind == "frame" else k) for kind, k in outputs)
     workspace = max(module.workspace) + 1 if module.workspace else 0
-    kernels = tuple(made for symbol, made in sorted(module.kernels.items())
-                    if jit.by_address(symbol))
+    kernels = tuple(made for _, made in sorted(module.kernels.items()))
     return Lowered(text + "\n", inputs, frames, workspace, outs, parts, kernels)
 
 

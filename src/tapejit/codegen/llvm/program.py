@@ -118,6 +118,7 @@ def _found(program_key: str) -> tuple[_Code | None, tuple[Lowered, _Entry] | Non
         for kind, call, types in found[0].kernels:
             if kind == "scalar" and calls is not None and not _calls(calls, call, types):
                 continue            # inlined into the full tier's code: nothing to load
+            # (a quick tier's full one compiles here: every kernel it inlines is registered)
             try:
                 (scalar_kernel if kind == "scalar" else array_kernel)(call, types)
             except jit.JitError as err:
