@@ -48,12 +48,21 @@ _log = logging.getLogger("tapejit")
 class _Code:
     """Loaded object code and the record it was lowered with; the quick tier's until
     `tier_up` hands it the full tier's code, which the functions bound to it then call."""
-    __slots__ = ("program", "lowered", "quick", "retired", "bound", "__weakref__")
+    __slots__ = ("program", "lowered", "quick", "retired", "bound", "pending", "__weakref__")
 
     def __init__(self, program: jit.Program, lowered: Lowered, quick: bool) -> None:
         self.program, self.lowered, self.quick = program, lowered, quick
         self.retired: list[jit.Program] = []      # a call running still may use it
         self.bound: list[weakref.ref] = []        # runtime.bind's functions' contexts
+        self.pending: tuple[str, _Entry] | None = None   # the full tier, to compile
+
+    def start_full_tier(self) -> None:
+        """Queue the full tier's compile (once): after the first call, which a compile
+        beside it on a 2-CPU machine slowed (the GMM gradient's warm start: 61 to 67 ms)."""
+        with _lock:
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                _tier_thread().submit(_tier_up, pending[0], weakref.ref(self), pending[1])
 
     def bind(self, table: np.ndarray, sizes: np.ndarray, inputs: int, name: str, keep: Any,
              fresh: list) -> Any:
@@ -177,7 +186,8 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
     it), "disk" (`entry` given) or "compiled". Its parts (the entry's module, each parallel
     loop's) compile on threads at once: LLVM releases the GIL. Where the full tier inlines
     kernels (`jit.inlines`), the quick tier, calling them, is compiled (and kept on disk)
-    first, and the full one on a thread after (`_tier_up`), which replaces it on disk."""
+    first, and the full one on a thread after the first call (`_tier_up`), which replaces it
+    on disk."""
     with _lock:
         code = _loaded.get(program_key)
         if code is not None:
@@ -192,7 +202,7 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
         code = _loaded[program_key] = _Code(jit.Program(entry.objects, (ENTRY_SYMBOL,)),
                                             lowered, quick=bool(entry.again))
         if entry.again:
-            _tier_thread().submit(_tier_up, program_key, weakref.ref(code), entry)
+            code.pending = (program_key, entry)
         return code, source
 
 
@@ -299,7 +309,10 @@ class Program:
         with self._binding:
             if self._bound is None:
                 self._bound = self.fn = self._bind()
-        return self._bound(*arrays)
+        try:
+            return self._bound(*arrays)
+        finally:
+            self._code.start_full_tier()
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         return self.fn(*arrays)
