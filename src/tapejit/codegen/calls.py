@@ -112,12 +112,15 @@ class Kit:
         self.line(f"{dst}[{slot}, {at}] = {src}[{at}]")
         self.close(depth)
 
-    def three(self, shape: tuple[Dim, ...], axis: int) -> str:
-        """(before, axis, after) sizes of `shape` around `axis`: ops that act along one axis
-        view their operand as such an array."""
+    def extents(self, shape: tuple[Dim, ...], axis: int) -> list[str]:
+        """The (before, axis, after) sizes of `shape` around `axis`, as expressions: ops that
+        act along one axis view their operand as such an array."""
         sizes = self.sizes
-        return (f"({sizes.product(shape[:axis])}, {sizes(shape[axis])}, "
-                f"{sizes.product(shape[axis + 1:])})")
+        return [sizes.product(shape[:axis]), sizes(shape[axis]), sizes.product(shape[axis + 1:])]
+
+    def three(self, shape: tuple[Dim, ...], axis: int) -> str:
+        """`extents` as a shape tuple."""
+        return f"({', '.join(self.extents(shape, axis))})"
 
     def permuted(self, src: str, atom: Var, perm: tuple[int, ...], dst: str) -> str:
         """A C-contiguous copy of `src` (the array of `atom`) with its axes in the order

@@ -178,22 +178,15 @@ def _sort_cpu(k, eqn, ins, out):
                        _three(k, indices, x, axis)])
 
 
-def _extents(k, atom, axis: int) -> list[str]:
-    """The (before, axis, after) sizes of `atom` around `axis`, as expressions."""
-    dims = k.sizes.of(atom)
-    return [k.sizes.product(dims[:axis]), k.sizes(dims[axis]), k.sizes.product(dims[axis + 1:])]
-
-
 def _take_along_cpu(k, eqn, ins, out):
     (x, idx), axis = eqn.ins, eqn.kw["axis"]
-    extents = _extents(k, idx, axis)
     k.line(f"{out}_x = {_three(k, ins[0], x, axis)}")
     k.line(f"{out}_i = {_three(k, ins[1], idx, axis)}")
-    k.line(f"{out}_o = np.empty(({', '.join(extents)}), {k.dtype(x.aval.dtype)})")
-    depth = k.loops(extents, f"{out}_j")
+    k.line(f"{out}_o = np.empty({k.three(k.sizes.of(idx), axis)}, {k.dtype(x.aval.dtype)})")
+    depth = k.loops(k.extents(k.sizes.of(idx), axis), f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
     k.line(f"{out}_k = {out}_i[{j0}, {j1}, {j2}]")
-    k.index_check(eqn, f"{out}_k", _extents(k, x, axis)[1], axis)
+    k.index_check(eqn, f"{out}_k", k.sizes(k.sizes.of(x)[axis]), axis)
     k.line(f"{out}_o[{j0}, {j1}, {j2}] = {out}_x[{j0}, {out}_k, {j2}]")
     k.close(depth)
     k.line(f"{out} = {out}_o.reshape({k.sizes.shape(k.sizes.of(eqn.outs[0]))})")
@@ -206,10 +199,10 @@ def _scatter_along_cpu(k, eqn, ins, out):
     k.line(f"{out}_o = {_three(k, out, result, axis)}")
     k.line(f"{out}_i = {_three(k, ins[0], idx, axis)}")
     k.line(f"{out}_u = {_three(k, ins[1], updates, axis)}")
-    depth = k.loops(_extents(k, idx, axis), f"{out}_j")
+    depth = k.loops(k.extents(k.sizes.of(idx), axis), f"{out}_j")
     j0, j1, j2 = (f"{out}_j{d}" for d in range(3))
     k.line(f"{out}_k = {out}_i[{j0}, {j1}, {j2}]")
-    k.index_check(eqn, f"{out}_k", _extents(k, result, axis)[1], axis)
+    k.index_check(eqn, f"{out}_k", k.sizes(k.sizes.of(result)[axis]), axis)
     k.line(f"{out}_o[{j0}, {out}_k, {j2}] += {out}_u[{j0}, {j1}, {j2}]")
     k.close(depth)
 
