@@ -20,6 +20,22 @@ def _options_loss(w, x):
     return np.sum((w - x) ** 2) * OPTIONS["lr"]
 
 
+def _activation(x):
+    return np.tanh(x)
+
+
+def _activated_loss(w):
+    return np.sum(_activation(w))
+
+
+class Settings:
+    scale = 2.0
+
+
+def _settings_loss(w):
+    return np.sum(w * Settings.scale)
+
+
 def _big_loss(w):
     return np.sum(w ** 2) + BIG[0]
 
@@ -71,6 +87,25 @@ def test_a_global_rebound_or_changed_in_place_traces_again():
         assert g.cache_info()["traces"] == 1
     finally:
         SCALE, OPTIONS["lr"] = saved, 0.5
+
+
+def test_a_rebound_function_or_a_changed_class_of_yours_traces_again():
+    global _activation
+    saved = _activation
+    try:
+        tj.grad(_activated_loss)(W)
+        _activation = np.sin                        # a global function rebound
+        g = tj.grad(_activated_loss)
+        np.testing.assert_allclose(g(W), np.cos(W), rtol=1e-14)
+        assert g.cache_info()["traces"] == 1
+    finally:
+        _activation = saved
+    for scale in (2.0, 3.0):                         # a class attribute it reads
+        Settings.scale = scale
+        g = tj.grad(_settings_loss)
+        np.testing.assert_allclose(g(W), np.full(3, scale))
+        assert g.cache_info()["traces"] == 1
+    Settings.scale = 2.0
 
 
 def test_what_cannot_be_compared_cheaply_is_not_shared():

@@ -294,43 +294,13 @@ def _by_name(fn: Any, seen: set[int]) -> Iterator[tuple[str, Any, Put | None]]:
             yield from _by_name(value, seen)
 
 
-_PLAIN = (int, float, complex, bool, str, bytes, type(None), np.generic)
-_COMPARED = 1 << 20     # bytes of an array read by name compared by content (larger: unshared)
-
-
-def read_by_name(fn: Callable[..., Any]) -> tuple | None:
-    """What the plain function `fn` reads by name (its globals, closure cells and defaults,
-    and those of the user's functions it reaches), as a tuple equal for two calls exactly when
-    they read equal values (arrays of up to 1 MiB by content): None where it reads something
-    else (a larger array, an object whose attributes may change, a generator) or is not a
-    plain function."""
-    if type(fn) is not types.FunctionType:
-        return None
-    found = []
-    for name, value, put in _by_name(fn, set()):
-        if put is None or isinstance(value, (types.ModuleType, type)) or (
-                callable(value) and not isinstance(value, _GENERATORS + (np.ndarray,))):
-            continue                  # not read, or code (followed by the walk)
-        print_ = _fingerprint(value)
-        if print_ is None:
-            return None
-        found.append((name, print_))
-    return tuple(found)
-
-
-def _fingerprint(value: Any) -> Any:
-    if isinstance(value, _PLAIN):
-        return (type(value), value)
-    if type(value) is np.ndarray:       # its contents too: they may change in place
-        return None if value.nbytes > _COMPARED else \
-            (np.ndarray, value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, (tuple, list)):
-        parts = [_fingerprint(v) for v in value]
-        return None if None in parts else (type(value), tuple(parts))
-    if isinstance(value, dict):
-        parts = [(k, _fingerprint(v)) for k, v in value.items()]
-        return None if any(p is None for _, p in parts) else (dict, tuple(parts))
-    return None
+def in_library(value: Any) -> bool:
+    """Whether a module or class belongs to an installed library, the standard library or
+    tapejit (a builtin one has no file)."""
+    module = value if isinstance(value, types.ModuleType) else \
+        sys.modules.get(getattr(value, "__module__", ""))
+    path = getattr(module, "__file__", None)
+    return module is not None and (path is None or path.startswith(_LIBRARIES + (_PACKAGE,)))
 
 
 def _global_names(code: Any) -> set[str]:
