@@ -12,12 +12,17 @@ switches on op names, and the modules import in one direction without cycles.
   (`L.transpose.name`).
 - Layers: the import graph of `tapejit` (function-level imports included; those under
   `if TYPE_CHECKING:` excluded) has no cycle, and no module imports a module of a higher layer
-  (`LAYERS`, bottom first).
+  (`LAYERS`, bottom first); docs/how-it-works.md lists the same layers, and the library never
+  imports the tools wing (`tapejit.tools`), not even at run time.
+- Size: no module over `MODULE_LINES` lines but the named exceptions, held to their size.
 """
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -25,6 +30,7 @@ import tapejit  # noqa: F401  (registers every op)
 from tapejit.ops import HOST, MAPPED, OPS, Kind
 
 SRC = pathlib.Path(tapejit.__file__).parent
+LAYER_DOC = pathlib.Path(__file__).parents[1] / "docs" / "how-it-works.md"
 
 # bottom first; a module imports only modules of its own layer or below
 LAYERS = [
@@ -40,10 +46,10 @@ LAYERS = [
     ("programs", ["arguments", "draws", "programs"]),
     ("dispatch", ["sharing", "dispatch"]),
     ("transforms", ["api", "transforms", "vmap", "explain", "variables", "eager",
-                    "optimizers"]),
-    ("tools", ["gradient_tape", "cli", "demo", "selfcheck", "randprog", "randops", "dask",
-               "__main__", "__init__"]),
+                    "optimizers", "gradient_tape", "dask", "__init__"]),
+    ("tools", ["tools", "__main__"]),
 ]
+TOOLS = len(LAYERS) - 1
 
 # string displays that coincide with op names but are not about ops: (module, first element)
 NOT_OP_TABLES = {
@@ -157,7 +163,8 @@ def test_only_trace_reads_a_tracers_fields():
 MODULE_LINES = 400            # a module with one job reads in one sitting
 OVERSIZED = {                 # modules over it, each held to its size (issue 36 splits them)
     "codegen.vmath": 709, "trace": 685, "codegen.cpu": 660, "transforms": 567,
-    "randops": 539, "dispatch": 483, "codegen.llvm.jit": 475, "gradient_tape": 443,
+    "tools.statement_templates": 540, "dispatch": 483, "codegen.llvm.jit": 475,
+    "gradient_tape": 443,
     "numpy_api.shape": 425, "cache": 423, "control.primitives": 420,
     "optimizers.transforms": 415, "dask": 411,
 }
@@ -280,3 +287,27 @@ def test_imports_go_down_the_layers():
               for m, targets in sorted(_graph().items()) if m != "__init__"
               for t in sorted(targets) if _layer(t) > _layer(m)]
     assert not upward, "imports up the layers:\n" + "\n".join(upward)
+
+
+def _written_layers() -> list[tuple[str, list[str]]]:
+    """The layers of how-it-works.md's "The layers" list: (name, its modules), bottom first."""
+    section = LAYER_DOC.read_text().split("\n## The layers\n", 1)[1].split("\n## ", 1)[0]
+    items = re.findall(r"^\d+\. \*\*(.+?)\*\* \(([^)]*)\)", section, re.M)
+    return [(name, re.findall(r"`([^`]+)`", members)) for name, members in items]
+
+
+def test_the_layers_are_written_where_a_reader_finds_them():
+    written, checked = _written_layers(), [(name, members) for name, members in LAYERS]
+    assert written == checked, (f"docs/how-it-works.md's \"The layers\" list differs from "
+                                f"LAYERS: write\n{checked}\nthere (it has\n{written})")
+
+
+def test_the_library_never_imports_the_tools_wing():
+    static = [f"{m} imports {t}" for m, targets in sorted(_graph().items())
+              if _layer(m) != TOOLS for t in sorted(targets) if _layer(t) == TOOLS]
+    assert not static, "the library imports the tools wing:\n" + "\n".join(static)
+    code = ("import sys, tapejit; "
+            "print(sorted(m for m in sys.modules if m.startswith('tapejit.tools')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]", f"import tapejit loads the tools wing: {loaded}"

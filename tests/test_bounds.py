@@ -317,7 +317,7 @@ def test_numba_bounds_check_sees_no_access_out_of_range(tmp_path):
 def test_selfcheck_calls_programs_with_an_index_out_of_range():
     """`tapejit selfcheck` moves one entry of an index argument out of range: numpy raises,
     and so must jit and grad on both backends and a new transform's first call."""
-    from tapejit import selfcheck
+    from tapejit.tools import selfcheck
     programs = [selfcheck.generate(selfcheck.program_seed(33, k)) for k in (1, 6, 11)]
     checked = 0
     for program in programs:

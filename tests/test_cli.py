@@ -69,3 +69,12 @@ def test_bench_peers_quick(tmp_path: Path) -> None:
     assert "grad of sum(x*x), n=10" in out
     assert "| dispatch | tapejit [numba] | " in out and " 1.00x |" in out
     assert out.index("### Default threading") < out.index("### One thread")
+
+
+def test_bench_outside_a_checkout_says_what_it_needs(tmp_path: Path, capsys) -> None:
+    from tapejit.tools import cli
+    assert cli.main(["bench", "--checkout", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} has none" in err and "source checkout" in err and "--checkout" in err
+    root = Path(__file__).parents[1]
+    assert cli.checkout(None) == root and cli.checkout(str(root)) == root

@@ -1,5 +1,6 @@
-"""The random-program check (selfcheck.py, randprog.py) on a budget for CI: compiled ==
-interpreted == numpy, gradients against finite differences, and a later call with new lengths.
+"""The random-program check (tools/selfcheck.py, tools/program_generator.py) on a budget for
+CI: compiled == interpreted == numpy, gradients against finite differences, and a later call
+with new lengths.
 
 The hypothesis test draws a structure from a small pool and the lengths and values anew, so
 most examples reuse compiled code (sizes are run-time slots; lengths 0 and 1 are written into
@@ -12,15 +13,16 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from tapejit import cli, config, randprog, selfcheck
-from tapejit.selfcheck import generate
+from tapejit import config
+from tapejit.tools import cli, program_generator, selfcheck
+from tapejit.tools.selfcheck import generate
 
 SEED = 17            # issue 17
 STRUCTURES = 8       # distinct programs the hypothesis test draws from
 EXAMPLES = 200
 
 
-def structure(k: int) -> randprog.RandomProgram:
+def structure(k: int) -> program_generator.RandomProgram:
     return generate(selfcheck.program_seed(SEED, k))
 
 
@@ -71,7 +73,7 @@ def test_generated_programs_are_valid_numpy() -> None:
     for i in range(300):
         program = generate(selfcheck.program_seed(1, i))
         fn = program.function()
-        for choices in (randprog.SIZES, randprog.NEW_SIZES):
+        for choices in (program_generator.SIZES, program_generator.NEW_SIZES):
             sizes = program.draw_sizes(rng, choices=choices)
             with np.errstate(all="raise"):
                 out = np.asarray(fn(*program.arguments(sizes, rng)))

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, config, selfcheck
+from tapejit import autodiff, config
 from tapejit.control import primitives as C
 from tapejit.control.reroll import reroll
 from tapejit.interpret import interpret
 from tapejit.passes import PIPELINE
 from tapejit.pytree import flatten, unflatten
-from tapejit.selfcheck import generate
+from tapejit.tools import selfcheck
+from tapejit.tools.selfcheck import generate
 from tapejit.typecheck import typecheck
 
 from scipy.special import logsumexp   # (after tapejit: its traced version, api.md)  # noqa: E402
@@ -400,9 +401,9 @@ def test_nested_ys_and_xs_compiled():
 
 # ---- random step bodies: unrolled vs tj.fori_loop ------------------------------------------------
 def random_loop(seed, steps=5):
-    """A random program (randprog.py) as the step of a loop carrying its first float argument:
-    (unrolled, fori_loop version, arguments, float argument positions). Without a guarded
-    statement: a fori_loop body cannot branch on a per-step value."""
+    """A random program (tools/program_generator.py) as the step of a loop carrying its first
+    float argument: (unrolled, fori_loop version, arguments, float argument positions).
+    Without a guarded statement: a fori_loop body cannot branch on a per-step value."""
     saved, selfcheck.GUARDED = selfcheck.GUARDED, 0.0
     try:
         program = generate(seed)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import selfcheck
+from tapejit.tools import selfcheck
 from tapejit.codegen import cpu, segments
 from tapejit.codegen.llvm.lower import lower
 from tapejit.interpret import interpret
 from tapejit.passes import optimize
-from tapejit.selfcheck import generate
+from tapejit.tools.selfcheck import generate
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""`python -m tapejit`: the command line (cli.py)."""
+"""`python -m tapejit`: the command line (tools/cli.py)."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -6,7 +6,7 @@ its operands' (a product after a reshape, a sum after a concatenate, ...). Opera
 only where their symbols make them valid whatever the sizes, and the sizes are drawn afterwards
 from a tiny set ({0, 1, 2, 3}), so two different axes often have equal lengths: the coincidence
 that compiled code must not mistake for an identity. The same program with new sizes is the
-"new batch" check. Templates live in randops.py.
+"new batch" check. Templates live in statement_templates.py.
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ class RandomProgram:
         source = self.source
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         scope: dict[str, Any] = {"np": np, "tj": tapejit}
-        if "sp." in source:                 # randops' special template (scipy installed)
+        if "sp." in source:                 # statement_templates' special template (scipy)
             import scipy.special
             scope["sp"] = scipy.special
         exec(compile(source, filename, "exec"), scope)

@@ -1,5 +1,5 @@
-"""`tapejit selfcheck`: random numpy programs (randprog.py) run compiled, interpreted and on
-numpy, which must agree.
+"""`tapejit selfcheck`: random numpy programs (program_generator.py) run compiled,
+interpreted and on numpy, which must agree.
 
 For each program, on arguments whose axes often have equal lengths by coincidence:
 
@@ -35,9 +35,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import IndexOutOfBoundsError, TapejitError, TapejitWarning
-from .randops import Builder
-from .randprog import NEW_SIZES, RandomProgram, bases, size_of
+from ..errors import IndexOutOfBoundsError, TapejitError, TapejitWarning
+from .statement_templates import Builder
+from .program_generator import NEW_SIZES, RandomProgram, bases, size_of
 
 CALLS = 3           # calls with the first lengths, then 2 with new ones
 RTOL = 1e-6         # compiled against numpy / the interpreter
@@ -49,7 +49,7 @@ GUARDED = 0.3       # the share of programs that end with a guarded statement
 
 def generate(seed: int | np.random.SeedSequence, statements: int | None = None) -> RandomProgram:
     """A random program from `seed`: 1-3 float parameters and 1-6 statements, then in
-    `GUARDED` of them one that a guard decides (randops' `Builder.guarded`)."""
+    `GUARDED` of them one that a guard decides (statement_templates' `Builder.guarded`)."""
     rng = np.random.default_rng(seed)
     builder = Builder(rng)
     for _ in range(int(rng.integers(1, 4))):

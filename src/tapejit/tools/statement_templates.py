@@ -1,4 +1,4 @@
-"""The statement templates of randprog.py's random programs.
+"""The statement templates of program_generator.py's random programs.
 
 `Builder.statement()` picks a template by weight; a template picks its operands among the
 values made so far and returns a `Made` (text, axis symbols, magnitude bound, values read), or
@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from .randprog import MAGNITUDE_LIMIT, ONE, Arg, Line, RandomProgram, Sym, bases, largest, size_of
+from .program_generator import (MAGNITUDE_LIMIT, ONE, Arg, Line, RandomProgram, Sym, bases,
+                                largest, size_of)
 
 MAX_RANK = 4
 

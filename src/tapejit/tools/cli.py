@@ -3,7 +3,8 @@
     tapejit demo [--quick] [--epochs N]     train an MLP on scikit-learn's digits (demo.py)
     tapejit info                            versions, backends, CUDA, the cache directory
     tapejit cache list | clear              the compiled programs on disk
-    tapejit bench [peers|compiler] [...]    run a benchmark suite of a source checkout
+    tapejit bench [peers|compiler] [--checkout DIR] [...]
+                                            run a benchmark suite of a source checkout
     tapejit selfcheck [--programs N] [--seed S]
                                             random programs compiled == interpreted == numpy
 
@@ -21,8 +22,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
-SUITES = {"peers": "peers.py", "compiler": "run_all.py"}
+SUITES = {"peers": "peers.py", "compiler": "run_all.py"}   # scripts of a checkout's bench/
+INSTALLED_FROM = Path(__file__).resolve().parents[3]      # the checkout of `pip install -e .`
+
+
+def checkout(given: str | None) -> Path | None:
+    """The source checkout whose bench/ `tapejit bench` runs: `--checkout DIR`, else the one
+    this tapejit is installed from (an editable install), else the current directory; None
+    where none holds the suites (a wheel install ships no bench/)."""
+    candidates = [Path(given)] if given else [INSTALLED_FROM, Path.cwd()]
+    return next((c for c in candidates
+                 if all((c / "bench" / s).is_file() for s in SUITES.values())), None)
 
 
 def _version(dist: str) -> str:
@@ -107,8 +117,8 @@ def _blas() -> list[str]:
 
 def _threads() -> str:
     """tapejit's thread budget and what it was decided from (threads.py)."""
-    from . import threads
-    from .codegen.blas import GRAIN
+    from .. import threads
+    from ..codegen.blas import GRAIN
     given = threads.inputs()
     return (f"{threads.decide(**given)} from " +
             ", ".join(f"{k}={'-' if v is None else v}" for k, v in given.items()) +
@@ -123,9 +133,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     import tapejit as tj
-    from . import cache
-    from .compile import BACKENDS
-    from .config import config
+    from .. import cache
+    from ..compile import BACKENDS
+    from ..config import config
     settings = config()
     print(f"tapejit {tj.__version__} ({Path(tj.__file__).parent})")
     print(f"python {platform.python_version()} ({sys.executable}), {platform.platform()}")
@@ -153,7 +163,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from . import cache
+    from .. import cache
     try:
         root = cache.cache_root()
     except OSError as err:
@@ -172,13 +182,18 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    script = BENCH_DIR / SUITES[args.suite]
-    if not script.exists():
-        print(f"tapejit bench needs a source checkout: {script} not found "
-              f"(git clone the repository and pip install -e . there)", file=sys.stderr)
+    root = checkout(args.checkout)
+    if root is None:
+        looked = args.checkout or f"{INSTALLED_FROM} (where tapejit is installed) or {Path.cwd()}"
+        print(f"tapejit bench runs the benchmark suites of a source checkout (its bench/ "
+              f"folder: {', '.join(SUITES.values())}); {looked} has none. Clone the "
+              f"repository, pip install -e . there and run it from there, or pass "
+              f"--checkout DIR", file=sys.stderr)
         return 2
+    bench = root / "bench"
+    script = bench / SUITES[args.suite]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        [str(bench), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     return subprocess.run([sys.executable, str(script), *args.rest], env=env).returncode
 
 
@@ -214,6 +229,9 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark suite and print its table "
                                          "(peers: bench/peers.py; compiler: bench/run_all.py)")
     bench.add_argument("suite", nargs="?", choices=tuple(SUITES), default="peers")
+    bench.add_argument("--checkout", metavar="DIR", default=None,
+                       help="the source checkout whose bench/ to run (default: the one "
+                            "tapejit is installed from, else the current directory)")
     bench.set_defaults(run=cmd_bench)
     check = sub.add_parser("selfcheck", help="run random numpy programs compiled, interpreted "
                                              "and on numpy, which must agree")
