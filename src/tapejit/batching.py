@@ -7,9 +7,9 @@ element). Each eqn that reads a batched value is recorded once, on the whole bat
 the batch size. An op declared `MAPPED` (user code: custom_vjp functions, njit kernels; control
 flow), or whose rule has no case for these operands (NotImplemented), runs in a compiled loop
 over the batch axis: the mapper control flow installs (`install_mapper`, a scan); without one
-it is an error at tracing. Outputs come back with their flags. `vmap.py` batches a function's
-tape this way; `transforms.jacobian_tape` runs a reverse sweep on a batch of one-hot
-cotangents: every row of a Jacobian in one pass.
+it is an error at tracing. Outputs come back with their flags. derived_tapes.py batches a
+function's tape this way (vmap's `mapped_tape`), and its `jacobian_tape` runs a reverse sweep
+on a batch of one-hot cotangents: every row of a Jacobian in one pass.
 """
 from __future__ import annotations
 

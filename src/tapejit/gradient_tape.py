@@ -8,7 +8,7 @@ A tape remembers the spans of eqns recorded while it was active and the vars it 
 (`watch(x)`, and every trainable `tj.Variable` read while it records). `gradient` cuts those
 eqns into a tape from the sources (then every other value they read) to the targets:
 ops that did not read a watched value are constants, and so are values computed under
-`stop_recording()`. The reverse sweep of that tape (`transforms.split_joint`) reads the forward
+`stop_recording()`. The reverse sweep of that tape (`derived_tapes.split_joint`) reads the forward
 values as inputs. Outside any trace it runs compiled, cached by the cut tape (its text: ops,
 names, shapes and dtypes; numba's program is shape-generic, so a new batch size re-derives but
 does not recompile): a training loop that records the same ops every step replays compiled
@@ -35,7 +35,7 @@ from .ir import Tape, Var
 from .passes import dce, optimize
 from .pytree import flatten, unflatten
 from .trace import Trace, Tracer, current_trace, trace_of, var_of
-from .transforms import jacobian_tape, split_joint
+from .derived_tapes import jacobian_tape, split_joint
 from .variables import Variable
 
 

@@ -24,15 +24,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .arguments import CallArgs, split_args
-from .batching import batched_inline, broadcast_batch
+from .derived_tapes import mapped_tape
 from .dispatch import CachedTransform, Specialization, as_output_tree
 from .errors import ArgumentError, ShapeError, at_source, user_source
-from .ir import Tape
-from .ops import layout as L
-from .passes import dce, optimize
+from .passes import optimize
 from .programs import fn_source, rerolled, trace_flat
 from .pytree import TreeDef
-from .trace import new_trace, var_of
 
 Axis = int | None
 
@@ -116,42 +113,6 @@ def _batch_size(axes: Sequence[Axis], call: CallArgs, axis_size: int | None) -> 
     return found.pop()
 
 
-def batched_tape(tape: Tape, in_axes: Sequence[Axis], in_avals: Sequence[Any],
-                 names: Sequence[str], size: int, out_axes: Sequence[Axis],
-                 fn: Callable[..., Any]) -> Tape:
-    """`tape` (one example's) on inputs of avals `in_avals`, mapped along `in_axes` (None:
-    shared), with outputs mapped along `out_axes` (normalized later, per output rank)."""
-    with new_trace() as trace:
-        inputs = [trace.new_tracer(a, n) for a, n in zip(in_avals, names)]
-        moved = [x if a in (None, 0) else L.transpose(
-            x, perm=(a,) + tuple(d for d in range(x.ndim) if d != a))
-            for x, a in zip(inputs, in_axes)]
-        results = []
-        for k, ((value, mapped), axis) in enumerate(zip(
-                batched_inline(tape, moved, [a is not None for a in in_axes]), out_axes)):
-            if axis is None:
-                if mapped:
-                    raise ArgumentError(at_source(
-                        f"vmap: out_axes is None for output {k} ({tape.outvars[k].aval} per "
-                        f"example), but it depends on a mapped argument, so it differs "
-                        f"between examples: give it an int out_axes", fn_source(fn)))
-                results.append(value)
-                continue
-            if not mapped:
-                value = broadcast_batch(value, size)
-            rank = np.ndim(value)
-            if not -rank <= axis < rank:
-                raise ShapeError(at_source(
-                    f"vmap: out_axes {axis} is out of range for output {k} (rank {rank} with "
-                    f"the batch axis)", fn_source(fn)))
-            axis %= rank
-            if axis:
-                value = L.transpose(value, perm=tuple(range(1, axis + 1)) + (0,)
-                                    + tuple(range(axis + 1, rank)))
-            results.append(value)
-        return dce(trace.to_tape([var_of(t) for t in inputs], results))
-
-
 class _Vmap(CachedTransform):
     """`vmap(f)`: per signature, one program computing f on every example."""
 
@@ -179,7 +140,8 @@ class _Vmap(CachedTransform):
                    for a, ax in zip(call.avals, axes)]
         tape, out_td, _ = trace_flat(self.fn, dataclasses.replace(call, avals=example))
         out_axes = _prefix(self.out_axes, out_td, "out_axes")
-        batched = batched_tape(tape, axes, call.avals, call.names, size, out_axes, self.fn)
+        batched = mapped_tape(tape, axes, call.avals, call.names, size, out_axes,
+                              fn_source(self.fn))
         return Specialization(optimize(rerolled(batched)), None, out=out_td)
 
     def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
