@@ -27,11 +27,16 @@ def _extremum_vjp(ct, y, x, *, axes):
     return (expand(ct / count, x, axes) * mask,)
 
 
-reduce_max = defop("reduce_max", Kind.REDUCE, lambda x, *, axes: np.max(x, axis=axes),
+def _extremum(fn, bools):
+    """np.max/np.min, and for bools np.any/np.all (which have an identity: empty arrays)."""
+    return lambda x, *, axes: (bools if x.dtype == np.bool_ else fn)(x, axis=axes)
+
+
+reduce_max = defop("reduce_max", Kind.REDUCE, _extremum(np.max, np.any),
                    shape=reduced_shape("reduce_max"), vjp=_extremum_vjp, view=SQUEEZE,
                    reduction=Reduction(-np.inf, "np.maximum({0}, {1})", "({0} or {1})"),
                    batch=batch_axes)
-reduce_min = defop("reduce_min", Kind.REDUCE, lambda x, *, axes: np.min(x, axis=axes),
+reduce_min = defop("reduce_min", Kind.REDUCE, _extremum(np.min, np.all),
                    shape=reduced_shape("reduce_min"), vjp=_extremum_vjp, view=SQUEEZE,
                    reduction=Reduction(np.inf, "np.minimum({0}, {1})", "({0} and {1})"),
                    batch=batch_axes)
