@@ -80,7 +80,8 @@ def test_row_names_unique():
 
 # `fused` is made by the fuse pass, `segment` by code generation, never traced: test_passes
 # checks fused groups on every zoo program, test_segments.py segments on random programs.
-COMPILER_OPS = {"fused", "segment"}
+# `check` runs only under checkify (the other transforms refuse it): test_checkify.py.
+COMPILER_OPS = {"fused", "segment", "check"}
 
 
 def test_every_primitive_has_a_row():

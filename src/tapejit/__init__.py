@@ -8,6 +8,9 @@
 """
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
 from .numpy_api.sorting import unique
+from .numpy_api.checks import check
+from .passes.checkify import (ALL_CHECKS as all_checks, NAN_CHECKS as nan_checks,
+                              USER_CHECKS as user_checks, Error)
 from .api import grad, jit, make_tape, value_and_grad
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
@@ -21,6 +24,7 @@ from .dispatch import clear_cache
 from .threads import get_num_threads, set_num_threads
 from .explain import explain
 from .explanation import Explanation
+from .errors import CheckError, UncheckedError
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IndexOutOfBoundsError, IRError, RandomnessError, ShapeError, TapejitError,
                      TapejitWarning, UnsupportedOperationError)
@@ -49,4 +53,5 @@ __all__ = [
     "jacobian", "jacrev", "jacfwd", "hessian", "jvp", "linearize", "jvp_cache_info",
     "custom_vjp", "stop_gradient", "odeint",
     "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info", "unique",
+    "check", "CheckError", "UncheckedError", "Error", "user_checks", "nan_checks", "all_checks",
 ]

@@ -72,6 +72,17 @@ class IRError(TapejitError, ValueError):
     """A malformed tape: a typecheck failure or unparsable tape text."""
 
 
+class CheckError(TapejitError, ValueError):
+    """A failed `tj.check` or a NaN that `tj.checkify` found: the check's message (its values
+    filled in) or the op that made the NaN, and the user's line (JAX's JaxRuntimeError is a
+    ValueError too)."""
+
+
+class UncheckedError(TapejitError, ValueError):
+    """A `tj.check` in a program run without `tj.checkify` (JAX's error for a check staged out
+    without checkify is a ValueError too)."""
+
+
 class IndexOutOfBoundsError(IndexingError):
     """An index outside its axis: numpy's message, the op and the user's line. A constant
     index raises it while tracing (op "indexing"), a traced one while the program runs, on

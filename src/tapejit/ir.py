@@ -119,14 +119,26 @@ class Tape:
         return print_tape(self)
 
 
+# the ops run for an effect (`check`: a failed check is an error), registered by ops/: dce keeps
+# their eqns, and the eqns whose sub-tapes hold one, though nothing reads their outputs
+EFFECTS: set[str] = set()
+
+
+def has_effect(eqn: Eqn) -> bool:
+    """Whether `eqn` is, or its sub-tapes hold, an eqn of an op in `EFFECTS`."""
+    return eqn.op in EFFECTS or any(has_effect(e) for _, body in sub_tapes(eqn)
+                                    for e in body.eqns)
+
+
 def dce(tape: Tape) -> Tape:
-    """Dead-code elimination: drop eqns whose outputs nothing reads, and constants no eqn
-    reads (the `dce` pass; reverse mode and tracing use it too)."""
+    """Dead-code elimination: drop eqns whose outputs nothing reads (but those with an effect),
+    and constants no eqn reads (the `dce` pass; reverse mode and tracing use it too)."""
     live = {o.name for o in tape.outvars if isinstance(o, Var)}
     keep = [False] * len(tape.eqns)
     for i in range(len(tape.eqns) - 1, -1, -1):
         eqn = tape.eqns[i]
-        if eqn.outs[0].name in live or any(o.name in live for o in eqn.outs[1:]):
+        if (eqn.outs[0].name in live or any(o.name in live for o in eqn.outs[1:])
+                or has_effect(eqn)):
             keep[i] = True
             for a in eqn.ins:
                 if type(a) is Var:

@@ -42,6 +42,8 @@ How the code generators run it (passes and backends read these; none switches on
   driver lines through `g` (codegen/cuda_base.py `Generator`); `cuda=HOST` runs it on the host
   between kernels. The op modules never import code generation: they write with what they
   are given. `fresh`: its result is a new array, never a view of its inputs.
+- `effect`: the op is run for an effect (`check`: failing is an error), so dce keeps its eqns
+  though nothing reads their outputs (ir.EFFECTS).
 
 Ops live in this package, except those whose rules need the layers above: `fused` is defined
 with fusion (passes/fuse.py) and the control-flow ops with control flow (control/).
@@ -57,6 +59,7 @@ import enum
 from typing import Any, Callable
 
 from ..avals import Aval
+from ..ir import EFFECTS
 from . import axes as _axes
 
 
@@ -131,6 +134,7 @@ class Op:
     cpu: Callable[..., None] | None = None
     cuda: Callable[..., None] | str | None = None
     fresh: bool = False
+    effect: bool = False
 
     def is_view(self, eqn: Any) -> bool:
         """Whether `eqn` (of this op) runs as reads inside a loop nest."""
@@ -157,6 +161,8 @@ def defop(name: str, kind: Kind, impl: Callable[..., Any], *,
     assert name not in OPS, f"op {name} defined twice"
     op = Op(name, kind, impl, shape, vjp, axes or _DEFAULT_AXES.get(kind, _axes.none), **fields)
     OPS[name] = op
+    if op.effect:
+        EFFECTS.add(name)
     return op
 
 
@@ -206,3 +212,4 @@ from . import special  # noqa: E402,F401  (scipy.special's erf, digamma, ... whe
 from . import special_incomplete  # noqa: E402,F401  (gammainc, gammaincc, betainc)
 from . import sort  # noqa: E402,F401  (sort, take_along, scatter_add_along, searchsorted)
 from . import triangular  # noqa: E402,F401  (scipy.linalg's triangular_solve, lu)
+from . import effects  # noqa: E402,F401  (check: tj.check's assertion)
