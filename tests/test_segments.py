@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit import config
 from tapejit.tools import selfcheck
 from tapejit.codegen import cpu, segments
 from tapejit.codegen.llvm.lower import lower
@@ -16,10 +17,17 @@ from tapejit.tools.selfcheck import generate
 
 
 @pytest.fixture
-def tiny_segments(monkeypatch):
-    """Segments of at most two ops: every program of more than two splits."""
+def tiny_segments(monkeypatch, tmp_path):
+    """Segments of at most two ops: every program of more than two splits. A cache directory
+    of its own: the generated modules remembered on disk (memo.py) are keyed by the tape, not
+    by these limits."""
     monkeypatch.setattr(segments, "MAX_SEGMENT_OPS", 2)
     monkeypatch.setattr(segments, "SEGMENT_ABOVE", 2)
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))
+    config.reload()
+    yield
+    monkeypatch.undo()
+    config.reload()
 
 
 def euler(p, steps=12):

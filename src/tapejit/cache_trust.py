@@ -258,3 +258,21 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def read_sealed(root: Root, name: str) -> bytes | None:
+    """What the sealed file `name` in `root` holds: None where no authentic file of the user's
+    is there (a link or another user's file included)."""
+    path = root.path / name
+    try:
+        data = read_own_file(path)
+    except UntrustedCacheError:
+        return None
+    return None if data is None else unseal(root.key, str(path), data)
+
+
+def write_sealed(root: Root, name: str, payload: bytes) -> None:
+    """Keep `payload` as the sealed file `name` in `root`, replaced atomically; raises
+    OSError where it cannot be written."""
+    path = root.path / name
+    write_atomic(path, seal(root.key, str(path), payload))

@@ -6,8 +6,10 @@ tape on numpy; "numba" generates the module source (codegen/cpu.py) and loads it
 disk cache (cache.py): the source contains no concrete sizes (they are passed in the size table
 `S`), so tapes that differ only in sizes share one source, one module and one compiled
 function; "cuda" is cuda_support.py's. `default_backend` and `check_backend` say which backend
-a transform uses. `direct_caller` is how the dispatch's fast path calls a runner: a compiled
-program's numba function directly, with everything about its calling convention precomputed.
+a transform uses. A tape's generated module is remembered on disk (memo.py): a new process
+reads it rather than generate it again. `direct_caller` is how the dispatch's fast path calls
+a runner: a compiled program's numba function directly, with everything about its calling
+convention precomputed.
 
 In the layers: above code generation and the disk cache, beside cuda_support.py; below the
 first-call tier (first_call.py) and the per-signature cache (dispatch.py), which run what this
@@ -44,6 +46,7 @@ from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError
 from .explanation import dump
 from .interpret import interpret
 from .ir import Tape
+from .memo import digest, remembered
 from .pages import prefault
 
 
@@ -98,7 +101,7 @@ class Compiled:
     def __init__(self, tape: Tape, numba: bool = True) -> None:
         """`numba=False`: raise NotCovered rather than compile with numba."""
         self.tape = tape
-        generated = generate(tape)
+        generated = remembered("generate", digest(tape), lambda: generate(tape))
         self.source, self.sizes, workspace, self.threads_slot = generated[:4]
         self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)

@@ -37,6 +37,7 @@ from .draws import Recording
 from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .interpret import Growing, inline
 from .ir import Tape
+from .memo import digest, remembered
 from .passes import dce, optimize
 from .pytree import TreeDef, flatten
 from .trace import Tracer, current_trace, guarded_value, trace_to_tape
@@ -72,6 +73,25 @@ def rerolled(tape: Tape, stages: Stages | None = None) -> Tape:
         found.extend(loops)
     if loops and stages is not None:
         stages("rerolled", tape)
+    return tape
+
+
+def derived(traced: Tape, how: tuple, derive: Callable[[Tape], Tape],
+            stages: Stages | None = None) -> Tape:
+    """`derive` (reverse mode, the passes) of the traced tape with its loops re-rolled, each
+    stage reported to `stages`; without `stages`, read from disk where another process derived
+    the same tape the same way (`how`: memo.py), its re-rolled loops collected all the same."""
+    if stages is not None:
+        stages("traced", traced)
+        return derive(rerolled(traced, stages))
+
+    def made() -> tuple[Tape, list[RerolledLoop]]:
+        with collecting_rerolls() as loops:
+            return derive(rerolled(traced)), loops
+    tape, loops = remembered("derive", digest(traced, how), made)
+    found = _rerolls.get()
+    if found is not None:
+        found.extend(loops)
     return tape
 
 
@@ -163,9 +183,7 @@ def forward_program(fn: Callable[..., Any], call: CallArgs, has_aux: bool = Fals
     """`fn`'s optimized tape on the call's signature (its outputs: fn's output leaves, then
     its aux's with `has_aux`), and fn's output structure."""
     tape, out_td, _ = trace_flat(fn, call, has_aux)
-    if stages is not None:
-        stages("traced", tape)
-    return optimize(rerolled(tape, stages), after_each=stages), out_td
+    return derived(tape, ("forward",), lambda t: optimize(t, after_each=stages), stages), out_td
 
 
 def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[int],
@@ -181,14 +199,14 @@ def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[i
     check_float_inputs(what, call, wrt)
     tape, out_td, aux_td = trace_flat(fn, call, has_aux)
     (check_output or require_scalar_float)(fn, tape, out_td)
-    if stages is not None:
-        stages("traced", tape)
-    tape = rerolled(tape, stages)
-    seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
-    joint = autodiff.vjp_tape(tape, wrt, seeds)
-    if stages is not None:
-        stages("autodiff", joint)
-    return optimize(joint, after_each=stages), aux_td
+
+    def differentiated(tape: Tape) -> Tape:
+        seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
+        joint = autodiff.vjp_tape(tape, wrt, seeds)
+        if stages is not None:
+            stages("autodiff", joint)
+        return optimize(joint, after_each=stages)
+    return derived(tape, ("gradient", tuple(wrt)), differentiated, stages), aux_td
 
 
 def require_scalar_float(fn: Callable[..., Any], tape: Tape, out_td: TreeDef) -> None:

@@ -57,8 +57,7 @@ import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
 from ... import cache
-from ...cache_trust import (Root, UntrustedCacheError, read_own_file, seal, unseal,
-                            write_atomic)
+from ...cache_trust import Root, read_sealed, write_sealed
 from ...config import config
 from ...errors import TapejitError
 
@@ -441,15 +440,9 @@ def read_cached(folder: str, key: str) -> bytes | None:
     """What `<cache root>/llvm/<folder>/` holds for `key`: None where no authentic file of the
     user's does (or the directory cannot be used)."""
     try:
-        root = _root(folder)
+        return read_sealed(_root(folder), _name(key))
     except OSError:
         return None
-    path = root.path / _name(key)
-    try:
-        data = read_own_file(path)
-    except UntrustedCacheError:
-        return None                         # a link or another user's file: replaced
-    return None if data is None else unseal(root.key, str(path), data)
 
 
 def write_cached(folder: str, key: str, payload: bytes) -> None:
@@ -460,9 +453,8 @@ def write_cached(folder: str, key: str, payload: bytes) -> None:
     except OSError as err:
         cache.warn_memory_only(config().cache_dir, err)
         return
-    path = root.path / _name(key)
     try:
-        write_atomic(path, seal(root.key, str(path), payload))
+        write_sealed(root, _name(key), payload)
     except OSError as err:
         cache.warn_memory_only(root.path, err)
 
