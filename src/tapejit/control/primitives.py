@@ -44,7 +44,7 @@ from ..ops import HOST, Kind, defop
 from ..passes.bodies import unfuse
 from ..trace import current_trace
 from . import batching_rules as rules
-from . import code
+from . import checkified, code
 from .checkpointing import reversed_carries
 from .operands import branches, split
 from .subtapes import close, pad_inputs
@@ -162,7 +162,7 @@ def saving_body(body: Any, n_carry: int) -> Any:
 
 scan = defop("scan", Kind.CONTROL, _scan_impl, shape=_scan_shape, vjp=_scan_vjp,
              multiple_results=True, batch=rules.scan,
-             cpu=code.scan, cuda=HOST)
+             cpu=code.scan, cuda=HOST, checkify=checkified.scan)
 
 
 # ---- tracing helpers -------------------------------------------------------------------------

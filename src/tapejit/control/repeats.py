@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..ir import Atom, Eqn, Lit, Tape, Var, has_effect
+from ..ir import Atom, Eqn, Lit, Tape, Var
 from ..ops import layout as L
 
 MIN_STEPS = 3       # the least number of steps re-rolled
@@ -134,11 +134,7 @@ def _first_equal_consts(tape: Tape) -> dict[str, Var]:
 def _sig_id(eqn: Eqn, ids: dict[Any, int], moving: bool) -> int:
     """Equal for eqns that may be the same eqn of two steps (an unhashable param: unique).
     `moving`: a slice's start and limit are left out (its output's shape says how much it
-    takes), so `xs[t]` matches across steps. An eqn with an effect (a `tj.check`) is unique:
-    a loop holding one stays unrolled, where tj.checkify reaches its checks."""
-    if has_effect(eqn):
-        ids[object()] = len(ids)
-        return len(ids) - 1
+    takes), so `xs[t]` matches across steps."""
     params = eqn.params if eqn.op != SLICE or not moving else (("step", eqn.kw["step"]),)
     key = (eqn.op, params, tuple(a.aval for a in eqn.ins),
            tuple(o.aval for o in eqn.outs), eqn.src)

@@ -44,6 +44,11 @@ How the code generators run it (passes and backends read these; none switches on
   are given. `fresh`: its result is a new array, never a view of its inputs.
 - `effect`: the op is run for an effect (`check`: failing is an error), so dce keeps its eqns
   though nothing reads their outputs (ir.EFFECTS).
+- `checkify(eqn, ins, checked) -> (outs, code, payload)`: how a control-flow op whose
+  sub-tapes hold checks runs under checkify (passes/checkify.py): it records the op on `ins`
+  with each sub-tape `checked(tape)` (which appends an error code and the checks' values to
+  its outputs) and returns the op's outputs, the code of its first failed site (numbered as
+  in its sub-tapes, 0 for none) and the values of every site's message, in order.
 
 Ops live in this package, except those whose rules need the layers above: `fused` is defined
 with fusion (passes/fuse.py) and the control-flow ops with control flow (control/).
@@ -135,6 +140,7 @@ class Op:
     cuda: Callable[..., None] | str | None = None
     fresh: bool = False
     effect: bool = False
+    checkify: Callable[..., Any] | None = None
 
     def is_view(self, eqn: Any) -> bool:
         """Whether `eqn` (of this op) runs as reads inside a loop nest."""

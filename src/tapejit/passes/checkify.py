@@ -18,9 +18,10 @@ The checked tape has `tape`'s inputs and outputs, then
   in the order of the tape's eqns, that failed (`error_sites` lists them in that order);
 - the format arguments of every check site, in order (what the failed one's message shows).
 Each check eqn becomes `np.all(pred)` and the code a chain of scalar selects (no check eqn is
-left: the program compiles on every backend). Run it on a traced tape, before the passes:
-checks inside loop bodies and branches are refused (`tj.check` in a `tj.scan` body; a Python
-loop holding a check is not re-rolled, so its steps stay checkable).
+left: the program compiles on every backend). A control-flow op whose bodies hold checks runs
+by its op's `checkify` rule (control/checkified.py: a scan of static length; a re-rolled
+Python loop is one), its sites those of its bodies, numbered in place; other ops holding
+checks are refused. Run it on a traced tape, before the passes.
 """
 from __future__ import annotations
 
@@ -73,8 +74,9 @@ class Error:
         return f"Error({self.message!r})" if self.message else "Error(no error)"
 
 
-def _sites(tape: Tape, errors: frozenset) -> Iterator[tuple[int, Eqn, Site]]:
-    """(eqn index, eqn, site) of each error site of `tape`, in order."""
+def _sites(tape: Tape, errors: frozenset) -> Iterator[tuple[int, tuple[Site, ...]]]:
+    """(eqn index, its sites) of each eqn of `tape` that can fail, in order: a check, an op
+    with a float output (nan checks), a control-flow op whose bodies hold checks (theirs)."""
     unknown = set(errors) - ALL_CHECKS
     if unknown:
         raise UnsupportedOperationError(
@@ -83,53 +85,71 @@ def _sites(tape: Tape, errors: frozenset) -> Iterator[tuple[int, Eqn, Site]]:
     for k, eqn in enumerate(tape.eqns):
         if eqn.op == effects.check.name:
             if "user" in errors:
-                yield k, eqn, Site("check", eqn.kw["msg"], eqn.kw["names"], eqn.src)
-            continue
-        if any(has_effect(e) for _, body in sub_tapes(eqn) for e in body.eqns):
-            raise UnsupportedOperationError(at_source(
-                f"tj.check inside a {eqn.op} body: checkify does not reach into loop bodies "
-                f"and branches yet. Check the values before or after the {eqn.op}", eqn.src))
-        if "nan" in errors and any(o.aval.is_float for o in eqn.outs):
-            yield k, eqn, Site("nan", eqn.op, (), eqn.src)
+                yield k, (Site("check", eqn.kw["msg"], eqn.kw["names"], eqn.src),)
+        elif any(has_effect(e) for _, body in sub_tapes(eqn) for e in body.eqns):
+            if OPS[eqn.op].checkify is None:
+                raise UnsupportedOperationError(at_source(
+                    f"tj.check inside a {eqn.op} body: checkify does not reach into it yet. "
+                    f"Check the values before or after the {eqn.op}", eqn.src))
+            yield k, tuple(site for _, body in sub_tapes(eqn)
+                           for site in error_sites(body, errors))
+        elif "nan" in errors and any(o.aval.is_float for o in eqn.outs):
+            yield k, (Site("nan", eqn.op, (), eqn.src),)
 
 
 def error_sites(tape: Tape, errors: frozenset = USER_CHECKS) -> tuple[Site, ...]:
     """The error sites of `tape`, numbered from 1 in this order by `checkify_tape`'s code."""
-    return tuple(site for _, _, site in _sites(tape, errors))
+    return tuple(site for _, sites in _sites(tape, errors) for site in sites)
 
 
 def checkify_tape(tape: Tape, errors: frozenset = USER_CHECKS) -> Tape:
     """`tape` with the error code and the checks' format arguments as extra outputs (the
     module docstring), and no check eqn left."""
-    sites = {k: site for k, _, site in _sites(tape, errors)}
-    oks: list[Any] = []
+    offsets, total = {}, 0
+    for k, sites in _sites(tape, errors):
+        offsets[k], total = total, total + len(sites)
+    failures: list[tuple[Any, int]] = []    # (ok: bool, or code: int32; its first number - 1)
     payload: list[Any] = []
+    seen: list[Eqn] = []
 
     def apply(eqn: Eqn, ins: list[Any]) -> Any:
-        site = sites.get(len(seen))
+        offset, op = offsets.get(len(seen)), OPS[eqn.op]
         seen.append(eqn)
         with recording_source(eqn.src):
             if eqn.op == effects.check.name:
                 ok = np.all(ins[0])
-                if site is not None:
-                    oks.append(ok)
+                if offset is not None:
+                    failures.append((ok, offset))
                     payload.extend(ins[1:])
                 return ok
-            out = bind_recorded(OPS[eqn.op], ins, eqn.kw)
-            if site is not None:
-                outs = out if OPS[eqn.op].multiple_results else (out,)
+            if op.checkify is not None and has_effect(eqn):
+                outs, code, values = op.checkify(eqn, ins, lambda t: checkify_tape(t, errors))
+                failures.append((code, offset))
+                payload.extend(values)
+                return outs
+            out = bind_recorded(op, ins, eqn.kw)
+            if offset is not None:
+                outs = out if op.multiple_results else (out,)
                 nans = [np.any(np.isnan(o)) for o, v in zip(outs, eqn.outs) if v.aval.is_float]
-                oks.append(np.logical_not(np.any(np.stack(nans)) if len(nans) > 1 else nans[0]))
+                failures.append((np.logical_not(np.any(np.stack(nans)) if len(nans) > 1
+                                                else nans[0]), offset))
             return out
 
-    seen: list[Eqn] = []
     with new_trace() as trace:
         inputs = [trace.new_tracer(v.aval, v.name) for v in tape.invars]
         outs = evaluate(tape, inputs, apply)
-        code: Any = np.zeros((), _I32)
-        for number in range(len(oks), 0, -1):       # the first failing site wins
-            code = np.where(oks[number - 1], code, np.asarray(number, _I32))
-        return trace.to_tape([var_of(t) for t in inputs], [*outs, code, *payload])
+        return trace.to_tape([var_of(t) for t in inputs], [*outs, _first(failures), *payload])
+
+
+def _first(failures: list[tuple[Any, int]]) -> Any:
+    """The error code: the number of the first failed site, 0 if none failed."""
+    code: Any = np.zeros((), _I32)
+    for failed, offset in reversed(failures):
+        if np.dtype(failed.dtype) == np.bool_:
+            code = np.where(failed, code, np.asarray(offset + 1, _I32))
+        else:
+            code = np.where(failed != 0, failed + np.asarray(offset, _I32), code)
+    return code
 
 
 def read_error(sites: Sequence[Site], extra: Sequence[Any]) -> Error:
