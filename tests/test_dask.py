@@ -1,7 +1,7 @@
 """tapejit.dask on a local cluster of two worker processes, against one process.
 
 One cluster (`LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`) serves the whole
-file; every cluster operation has a timeout. The workers inherit the environment (the suite's
+file; every cluster operation has a hang guard. The workers inherit the environment (the suite's
 TAPEJIT_CACHE_DIR, TAPEJIT_FIRST_CALL=compile, TAPEJIT_VERIFY=1), so each compiled call on a
 worker is also checked against the interpreter there. This module's functions travel by value
 (cloudpickle), as a script's do.
@@ -31,7 +31,7 @@ import tapejit.dask as tjd  # noqa: E402
 from hang import HANG_S
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-TIMEOUT = 60           # seconds: no cluster operation waits longer
+TIMEOUT = HANG_S       # seconds: a hang guard on every cluster operation, never a speed limit
 ROOT = Path(__file__).resolve().parent.parent
 
 

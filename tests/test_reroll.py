@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
+import sys
 
 import numpy as np
 import pytest
@@ -140,10 +140,10 @@ def lv_final_state(p, steps=200):
     (lambda f, backend: (lambda p: tj.jvp(f, (p,), (np.arange(4.0),), backend=backend)), 1),
 ], ids=["jacobian", "hessian", "jvp"])
 def test_jacobian_hessian_and_jvp_reroll(transform, n_scans, backend, monkeypatch):
-    from tapejit import transforms
-    made, reroll_tape = [], transforms.rerolled
-    monkeypatch.setattr(transforms, "rerolled",
-                        lambda tape: made.append(reroll_tape(tape)) or made[-1])
+    from tapejit.transforms import builder
+    made, reroll_tape = [], builder.rerolled
+    monkeypatch.setattr(builder, "rerolled", lambda tape, stages=None:
+                        made.append(reroll_tape(tape, stages)) or made[-1])
     f = transform(lv_final_state, backend)
     got = f(P)
     tape = made[-1]              # the outer transform's (hessian's inner jacrev came first)
@@ -174,10 +174,10 @@ def nbody(v, x, steps=20, dt=0.01):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vjp_of_an_unrolled_loop_rerolls(backend, lv_unrolled, monkeypatch):
-    from tapejit import transforms
-    made, reroll_tape = [], transforms.rerolled
-    monkeypatch.setattr(transforms, "rerolled",
-                        lambda tape: made.append(reroll_tape(tape)) or made[-1])
+    from tapejit.transforms import builder
+    made, reroll_tape = [], builder.rerolled
+    monkeypatch.setattr(builder, "rerolled", lambda tape, stages=None:
+                        made.append(reroll_tape(tape, stages)) or made[-1])
     value, vjp_fn = tj.vjp(lotka_volterra, P, backend=backend)
     assert [len(scans(t)) for t in made] == [1]
     assert_trees_close((value, vjp_fn(1.0)[0]), tuple(lv_unrolled), rtol=1e-10)
@@ -453,7 +453,7 @@ def test_random_step_bodies_compiled():
     assert compiled.cache_info()["rerolled"] == 2
 
 
-# ---- size and time -------------------------------------------------------------------------------
+# ---- size and work -------------------------------------------------------------------------------
 def test_rerolled_tape_does_not_grow_with_steps():
     sizes = {n: len(reroll(tj.make_tape(lambda p: lotka_volterra(p, n))(P))[0].eqns)
              for n in (10, 100, 1000)}
@@ -461,17 +461,25 @@ def test_rerolled_tape_does_not_grow_with_steps():
 
 
 def test_tracing_and_rerolling_is_linear_in_steps():
-    def seconds(steps):
-        best = np.inf
-        for _ in range(3):
-            start = time.perf_counter()
-            tape, loops = reroll(tj.make_tape(lambda x: chain(x, steps))(X))
-            best = min(best, time.perf_counter() - start)
-        assert [loop.steps for loop in loops] == [steps] and len(tape.eqns) < 5
-        return best
+    def calls(steps):
+        """The function calls (Python's and builtins') that tracing and re-rolling make: the
+        work counted, whatever the machine's speed."""
+        made = 0
 
-    # 10x the steps: linear work takes ~10x, quadratic 100x (the margin is for shared machines)
-    assert seconds(10_000) < 35 * seconds(1_000)
+        def count(frame, event, arg):
+            nonlocal made
+            made += event in ("call", "c_call")
+        sys.setprofile(count)
+        try:
+            tape, loops = reroll(tj.make_tape(lambda x: chain(x, steps))(X))
+        finally:
+            sys.setprofile(None)
+        assert [loop.steps for loop in loops] == [steps] and len(tape.eqns) < 5
+        return made
+
+    calls(100)                      # (first-use work: imports, lazily built tables)
+    # 10x the steps: linear work makes ~10x the calls, quadratic 100x
+    assert calls(10_000) < 12 * calls(1_000)
 
 
 # ---- settings and reports ------------------------------------------------------------------------

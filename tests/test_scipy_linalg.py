@@ -21,6 +21,7 @@ import tapejit as tj
 from tapejit.errors import ArgumentError, ShapeError, UnsupportedOperationError
 
 from gradcheck import check_grads
+from hang import HANG_S
 
 sl = pytest.importorskip("scipy.linalg")
 pytestmark = [pytest.mark.filterwarnings("error::tapejit.TapejitWarning"),
@@ -324,7 +325,7 @@ def test_names_taken_after_either_import(order, tmp_path):
         "print(f(np.array([[4.0, 1.0], [1.0, 3.0]]), np.ones(2)).round(6).tolist())\n")
     env = {**os.environ, "TAPEJIT_BACKEND": "interpret", "TAPEJIT_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     a = np.array([[4.0, 1.0], [1.0, 3.0]])
     x = np.linalg.solve(a, np.ones(2))

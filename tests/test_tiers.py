@@ -18,10 +18,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import sharing
+from tapejit.transforms import sharing
 from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm import program as programs
 from tapejit.config import reload as reload_config
+
+from hang import HANG_S
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +63,7 @@ def new_code(run):
 def settle() -> None:
     with programs._lock:
         done = programs._tier_thread().submit(lambda: None)
-    done.result(timeout=600)
+    done.result(timeout=HANG_S)
 
 
 def waves(x):
@@ -139,7 +141,7 @@ PROCESS = textwrap.dedent("""
     print(g(x, y), g.cache_info()["quick_tier"], flush=True)
     with program._lock:
         done = program._tier_thread().submit(lambda: None)
-    done.result(timeout=600)
+    done.result()                       # (the parent's time-out is the hang guard)
     print(g.cache_info()["quick_tier"], g.cache_info()["disk_loads"])
 """)
 
@@ -149,7 +151,7 @@ def test_a_quick_tier_left_by_another_process_compiles_its_full_tier(cache_dir):
     quick tier calls: a new process has none of them registered."""
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(cache_dir), "TAPEJIT_FIRST_CALL": "compile"}
     runs = [subprocess.run([sys.executable, "-c", PROCESS, step], env=env, capture_output=True,
-                           text=True, timeout=600) for step in ("first", "second")]
+                           text=True, timeout=HANG_S) for step in ("first", "second")]
     assert all(r.returncode == 0 for r in runs), runs[1].stderr[-2000:]
     first, second = runs[0].stdout.split(), runs[1].stdout.split()
     assert first[1] == "1" and second[:2] == [first[0], "1"]       # the quick tier, from disk
