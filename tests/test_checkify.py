@@ -284,3 +284,14 @@ def test_checked_tapes_print_and_parse():
     assert tj.parse_tape(tj.print_tape(tape)) == tape
     checked = checkify_tape(tape, tj.all_checks)
     assert tj.parse_tape(tj.print_tape(checked)) == checked
+
+
+def test_a_check_under_vmap_checks_every_example():
+    def f(x):
+        tj.check(np.all(x > 0), "x must be positive, got {x}", x=x)
+        return np.sum(np.log(x))
+    batched = tj.vmap(f)
+    err, (out,) = checkified(batched)(np.ones((3, 2)))
+    assert err.get() is None and out.tolist() == [0.0, 0.0, 0.0]
+    err, _ = checkified(batched)(np.array([[1.0, 2.0], [3.0, -1.0], [1.0, 1.0]]))
+    assert err.get().startswith("x must be positive, got [[ 1.  2.]\n [ 3. -1.]\n [ 1.  1.]]")
