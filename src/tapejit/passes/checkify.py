@@ -22,6 +22,11 @@ left: the program compiles on every backend). A control-flow op whose bodies hol
 by its op's `checkify` rule (control/checkified.py: a scan of static length; a re-rolled
 Python loop is one), its sites those of its bodies, numbered in place; other ops holding
 checks are refused. Run it on a traced tape, before the passes.
+
+`tj.checkify(f, errors)` is a transform record over these: its tape transform is
+`checkify_tape(tape, errors)`, and it finishes a call's outputs into `(Error, f's outputs)`
+with `read_error(error_sites(tape, errors), outs[len(tape.outvars):])`, `tape` being the
+program it was given. In the layers: a pass (it records with numpy on tracers).
 """
 from __future__ import annotations
 
@@ -30,10 +35,10 @@ from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from ..numpy_api.checks import failed_message
 from ..errors import CheckError, UnsupportedOperationError, at_source
 from ..interpret import evaluate
 from ..ir import Eqn, Src, Tape, has_effect, sub_tapes
+from ..numpy_api.checks import failed_message
 from ..ops import OPS
 from ..ops import effects
 from ..trace import bind_recorded, new_trace, recording_source, var_of
