@@ -235,7 +235,7 @@ def first_call(label: str, fn: Callable[..., Any], *call_args: Any) -> FirstCall
     if "[interpret]" in label:
         how = ("trace + differentiate + run", "run")
     else:
-        from tapejit.dispatch import what_ran
+        from tapejit.transforms.cached import what_ran
         how = (what_ran(infos[0], infos[1]), what_ran(infos[1], infos[2]))
     fc = FirstCall(result, times[0], times[1], how)
     counts = {k: infos[2][k] for k in ("traces", "interpreted", "compiles", "disk_loads")

@@ -213,7 +213,7 @@ def first_compiled(vg: Callable[..., Any], args: tuple, library: str) -> tuple[l
         t0 = time.perf_counter()
         out = vg(*args)
         return [[time.perf_counter() - t0, "jit compile"]], out
-    from tapejit.dispatch import what_ran
+    from tapejit.transforms.cached import what_ran
     calls = []
     for _ in range(2):
         before = dict(vg.cache_info())

@@ -54,7 +54,7 @@ def interpreter(monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_shared_programs():
     """Each test starts without the programs of another test's transforms of the same
-    function (tapejit/sharing.py): counts of traces and compiles stay each test's own."""
-    from tapejit import sharing
+    function (tapejit/transforms/sharing.py): counts of traces and compiles stay each test's own."""
+    from tapejit.transforms import sharing
     sharing.forget()
 

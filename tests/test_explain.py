@@ -133,10 +133,94 @@ def test_groups_show_inner_stages():
     assert staged and "stage over 5x4" in ex.text
 
 
-def test_other_transforms_are_refused_with_the_fix():
-    """vmap, jacobian, jvp... build programs of their own: explain says so rather than
-    explaining the function inside as if it were the transform's program."""
-    for transform in (tj.vmap(np.sin), tj.jacobian(np.sin), tj.jacfwd(np.sin)):
-        with pytest.raises(tj.ArgumentError, match=r"builds a program of its own.*"
-                                                   r"tj\.explain\(sin\)"):
-            tj.explain(transform)(np.ones((2, 3)))
+def _stages_of(ex, stage):
+    """The stages explain showed: traced, the record's own, then every pass."""
+    passes = [name for name, _, _ in PIPELINE]
+    assert list(ex.tapes) == ["traced", *([stage] if stage else []), *passes]
+    assert ex.tape is ex.tapes[passes[-1]] and ex.source
+
+
+def f3(x):
+    return np.sin(x) * np.sum(x ** 2)
+
+
+@pytest.mark.parametrize("make, stage, n_out", [
+    (lambda: tj.jit(f3), None, 1),
+    (lambda: tj.grad(lambda x: np.sum(f3(x))), "autodiff", 2),
+    (lambda: tj.value_and_grad(lambda x: np.sum(f3(x))), "autodiff", 2),
+    (lambda: tj.jacrev(f3), "jacobian", 1),
+    (lambda: tj.jacfwd(f3), "jacobian", 1),
+    (lambda: tj.jacobian(f3), "jacobian", 1),
+    (lambda: tj.hessian(lambda x: np.sum(f3(x))), "jacobian", 1),
+    (lambda: tj.vmap(f3), "batched", 1),
+], ids=["jit", "grad", "value_and_grad", "jacrev", "jacfwd", "jacobian", "hessian", "vmap"])
+def test_explain_shows_the_program_each_transform_runs(make, stage, n_out):
+    """Every transform's program comes from the one builder: explain shows its stages, and
+    what the last tape computes is what the transform returns."""
+    x = np.linspace(0.1, 1.0, 3)
+    xs = np.stack([x, 2 * x])
+    transform = make()
+    arg = xs if stage == "batched" else x
+    want = transform(arg)
+    ex = tj.explain(transform)(arg)
+    _stages_of(ex, stage)
+    assert ("forward program" if stage is None else "program") in ex.title
+    assert len(ex.tape.outvars) == n_out
+    got = interpret(ex.tape, [arg])[-1]
+    np.testing.assert_allclose(got, want[1] if isinstance(want, tuple) else want, rtol=1e-12)
+    assert "cache of the transform: traces=1" in ex.text      # its own counts
+
+
+def test_explain_jvp_vjp_and_linearize_by_name():
+    x, t = np.linspace(0.1, 1.0, 3), np.ones(3)
+    ex = tj.explain(f3, transform="jvp")((x,), (t,))
+    _stages_of(ex, "jvp")
+    out, tangent = tj.jvp(f3, (x,), (t,), backend="interpret")
+    got = interpret(ex.tape, [x, t])
+    np.testing.assert_allclose(got[0], out)
+    np.testing.assert_allclose(got[1], tangent)
+    for name, stage in (("vjp", "autodiff"), ("linearize", "jvp")):
+        ex = tj.explain(f3, transform=name)(x)
+        _stages_of(ex, stage)
+        assert f"{name} program" in ex.title and "second program, run on the residuals" in ex.text
+        np.testing.assert_allclose(interpret(ex.tape, [x])[0], f3(x))
+    with pytest.raises(tj.ArgumentError, match="transform='vmap'; choose one of jvp"):
+        tj.explain(f3, transform="vmap")
+
+
+def unrolled(p):
+    for _ in range(30):
+        p = p + 0.01 * np.sin(p)
+    return p
+
+
+def test_every_transform_rerolls_an_unrolled_loop():
+    """A plain Python loop becomes a scan under each transform (cache_info counts it)."""
+    x = np.linspace(0.1, 1.0, 3)
+    scalar = lambda p: np.sum(unrolled(p) ** 2)  # noqa: E731
+    for transform in (tj.jacobian(unrolled), tj.jacfwd(unrolled), tj.hessian(scalar),
+                      tj.vmap(unrolled), tj.grad(scalar), tj.jit(unrolled)):
+        arg = np.stack([x, x]) if getattr(transform, "transform", "") == "vmap" else x
+        transform(arg)
+        info = getattr(transform, "__wrapped_transform__", transform).cache_info()
+        assert info["rerolled"] >= 1, transform
+    tj.jvp(unrolled, (x,), (x,))
+    assert tj.jvp_cache_info(unrolled)["rerolled"] == 1
+    ex = tj.explain(tj.jacobian(unrolled))(x)
+    assert "rerolled" in ex.tapes and "re-rolled into a scan" in ex.text
+
+
+def test_gradient_tape_rerolls_an_unrolled_loop():
+    """GradientTape's sweep of a recorded unrolled loop is one program with a scan; its
+    gradient and Jacobian are the unrolled program's."""
+    x = np.linspace(0.1, 1.0, 3)
+    before = tj.tape_cache_info()["rerolled"]
+    with tj.GradientTape(persistent=True) as tape:
+        p = tape.watch(x)
+        y = unrolled(p)
+        loss = np.sum(y ** 2)
+    grad, jac = tape.gradient(loss, p), tape.jacobian(y, p)
+    assert tj.tape_cache_info()["rerolled"] == before + 2
+    want = tj.grad(lambda p: np.sum(unrolled(p) ** 2), backend="interpret")(x)
+    np.testing.assert_allclose(grad, want, rtol=1e-12)
+    np.testing.assert_allclose(jac, tj.jacobian(unrolled, backend="interpret")(x), rtol=1e-12)

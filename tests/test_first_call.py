@@ -19,7 +19,7 @@ import pytest
 
 import tapejit as tj
 from tapejit import config
-from tapejit.first_call import INTERPRET_FIRST_MAX_BYTES, interpret_first
+from tapejit.transforms.first_call import INTERPRET_FIRST_MAX_BYTES, interpret_first
 
 from hang import HANG_S
 
@@ -265,7 +265,7 @@ def _compile_once(f, monkeypatch, log):
 
 
 def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
-    from tapejit import first_call
+    from tapejit.transforms import first_call
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)     # every compile is "slow"
     with caplog.at_level("WARNING", logger="tapejit"):
         _compile_once(_loss, monkeypatch, "warning")
@@ -274,7 +274,7 @@ def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
 
 
 def test_a_quick_compile_is_not_announced(caplog, monkeypatch):
-    from tapejit import first_call
+    from tapejit.transforms import first_call
     _llvm(monkeypatch)
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", HANG_S)   # quicker, however busy
     f = tj.jit(lambda x: x + 1.0)
@@ -310,7 +310,7 @@ def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
 
 
 def test_log_off_silences_even_a_slow_compile(monkeypatch, capfd, caplog):
-    from tapejit import first_call
+    from tapejit.transforms import first_call
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)
     _compile_once(lambda w, x: np.sum(np.sin(x @ w)), monkeypatch, "off")
     assert capfd.readouterr().err == "" and caplog.records == []

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import config, dispatch, sharing
+from tapejit import config
+from tapejit.transforms import sharing, variants
 
 from gradcheck import check_grads
 
@@ -144,7 +145,7 @@ def test_what_cannot_be_guarded_keeps_the_error():
 
 
 def test_past_max_variants_the_error_names_the_fix(monkeypatch):
-    monkeypatch.setattr(dispatch, "MAX_VARIANTS", 3)
+    monkeypatch.setattr(variants, "MAX_VARIANTS", 3)
     f = tj.jit(lambda x: x * int(x))
     for v in (1.0, 2.0, 3.0):
         assert f(v) == v * v

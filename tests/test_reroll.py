@@ -140,10 +140,11 @@ def lv_final_state(p, steps=200):
     (lambda f, backend: (lambda p: tj.jvp(f, (p,), (np.arange(4.0),), backend=backend)), 1),
 ], ids=["jacobian", "hessian", "jvp"])
 def test_jacobian_hessian_and_jvp_reroll(transform, n_scans, backend, monkeypatch):
-    from tapejit import transforms
-    made, reroll_tape = [], transforms.rerolled
-    monkeypatch.setattr(transforms, "rerolled",
-                        lambda tape: made.append(reroll_tape(tape)) or made[-1])
+    from tapejit import programs
+    made, reroll_tape = [], programs.rerolled
+    monkeypatch.setattr(programs, "remembered", lambda stage, key, make: make())  # not on disk
+    monkeypatch.setattr(programs, "rerolled", lambda tape, stages=None:
+                        made.append(reroll_tape(tape, stages)) or made[-1])
     f = transform(lv_final_state, backend)
     got = f(P)
     tape = made[-1]              # the outer transform's (hessian's inner jacrev came first)
@@ -174,10 +175,11 @@ def nbody(v, x, steps=20, dt=0.01):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vjp_of_an_unrolled_loop_rerolls(backend, lv_unrolled, monkeypatch):
-    from tapejit import transforms
-    made, reroll_tape = [], transforms.rerolled
-    monkeypatch.setattr(transforms, "rerolled",
-                        lambda tape: made.append(reroll_tape(tape)) or made[-1])
+    from tapejit import programs
+    made, reroll_tape = [], programs.rerolled
+    monkeypatch.setattr(programs, "remembered", lambda stage, key, make: make())  # not on disk
+    monkeypatch.setattr(programs, "rerolled", lambda tape, stages=None:
+                        made.append(reroll_tape(tape, stages)) or made[-1])
     value, vjp_fn = tj.vjp(lotka_volterra, P, backend=backend)
     assert [len(scans(t)) for t in made] == [1]
     assert_trees_close((value, vjp_fn(1.0)[0]), tuple(lv_unrolled), rtol=1e-10)

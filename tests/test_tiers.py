@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import sharing
+from tapejit.transforms import sharing
 from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm import program as programs
 from tapejit.config import reload as reload_config

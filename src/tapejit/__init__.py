@@ -15,12 +15,13 @@ from .api import grad, jit, make_tape, value_and_grad
 from .control import checkpoint, cond, fori_loop, scan, switch, where, while_loop
 from .custom import custom_vjp, njit_primitive, stop_gradient
 from .integrate import odeint
-from .transforms import (hessian, jacfwd, jacobian, jacrev, jvp, jvp_cache_info, linearize,
-                         vjp)
+from .jacobians import hessian, jacfwd, jacobian, jacrev, jvp, jvp_cache_info
+from .split import linearize, vjp
 from .vmap import vmap
-from .gradient_tape import GradientTape, TapeError, tape_cache_info
+from .gradient_tape import GradientTape, TapeError
+from .tape_sweeps import tape_cache_info
 from .variables import Variable
-from .dispatch import clear_cache
+from .transforms.cached import clear_cache
 from .threads import get_num_threads, set_num_threads
 from .explain import explain
 from .explanation import Explanation

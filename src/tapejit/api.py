@@ -6,82 +6,97 @@ differentiating on a miss, and runs the tape on the leaves. Called inside anothe
 trace (on tracers, or closing over them), it inlines its tape into that trace instead, which is
 how `grad(grad(f))` and friends compose.
 
-In the layers: the transforms are `CachedTransform`s (dispatch.py) whose programs programs.py
-builds from the arguments arguments.py splits; what each returns is put together here (the
-finishers). transforms.py (jacobians, hessian, jvp, vjp, linearize) is beside it; explain.py
-and gradient_tape.py sit on top.
+In the layers: each transform is a record (transforms/record.py) that the one cache
+(transforms/cached.py) runs and the one builder (transforms/builder.py) makes programs of;
+what each returns is put together here (the finishers). jacobians.py (jacrev, jacfwd,
+hessian, jvp), split.py (vjp, linearize) and vmap.py are beside it; explain.py and
+gradient_tape.py sit on top.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .arguments import (CallArgs, argnums_signature, check_argnums, normalize_argnums,
-                        split_args)
-from .dispatch import (CachedTransform, Specialization, as_output_tree, getter, unbox,
-                       unbox_traced)
+from . import autodiff
+from .arguments import (CacheKey, CallArgs, argnums_signature, check_argnums,
+                        check_float_inputs, normalize_argnums, split_args)
 from .ir import Tape
-from .programs import forward_program, gradient_program, trace_flat
+from .programs import require_scalar_float, trace_flat
 from .pytree import unflatten
+from .transforms.cached import CachedTransform
+from .transforms.outputs import as_output_tree, getter, unboxing
+from .transforms.record import Specialization, Traced, Transform
 
 
-class _ValueAndGrad(CachedTransform):
-    """`value_and_grad(f)` (and, with `grad_only`, `grad(f)`): a callable with a per-signature
-    cache of joint programs."""
+def _trace_gradient(t: CachedTransform, call: CallArgs, key: CacheKey) -> Traced:
+    """`t.fn` traced on the call, refused unless its first output is a float scalar (or what
+    `t.check_output` allows: tj.explain's message) and the arguments `argnums` are floats."""
+    check_float_inputs(t.transform, call, _wrt(call, key.options))
+    tape, out_td, aux_td = trace_flat(t.fn, call, t.has_aux)
+    getattr(t, "check_output", require_scalar_float)(t.fn, tape, out_td)
+    return Traced(tape, out_td, aux_td)
 
-    def __init__(self, fn: Callable[..., Any], argnums: int | Sequence[int], has_aux: bool,
-                 static_argnums: int | Sequence[int], backend: str | None = None,
-                 grad_only: bool = False) -> None:
-        super().__init__(fn, static_argnums, backend, "grad" if grad_only else "value_and_grad")
-        self.argnums = check_argnums(argnums, self.transform)
-        self.has_aux, self.grad_only = has_aux, grad_only
-        self._share(self.argnums, has_aux)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(args, kwargs)
+def _wrt(call: CallArgs, argnums: Sequence[int]) -> list[int]:
+    return [j for i in argnums for j in call.leaf_range(i)]
 
-    def _signature(self, args: tuple, kwargs: dict) -> tuple[CallArgs, tuple, Callable]:
-        call, key, argnums = argnums_signature(self, args, kwargs)
-        return call, key, lambda: self._build(call, argnums)
 
-    def _build(self, call: CallArgs, argnums: tuple[int, ...]) -> Specialization:
-        tape, aux_td = gradient_program(self.fn, call, argnums, self.has_aux)
-        return Specialization(tape, aux_td)
+def _joint(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> Traced:
+    """Reverse mode: the joint tape of values, then gradients w.r.t. the arguments argnums."""
+    seeds = [autodiff.ONE] + [None] * (len(traced.tape.outvars) - 1)
+    joint = autodiff.vjp_tape(traced.tape, _wrt(call, key.options), seeds)
+    return dataclasses.replace(traced, tape=joint)
 
-    def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
-        argnums = normalize_argnums(self.argnums, call.n_pos)
-        n_aux = program.aux.num_leaves if self.has_aux else 0
-        ranges = [call.leaf_range(i) for i in argnums]
-        treedefs = [call.treedefs[call.dynamic.index(i)] for i in argnums]
-        # the gradient of an ndarray argument is an ndarray, also when it is 0-d
-        keep = [False] * (1 + n_aux) + [isinstance(call.leaves[j], np.ndarray)
-                                         for r in ranges for j in r]
-        single = isinstance(self.argnums, (int, np.integer))
-        aux_td, grad_only, has_aux = program.aux, self.grad_only, self.has_aux
-        if single and not has_aux and not traced and treedefs[0].kind == "leaf":
-            grad = getter(program.tape, 1, keep[1])       # the common case, precomputed
-            if grad_only:
-                return grad
-            value = getter(program.tape, 0)
-            return lambda outs: (value(outs), grad(outs))
-        outs_of = unbox_traced(keep) if traced else unbox(program.tape, keep)
 
-        def finish(outs: Sequence[Any]) -> Any:
-            outs = outs_of(outs)
-            grads, start = [], 1 + n_aux
-            for r, td in zip(ranges, treedefs):
-                grads.append(outs[start] if td.kind == "leaf" else
-                             unflatten(td, outs[start:start + len(r)]))
-                start += len(r)
-            grad = grads[0] if single else tuple(grads)
-            if has_aux:
-                aux = unflatten(aux_td, outs[1:1 + n_aux])
-                return (grad, aux) if grad_only else ((outs[0], aux), grad)
-            return grad if grad_only else (outs[0], grad)
+def _finish_gradient(t: CachedTransform, program: Specialization, call: CallArgs,
+                     traced: bool) -> Callable:
+    argnums = normalize_argnums(t.argnums, call.n_pos)
+    n_aux = program.aux.num_leaves if t.has_aux else 0
+    ranges = [call.leaf_range(i) for i in argnums]
+    treedefs = [call.treedefs[call.dynamic.index(i)] for i in argnums]
+    # the gradient of an ndarray argument is an ndarray, also when it is 0-d
+    keep = [False] * (1 + n_aux) + [isinstance(call.leaves[j], np.ndarray)
+                                     for r in ranges for j in r]
+    single = isinstance(t.argnums, (int, np.integer))
+    aux_td, grad_only, has_aux = program.aux, t.grad_only, t.has_aux
+    if single and not has_aux and not traced and treedefs[0].kind == "leaf":
+        grad = getter(program.tape, 1, keep[1])       # the common case, precomputed
+        if grad_only:
+            return grad
+        value = getter(program.tape, 0)
+        return lambda outs: (value(outs), grad(outs))
+    outs_of = unboxing(program.tape, keep, traced)
 
-        return finish
+    def finish(outs: Sequence[Any]) -> Any:
+        outs = outs_of(outs)
+        grads, start = [], 1 + n_aux
+        for r, td in zip(ranges, treedefs):
+            grads.append(outs[start] if td.kind == "leaf" else
+                         unflatten(td, outs[start:start + len(r)]))
+            start += len(r)
+        grad = grads[0] if single else tuple(grads)
+        if has_aux:
+            aux = unflatten(aux_td, outs[1:1 + n_aux])
+            return (grad, aux) if grad_only else ((outs[0], aux), grad)
+        return grad if grad_only else (outs[0], grad)
+
+    return finish
+
+
+def _gradient_how(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> tuple:
+    return ("gradient", tuple(_wrt(call, key.options)))
+
+
+def _forward_how(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> tuple:
+    return ("forward",)
+
+
+VALUE_AND_GRAD = Transform("value_and_grad", argnums_signature, _finish_gradient, _joint,
+                           "autodiff", _trace_gradient, _gradient_how, shared=True)
+GRAD = dataclasses.replace(VALUE_AND_GRAD, name="grad")
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
@@ -94,7 +109,15 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
     `backend`: "numba" (compiled; the default, or TAPEJIT_BACKEND), "interpret" (numpy) or
     "cuda".
     """
-    return _ValueAndGrad(fn, argnums, has_aux, static_argnums, backend)
+    return _gradient(VALUE_AND_GRAD, fn, argnums, has_aux, static_argnums, backend)
+
+
+def _gradient(record: Transform, fn: Callable[..., Any], argnums: int | Sequence[int],
+              has_aux: bool, static_argnums: int | Sequence[int], backend: str | None,
+              ) -> CachedTransform:
+    return CachedTransform(record, fn, static_argnums, backend,
+                           argnums=check_argnums(argnums, record.name), has_aux=has_aux,
+                           grad_only=record is GRAD)
 
 
 def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
@@ -102,7 +125,7 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
          ) -> Callable[..., Any]:
     """The gradient of a scalar-valued `fn` with respect to its arguments `argnums`
     (`(grad, aux)` with has_aux)."""
-    vg = _ValueAndGrad(fn, argnums, has_aux, static_argnums, backend, grad_only=True)
+    vg = _gradient(GRAD, fn, argnums, has_aux, static_argnums, backend)
     call = vg._call
 
     @functools.wraps(fn)
@@ -114,27 +137,12 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
     return gradient
 
 
-class _Jit(CachedTransform):
-    """`jit(f)`: a callable with a per-signature cache of forward programs."""
+def _jit_signature(t: CachedTransform, args: tuple, kwargs: dict) -> tuple[CallArgs, CacheKey]:
+    call, static = split_args(t.fn, args, kwargs, t.static_argnums)
+    return call, call.key(static)
 
-    def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
-                 backend: str | None) -> None:
-        super().__init__(fn, static_argnums, backend)
-        self._share()
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(args, kwargs)
-
-    def _signature(self, args: tuple, kwargs: dict) -> tuple[CallArgs, tuple, Callable]:
-        call, static = split_args(self.fn, args, kwargs, self.static_argnums)
-        return call, ((), *call.key(static)), lambda: self._build(call)
-
-    def _build(self, call: CallArgs) -> Specialization:
-        tape, out_td = forward_program(self.fn, call)
-        return Specialization(tape, None, out=out_td)
-
-    def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
-        return as_output_tree(program, traced)
+JIT = Transform("jit", _jit_signature, as_output_tree, how=_forward_how, shared=True)
 
 
 def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
@@ -146,7 +154,7 @@ def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
     part of the cache key (Python control flow may depend on them). Called inside another
     transform (`grad(jit(f))`) it inlines its tape; `jit(grad(f))` compiles the gradient
     program."""
-    return _Jit(fn, static_argnums, backend)
+    return CachedTransform(JIT, fn, static_argnums, backend)
 
 
 def make_tape(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Callable:

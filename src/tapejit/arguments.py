@@ -8,15 +8,15 @@ input names). Arguments that are neither arrays, numbers nor pytrees of them are
 at the user's line, and so are ndarray subclasses.
 
 In the layers: above tracing (it reads tracers' avals) and the CUDA run-time side (device
-arrays' avals); below programs.py (which traces a function on a `CallArgs`), the per-signature
-cache (dispatch.py) and the transforms.
+arrays' avals); below programs.py (which traces a function on a `CallArgs`) and the
+transforms (transforms/: the per-signature cache, the builder).
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -28,6 +28,18 @@ from .trace import Constant, Tracer
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 _INT64 = np.iinfo(np.int64)
+
+
+class CacheKey(NamedTuple):
+    """A call's signature, the key of a transform's per-signature cache."""
+
+    options: tuple       # what the transform's options make of the call (argnums, mapped axes)
+    treedefs: tuple      # the pytree structure of each traced argument
+    avals: tuple         # each leaf's shape and dtype
+    weak: tuple          # each leaf is a Python scalar (weakly typed)
+    static: tuple        # (position, type, value) of each static argument
+    n_pos: int           # how many arguments were positional
+    device: tuple = ()   # the CUDA device the program runs on
 
 
 def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
@@ -91,8 +103,10 @@ class CallArgs:
     weak: list[bool]
     names: list[str]
 
-    def key(self, static: tuple) -> tuple:
-        return (tuple(self.treedefs), tuple(self.avals), tuple(self.weak), static, self.n_pos)
+    def key(self, static: tuple, options: tuple = ()) -> CacheKey:
+        """The call's signature, with what a transform's options make of it."""
+        return CacheKey(options, tuple(self.treedefs), tuple(self.avals), tuple(self.weak),
+                        static, self.n_pos)
 
     def leaf_range(self, position: int) -> range:
         i = self.dynamic.index(position)
@@ -209,16 +223,15 @@ def normalize_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ..
     return tuple(int(i) % nargs for i in nums)
 
 
-def argnums_signature(transform: Any, args: tuple, kwargs: dict,
-                      ) -> tuple[CallArgs, tuple, tuple[int, ...]]:
-    """The call, the cache key and the normalized argnums of a call of a transform that
-    differentiates with respect to `transform.argnums` (its key starts with them)."""
+def argnums_signature(transform: Any, args: tuple, kwargs: dict) -> tuple[CallArgs, CacheKey]:
+    """The call and the cache key of a call of a transform that differentiates with respect
+    to `transform.argnums` (the key's options: the normalized argnums)."""
     call, static = split_args(transform.fn, args, kwargs, transform.static_argnums)
     argnums = normalize_argnums(transform.argnums, call.n_pos)
     if any(i not in call.dynamic for i in argnums):
         raise ArgumentError(at_source(f"argnums {transform.argnums} and static_argnums "
                                       f"{transform.static_argnums} overlap", user_source()))
-    return call, (argnums, *call.key(static)), argnums
+    return call, call.key(static, argnums)
 
 
 def refuse_aliasing(leaves: Sequence[Any], assigned: Sequence[int], names: Sequence[str],
@@ -254,35 +267,33 @@ def check_float_inputs(what: str, call: CallArgs, wrt: Sequence[int]) -> None:
                 f"with functools.partial).", user_source()))
 
 
-def miss_reason(old: tuple, old_names: Sequence[str], new: tuple,
+def miss_reason(old: CacheKey, old_names: Sequence[str], new: CacheKey,
                 new_names: Sequence[str]) -> str:
-    """Why `new` missed: what differs from `old` (keys `(options, treedefs, avals, weak,
-    static, n_pos)`, then the device on the CUDA backend), naming the leaves whose shape or
-    dtype changed."""
-    o_opts, o_tds, o_avals, o_weak, o_static, o_npos = old[:6]
-    n_opts, n_tds, n_avals, n_weak, n_static, n_npos = new[:6]
+    """Why `new` missed: what differs from `old`, naming the leaves whose shape or dtype
+    changed."""
     reasons = []
-    if old[6:] != new[6:]:
-        reasons.append(f"device changed: {old[6:]} -> {new[6:]}")
-    if o_opts != n_opts:
-        reasons.append(f"argnums changed: {o_opts} -> {n_opts}")
-    if o_npos != n_npos:
-        reasons.append(f"positional count changed: {o_npos} -> {n_npos}")
-    if o_tds != n_tds:
+    if old.device != new.device:
+        reasons.append(f"device changed: {old.device} -> {new.device}")
+    if old.options != new.options:
+        reasons.append(f"argnums changed: {old.options} -> {new.options}")
+    if old.n_pos != new.n_pos:
+        reasons.append(f"positional count changed: {old.n_pos} -> {new.n_pos}")
+    if old.treedefs != new.treedefs:
         shown = lambda tds: ", ".join(map(str, tds))  # noqa: E731
-        reasons.append(f"structure changed: ({shown(o_tds)}) -> ({shown(n_tds)})")
-    elif o_avals != n_avals or o_weak != n_weak:
+        reasons.append(f"structure changed: ({shown(old.treedefs)}) -> ({shown(new.treedefs)})")
+    elif old.avals != new.avals or old.weak != new.weak:
         def typed(aval: Any, weak: bool) -> str:
             return f"{aval}{' (Python scalar)' if weak else ''}"
         leaves = [f"{name}: {typed(a, w)} -> {typed(b, v)}" for name, a, w, b, v
-                  in zip(new_names, o_avals, o_weak, n_avals, n_weak) if (a, w) != (b, v)]
-        what = "shapes/dtypes" if o_avals != n_avals else "weak types"
+                  in zip(new_names, old.avals, old.weak, new.avals, new.weak)
+                  if (a, w) != (b, v)]
+        what = "shapes/dtypes" if old.avals != new.avals else "weak types"
         reasons.append(f"{what} changed: {', '.join(leaves[:4])}"
                        + (f" (and {len(leaves) - 4} more)" if len(leaves) > 4 else ""))
-    if o_static != n_static:
-        old_values = {i: (t, v) for i, t, v in o_static}
+    if old.static != new.static:
+        old_values = {i: (t, v) for i, t, v in old.static}
         changed = [f"argument {i}: {old_values[i][1]!r:.40} -> {v!r:.40}"
-                   for i, t, v in n_static if old_values.get(i, (t, v)) != (t, v)]
-        reasons.append("static arguments changed: " + (", ".join(changed) or
-                                                        f"{o_static!r:.60} -> {n_static!r:.60}"))
+                   for i, t, v in new.static if old_values.get(i, (t, v)) != (t, v)]
+        reasons.append("static arguments changed: " + (
+            ", ".join(changed) or f"{old.static!r:.60} -> {new.static!r:.60}"))
     return "; ".join(reasons) or "signature changed"

@@ -7,7 +7,7 @@
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
 - `TAPEJIT_FIRST_CALL=compile`: a new numba program compiles on its first call. By default
   ("interpret") a new program's first call runs on the numpy interpreter and the program
-  compiles on its second call (first_call.py `interpret_first`): a script that needs one
+  compiles on its second call (transforms/first_call.py `interpret_first`): a script that needs one
   gradient never waits for numba.
 - `TAPEJIT_VERIFY=1`: every call of a compiled program is checked against the numpy
   interpreter (compile.py `verify`): a debugging aid, and how the test suite runs.
@@ -25,7 +25,7 @@
   unrolled loop compiles and differentiates like `tj.fori_loop`.
 - `TAPEJIT_LOG=info`: the `tapejit` logger reports each compile and its time on stderr
   ("debug" too; "off" silences it). By default only a compile still running after a
-  second is announced, at warning level (first_call.py).
+  second is announced, at warning level (transforms/first_call.py).
 - `TAPEJIT_CUDA_PRODUCTS=auto|cublas|kernel`: how the CUDA backend computes float matrix
   products: cuBLAS (through nvmath-python) or its own tiled kernels; "auto" (the default)
   takes cuBLAS where nvmath-python is installed on a GPU (cuda_support.py `products`).
@@ -44,7 +44,7 @@
 - `TAPEJIT_STRICT=1`: JAX's rule: a Python `if`, `int()`, `float()` or index on a traced value
   is an error (tj.ConcretizationError). By default the value is computed from the call being
   traced and the program is guarded on it: a call giving another value traces again (a new
-  variant; programs.py `_evaluator`, dispatch.py).
+  variant; programs.py `_evaluator`, transforms/variants.py).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """

@@ -22,8 +22,8 @@ state change); and everything under TAPEJIT_STRICT=1. A generator made inside th
 from a seed gives the same numbers on every call in numpy too: it stays a constant.
 
 In the layers: beside programs.py (which opens a `Recording` around each trace), on random.py,
-guards.py and compile.py; dispatch.py says which transform builds (`collecting`) and adds the
-keys to each call (`with_keys`, `fast_caller`).
+guards.py and compile.py; the per-signature cache (transforms/cached.py) says which
+transform builds (`collecting`) and adds the keys to each call (`with_keys`, `fast_caller`).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ _collector: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def collecting(transform: Any) -> Iterator[list[Any]]:
-    """Within: programs are built for `transform` (a dispatch.CachedTransform, or the label
+    """Within: programs are built for `transform` (a transforms.cached.CachedTransform, or the label
     of a keyed build: tj.explain's). Yields the generators whose keys the program built
     takes, in order (after the argument leaves)."""
     found = (_Collector(transform, True, False) if isinstance(transform, str) else
@@ -88,7 +88,7 @@ def with_keys(generators: Sequence[Any], leaves: Sequence[Any]) -> Sequence[Any]
 
 
 def fast_caller(runner: Any, call: Any, generators: Sequence[Any]) -> DirectCall:
-    """compile.py's `direct_caller` `(fn, tail)` for dispatch's fast path on calls like `call`
+    """compile.py's `direct_caller` `(fn, tail)` for the cache's fast path on calls like `call`
     (positional leaves): `fn(*args, *tail)` passes a new key from each generator after the
     arguments."""
     n = len(call.args)

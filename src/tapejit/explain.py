@@ -11,92 +11,109 @@ Stages, in pipeline order: "traced" (the primal tape, as `tj.make_tape` shows it
 (the joint tape; absent with grad=False), then one tape after each pass of `passes.PIPELINE`,
 named by the pass; then the fusion groups and the generated source of the last tape.
 
-This module is a consumer, not a second pipeline: the program is built by the builders the
-transforms use (programs.py `gradient_program`, `forward_program`), which report each stage,
-and shown as an `Explanation` (explanation.py). It never compiles: the source is shown, not
-loaded. In the layers: above the transforms (it reads a transform's own settings and counts).
+This module is a consumer, not a second pipeline: the program is built by the one builder
+every transform uses (transforms/builder.py), which reports each stage, and shown as an
+`Explanation` (explanation.py); the tape transform's stage is named by its record ("autodiff",
+"jacobian", "jvp", "batched"). It never compiles: the source is shown, not loaded. In the
+layers: above the transforms (it reads a transform's own record, settings and counts).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
-from .arguments import fn_name, normalize_argnums, split_args
+from .api import JIT, VALUE_AND_GRAD
+from .arguments import check_argnums, fn_name
 from .compile import BACKENDS
-from .dispatch import CachedTransform
-from .draws import collecting
 from .errors import ArgumentError, at_source, user_source
 from .explanation import Explanation, build
 from .ir import Tape
-from .programs import collecting_rerolls, forward_program, gradient_program
+from .jacobians import JVP
+from .programs import collecting_rerolls
 from .pytree import TreeDef
+from .split import LINEARIZE, VJP
+from .transforms.cached import CachedTransform
 
 
 def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: bool = True,
             has_aux: bool = False, static_argnums: int | Sequence[int] = (),
-            backend: str = "numba") -> Callable[..., Explanation]:
+            backend: str = "numba", transform: str | None = None) -> Callable[..., Explanation]:
     """`explain(f)(*args)`: the stages of the program `value_and_grad(f, argnums)` runs on
     `args` (with grad=False: of `f` itself). Nothing is compiled or run.
 
-    `fn` may also be a transform (`tj.grad(f)`, `tj.value_and_grad(f)`): its own argnums,
-    has_aux and static_argnums are used, and its `cache_info()` (counts, and why its last call
-    missed the cache) is shown; `tj.jit(f)` shows its forward program. Other transforms
-    (vmap, jacobian, ...) are refused: explain the function they transform. backend="interpret" shows the tapes only: that backend has no
-    fusion or generated code.
+    `fn` may also be any transform (`tj.grad(f)`, `tj.jit(f)`, `tj.vmap(f)`, `tj.jacfwd(f)`,
+    `tj.hessian(f)`, ...): the program it runs on `args` is shown, with its own settings and
+    its `cache_info()` (counts, and why its last call missed the cache). `transform="jvp"`,
+    `"vjp"` or `"linearize"` shows those transforms' program of `f`, called as they are:
+    `explain(f, transform="jvp")(primals, tangents)`, `explain(f, transform="vjp")(*primals)`.
+    backend="interpret" shows the tapes only: that backend has no fusion or generated code.
     """
     if backend not in BACKENDS:
         raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
                                       f"{', '.join(BACKENDS)}", user_source()))
-    fn, nums_given, has_aux, static, transform = _settings(fn, argnums if grad else None,
-                                                           has_aux, static_argnums)
+    given = getattr(fn, "__wrapped_transform__", fn)
+    if not isinstance(given, CachedTransform) or transform is not None:
+        given = None
+    if transform is not None and transform not in _BY_NAME:
+        raise ArgumentError(at_source(
+            f"explain: transform={transform!r}; choose one of {', '.join(_BY_NAME)} (other "
+            f"transforms: explain the transform itself, e.g. tj.explain(tj.vmap(f)))",
+            user_source()))
+    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     def explained(*args: Any, **kwargs: Any) -> Explanation:
-        call, _ = split_args(fn, args, kwargs, static)
+        t = given or _transform_of(
+            fn, argnums if grad else None, has_aux, static, transform, args)
+        if transform == "jvp":
+            args = (*args[0], *args[1])
         tapes: dict[str, Tape] = {}
-        what = "forward program"
-        builder = transform or f"explain({fn_name(fn)})"     # draws recorded as grad's
-        with collecting_rerolls() as loops, collecting(builder):
-            if nums_given is None:
-                forward_program(fn, call, has_aux, stages=tapes.__setitem__)
-            else:
-                nums = normalize_argnums(nums_given, call.n_pos)
-                gradient_program(fn, call, nums, has_aux, what="explain",
-                                 check_output=_require_scalar_float, stages=tapes.__setitem__)
-                what = f"gradient program w.r.t. argument(s) {', '.join(map(str, nums))}"
+        with collecting_rerolls() as loops:
+            key, program = t.program(args, kwargs, tapes.__setitem__)
         notes = [f"re-rolled into a scan: the Python {loop}" for loop in loops]
-        if transform is not None:
+        if program.second is not None:
+            notes.append(f"{t.transform}'s second program, run on the residuals: "
+                         f"{len(program.second.eqns)} eqns")
+        if given is not None:
             notes.append("cache of the transform: " + ", ".join(
-                f"{k}={v}" for k, v in transform.cache_info().items()))
-        return build(f"{fn_name(fn)}, {what}, backend {backend}", tapes, backend, notes)
+                f"{k}={v}" for k, v in t.cache_info().items()))
+        return build(f"{fn_name(t.fn)}, {_what(t, key)}, backend {backend}", tapes, backend,
+                     notes)
 
     return explained
 
 
-EXPLAINED = ("grad", "value_and_grad", "jit")   # the transforms whose programs explain builds
+def _transform_of(fn: Callable[..., Any], argnums: int | Sequence[int] | None, has_aux: bool,
+                  static: tuple[int, ...], transform: str | None, args: tuple
+                  ) -> CachedTransform:
+    """The transform whose program explain shows for a plain function."""
+    if transform == "jvp":
+        return CachedTransform(_BY_NAME["jvp"], fn, (), n=len(args[0]))
+    if transform is not None:
+        return CachedTransform(_BY_NAME[transform], fn, (), has_aux=has_aux)
+    if argnums is None:
+        return CachedTransform(_FORWARD, fn, static)
+    return CachedTransform(_GRADIENT, fn, static, None, "explain",
+                           argnums=check_argnums(argnums, "explain"), has_aux=has_aux,
+                           grad_only=False, check_output=_require_scalar_float)
 
 
-def _settings(fn: Callable[..., Any], argnums: int | Sequence[int] | None, has_aux: bool,
-              static_argnums: int | Sequence[int]) -> tuple:
-    """(function, argnums or None for the forward program, has_aux, static argnums as a tuple,
-    the transform or None): a transform's own settings replace the arguments."""
-    transform = getattr(fn, "__wrapped_transform__", fn)
-    if isinstance(transform, CachedTransform) and transform.transform not in EXPLAINED:
-        raise ArgumentError(at_source(
-            f"explain shows the programs of plain functions and of {', '.join(EXPLAINED)}; "
-            f"{transform.label()} builds a program of its own. Explain the function it "
-            f"transforms instead (tj.explain({fn_name(transform.fn)}), grad=False for its "
-            f"forward program)", user_source()))
-    if isinstance(transform, CachedTransform):
-        fn, static_argnums = transform.fn, transform.static_argnums
-        argnums = getattr(transform, "argnums", None)
-        has_aux = getattr(transform, "has_aux", False)
-    else:
-        transform = None
-    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-    return fn, argnums, has_aux, static, transform
+def _what(t: CachedTransform, key: Any) -> str:
+    """What the program is, for the title."""
+    if t.record.name in ("grad", "value_and_grad"):
+        return f"gradient program w.r.t. argument(s) {', '.join(map(str, key.options))}"
+    if t.record.name == "jit":
+        return "forward program"
+    return f"{t.record.name} program"
+
+
+_GRADIENT = dataclasses.replace(VALUE_AND_GRAD, shared=False)
+_FORWARD = dataclasses.replace(JIT, shared=False)
+_BY_NAME = {"jvp": JVP, "vjp": VJP, "linearize": LINEARIZE}
 
 
 def _require_scalar_float(fn: Callable[..., Any], tape: Tape, out_td: TreeDef) -> None:
-    """explain's `OutputCheck` (programs.py): its message points to grad=False."""
+    """explain's `OutputCheck` (programs.py), the gradient record's `check_output`: its
+    message points to grad=False."""
     n_out = out_td.num_leaves
     out = tape.outvars[0] if n_out == 1 else None
     if out is None or out.aval.shape != () or not out.aval.is_float:

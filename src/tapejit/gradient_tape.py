@@ -12,89 +12,35 @@ ops that did not read a watched value are constants, and so are values computed 
 values as inputs. Outside any trace it runs compiled, cached by the cut tape (its text: ops,
 names, shapes and dtypes; numba's program is shape-generic, so a new batch size re-derives but
 does not recompile): a training loop that records the same ops every step replays compiled
-code from its second step. Inside a trace the sweep is inlined, so a second tape can
+code from its second step. The sweeps are a transform record of their own (tape_sweeps.py). Inside a trace the sweep is inlined, so a second tape can
 differentiate it again and `tj.jit` compiles the whole step.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 
-from . import autodiff
 from .arguments import refuse_subclass
 from .avals import aval_of
 from .compile import check_backend
-from .dispatch import CachedTransform, Specialization
 from .errors import (ArgumentError, DtypeError, TapejitError, at_source, user_source,
                      warn_at_user)
 from .interpret import inline
 from .eager import EagerTrace, EagerTracer, type_for, unwrap
 from .ir import Tape, Var
-from .passes import dce, optimize
+from .passes import dce
 from .pytree import flatten, unflatten
 from .trace import Trace, Tracer, current_trace, trace_of, var_of
-from .derived_tapes import jacobian_tape, split_joint
+from .tape_sweeps import Recorded, run_sweep, sweep_cache, sweep_key
+from .transforms.builder import build
 from .variables import Variable
 
 
 class TapeError(TapejitError, RuntimeError):
     """A GradientTape used in a way it cannot serve (e.g. a second gradient call on a
     non-persistent tape)."""
-
-
-_SWEEP_CACHES: dict[str | None, "_SweepCache"] = {}     # per backend
-
-
-class _SweepCache(CachedTransform):
-    """The compiled reverse sweeps (and Jacobians) of recorded tapes, keyed by the cut tape."""
-
-    transform = "GradientTape"
-
-    def __init__(self, backend: str | None) -> None:
-        super().__init__(GradientTape.gradient, (), backend)
-        self._inputs: dict[tuple, list[str]] = {}
-
-    def run(self, key: tuple, build: Callable[[], tuple[Tape, int]],
-            values: Callable[[str], Any], extra: list[Any]) -> list[Any]:
-        """Outputs of the program for `key`; its first inputs are values of the recording
-        (by name), then `extra`. `build() -> (tape, number of inputs that are values)`."""
-        names = self._inputs.get(key)
-        built: list[Tape] = []
-        if names is None:
-            tape, n_values = build()
-            built.append(tape)
-            names = self._inputs[key] = [v.name for v in tape.invars[:n_values]]
-        leaves = [values(name) for name in names] + extra
-        program, outs = self._lookup(key, _Call(leaves, names + ["ct"] * len(extra)),
-                                     lambda: Specialization(optimize(built[0] if built
-                                                                     else build()[0]), None))
-        return program.run(leaves) if outs is None else outs
-
-    def _miss_reason(self, key: tuple, names: Sequence[str]) -> str:
-        return "first call" if not self._cache else "a recorded structure not seen before"
-
-    def _warn_retrace(self) -> None:
-        """No warning: one cache serves every tape of the process, so many structures are
-        expected (each costs a derivation; numba programs are shared across sizes)."""
-
-
-class _Call:
-    def __init__(self, leaves: list[Any], names: list[str]) -> None:
-        self.leaves, self.names = leaves, names
-
-
-def _sweep_cache(backend: str | None) -> _SweepCache:
-    if backend not in _SWEEP_CACHES:
-        _SWEEP_CACHES.setdefault(backend, _SweepCache(backend))
-    return _SWEEP_CACHES[backend]
-
-
-def tape_cache_info(backend: str | None = None) -> dict[str, Any]:
-    """Counts of the reverse-sweep programs of GradientTape (traces: cut tapes derived;
-    compiles; hits) for tapes made with `backend`."""
-    return _sweep_cache(backend).cache_info()
 
 
 class GradientTape:
@@ -386,38 +332,29 @@ class GradientTape:
     def _reverse(self, wrt: list[str], targets: list[Var], cts: list[Any]) -> dict[str, Any]:
         """The gradients (by source name) of the targets weighted by `cts` (None: ones)."""
         sub = self._cut(wrt, targets)
-        n_src, n_in = len(wrt), len(sub.invars)
-
-        def build() -> tuple[Tape, int]:
-            joint = autodiff.vjp_tape(sub, range(n_src), [autodiff.INPUT] * len(targets))
-            reverse = split_joint(joint, n_in, len(targets))
-            return reverse, len(reverse.invars) - len(targets)
-
         seeds = [np.ones(v.aval.shape, v.aval.dtype) if ct is None else ct
                  for v, ct in zip(targets, cts)]
-        outs = self._run(("gradient", sub, n_src), build, seeds)
+        outs = self._run(Recorded([], [], sub, "gradient", len(wrt)), seeds)
         return {name: g for name, g in zip(wrt, outs) if name in _read_by(sub)}
 
     def _jacobian(self, wrt: list[str], target: Var) -> dict[str, Any]:
         sub = self._cut(wrt, [target])
-        outs = self._run(("jacobian", sub, len(wrt)),
-                         lambda: (jacobian_tape(sub, range(len(wrt)), 1), len(sub.invars)), [])
+        outs = self._run(Recorded([], [], sub, "jacobian", len(wrt)), [])
         return {name: j for name, j in zip(wrt, outs) if name in _read_by(sub)}
 
-    def _run(self, key: tuple, build: Callable[[], tuple[Tape, int]],
-             extra: list[Any]) -> list[Any]:
-        """Run a program on the recorded values: inlined into the open trace (so it is
-        recorded or compiled with it), else compiled and cached."""
+    def _run(self, call: Recorded, extra: list[Any]) -> list[Any]:
+        """Run a sweep's program on the recorded values: inlined into the open trace (so it
+        is recorded or compiled with it), else compiled and cached."""
         trace = self._trace
         assert trace is not None
         if current_trace() is not None:
-            tape, n_values = build()
-            tracers = [Tracer(trace, v) for v in tape.invars[:n_values]]
+            tape = build(sweep_cache(self.backend), call, sweep_key(call)).tape
+            tracers = [Tracer(trace, v) for v in tape.invars[:len(tape.invars) - len(extra)]]
             return inline(tape, tracers + [unwrap(e) if not isinstance(e, Tracer) else e
                                            for e in extra])
         assert isinstance(trace, EagerTrace)
         extra = [np.asarray(unwrap(e)) for e in extra]
-        return _sweep_cache(self.backend).run(key, build, trace.values.__getitem__, extra)
+        return run_sweep(self.backend, call, trace.values.__getitem__, extra)
 
     def _unconnected(self, source: Any, policy: str) -> Any:
         return None if policy == "none" else np.zeros_like(unwrap(source))

@@ -1,23 +1,17 @@
-"""The programs the transforms run, built from a user's function and a call's arguments:
-trace, re-roll plain Python loops, then (for gradients) reverse mode, then the passes.
+"""A user's function traced on a call's arguments, and the steps after the trace that every
+program shares: the first half of the builder (transforms/builder.py).
 
 - `trace_flat(fn, call)`: `fn` traced on the call's signature, its outputs flattened (and
   checked: arrays, numbers or pytrees of them), unused eqns dropped.
-- `forward_program`: the traced tape, optimized (`jit`; `tj.explain(grad=False)`).
-- `gradient_program`: the joint tape of `value_and_grad` (values, then the gradients with
-  respect to the chosen arguments), optimized. `value_and_grad`, `grad` and `tj.explain` build
-  their programs here and nowhere else, so explain shows the program the transform runs.
-
-Both builders re-roll the traced tape's plain Python loops into scans (control/reroll.py;
-`TAPEJIT_REROLL=0` keeps them unrolled) before anything else, and report each stage to
-`stages(name, tape)` when given: "traced", "rerolled" (only when a loop was re-rolled),
-"autodiff" (the joint tape), then each pass of `passes.PIPELINE` by name. The loops re-rolled
-by the programs built within `collecting_rerolls()` are collected (cache_info counts them,
-explain lists them).
+- `rerolled(tape)`: its plain Python loops re-rolled into scans (control/reroll.py;
+  `TAPEJIT_REROLL=0` keeps them unrolled), reported to `stages(name, tape)` as "rerolled"
+  when one was. The loops re-rolled by the programs built within `collecting_rerolls()` are
+  collected (cache_info counts them, explain lists them).
+- `derived(traced, how, derive)`: `derive` (a record's tape transform, then the passes) of the
+  re-rolled tape, remembered on disk (memo.py) by the tape and `how`.
 
 In the layers: above tracing, autodiff and the passes, and above arguments.py; below the
-per-signature cache (dispatch.py) and the transforms (api.py, transforms.py, explain.py).
-Nothing here compiles or runs a program.
+transforms package (the builder, the cache). Nothing here compiles or runs a program.
 """
 from __future__ import annotations
 
@@ -28,8 +22,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import autodiff, guards
-from .arguments import CallArgs, check_float_inputs, fn_name
+from . import guards
+from .arguments import CallArgs, fn_name
 from .avals import aval_of
 from .config import config
 from .control.reroll import RerolledLoop, reroll
@@ -38,7 +32,7 @@ from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from .interpret import Growing, inline
 from .ir import Tape
 from .memo import digest, remembered
-from .passes import dce, optimize
+from .passes import dce
 from .pytree import TreeDef, flatten
 from .trace import Tracer, current_trace, guarded_value, trace_to_tape
 
@@ -176,37 +170,6 @@ def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:
         out = inline(tape, call.leaves)[0]
         return guarded_value(out) if isinstance(out, Tracer) else np.asarray(out)
     return value
-
-
-def forward_program(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
-                    stages: Stages | None = None) -> tuple[Tape, TreeDef]:
-    """`fn`'s optimized tape on the call's signature (its outputs: fn's output leaves, then
-    its aux's with `has_aux`), and fn's output structure."""
-    tape, out_td, _ = trace_flat(fn, call, has_aux)
-    return derived(tape, ("forward",), lambda t: optimize(t, after_each=stages), stages), out_td
-
-
-def gradient_program(fn: Callable[..., Any], call: CallArgs, argnums: Sequence[int],
-                     has_aux: bool = False, what: str = "grad",
-                     check_output: OutputCheck | None = None, stages: Stages | None = None,
-                     ) -> tuple[Tape, TreeDef | None]:
-    """The optimized joint tape of `value_and_grad(fn, argnums)` on the call's signature:
-    outputs fn's value, its aux leaves, then the gradient leaves of the arguments `argnums`
-    (normalized); and the aux structure. `what` names the transform in errors about integer
-    arguments; `check_output` raises for an output it cannot differentiate (default
-    `require_scalar_float`)."""
-    wrt = [j for i in argnums for j in call.leaf_range(i)]
-    check_float_inputs(what, call, wrt)
-    tape, out_td, aux_td = trace_flat(fn, call, has_aux)
-    (check_output or require_scalar_float)(fn, tape, out_td)
-
-    def differentiated(tape: Tape) -> Tape:
-        seeds = [autodiff.ONE] + [None] * (len(tape.outvars) - 1)
-        joint = autodiff.vjp_tape(tape, wrt, seeds)
-        if stages is not None:
-            stages("autodiff", joint)
-        return optimize(joint, after_each=stages)
-    return derived(tape, ("gradient", tuple(wrt)), differentiated, stages), aux_td
 
 
 def require_scalar_float(fn: Callable[..., Any], tape: Tape, out_td: TreeDef) -> None:

@@ -41,7 +41,7 @@ class _TraceStack(threading.local):
         self.guarded: tuple[int, list] | None = None   # (level, found): collecting_guards
 
 
-_stack = _TraceStack()
+_stack = open_traces = _TraceStack()   # open_traces.traces: this thread's, innermost last
 
 
 def _nothing(replays: bool) -> None:

@@ -14,7 +14,8 @@ pytree prefix of the arguments (a tuple with an entry per positional argument) /
 Keyword arguments are mapped over their axis 0. `axis_size` gives the batch size when no
 argument is mapped.
 
-In the layers: a transform (a `CachedTransform`, dispatch.py) on batching.py and programs.py.
+In the layers: a record (transforms/record.py) whose tape transform is derived_tapes.py's
+`mapped_tape`.
 """
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .arguments import CallArgs, split_args
+from .arguments import CacheKey, CallArgs, split_args
 from .derived_tapes import mapped_tape
-from .dispatch import CachedTransform, Specialization, as_output_tree
 from .errors import ArgumentError, ShapeError, at_source, user_source
-from .passes import optimize
-from .programs import fn_source, rerolled, trace_flat
+from .programs import fn_source, trace_flat
 from .pytree import TreeDef
+from .transforms.cached import CachedTransform
+from .transforms.outputs import as_output_tree
+from .transforms.record import Traced, Transform
 
 Axis = int | None
 
@@ -113,39 +115,36 @@ def _batch_size(axes: Sequence[Axis], call: CallArgs, axis_size: int | None) -> 
     return found.pop()
 
 
-class _Vmap(CachedTransform):
-    """`vmap(f)`: per signature, one program computing f on every example."""
+def _vmap_signature(t: CachedTransform, args: tuple, kwargs: dict) -> tuple[CallArgs, CacheKey]:
+    """The call, keyed by the mapped axis of each leaf and the batch size too."""
+    call, static = split_args(t.fn, args, kwargs, ())
+    axes = _normalized(_in_axes(t.in_axes, call, len(args)), call)
+    return call, call.key(static, (axes, _batch_size(axes, call, t.axis_size)))
 
-    transform = "vmap"
 
-    def __init__(self, fn: Callable[..., Any], in_axes: Any, out_axes: Any,
-                 axis_size: int | None, backend: str | None) -> None:
-        super().__init__(fn, (), backend)
-        if axis_size is not None and (not _is_axis(axis_size) or axis_size < 0):
-            raise ArgumentError(at_source(f"vmap: axis_size must be a non-negative int, got "
-                                          f"{axis_size!r}", user_source()))
-        self.in_axes, self.out_axes, self.axis_size = in_axes, out_axes, axis_size
+def _trace_example(t: CachedTransform, call: CallArgs, key: CacheKey) -> Traced:
+    """`t.fn` traced on one example: the mapped axes removed."""
+    axes, _ = key.options
+    example = [a if ax is None else a.update(a.shape[:ax] + a.shape[ax + 1:])
+               for a, ax in zip(call.avals, axes)]
+    tape, out_td, _ = trace_flat(t.fn, dataclasses.replace(call, avals=example))
+    return Traced(tape, out_td)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(args, kwargs)
 
-    def _signature(self, args: tuple, kwargs: dict) -> tuple[CallArgs, tuple, Callable]:
-        call, static = split_args(self.fn, args, kwargs, ())
-        axes = _normalized(_in_axes(self.in_axes, call, len(args)), call)
-        size = _batch_size(axes, call, self.axis_size)
-        return call, ((axes, size), *call.key(static)), lambda: self._build(call, axes, size)
+def _batched(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> Traced:
+    axes, size = key.options
+    out_axes = _prefix(t.out_axes, traced.out, "out_axes")
+    return dataclasses.replace(traced, tape=mapped_tape(
+        traced.tape, axes, call.avals, call.names, size, out_axes, fn_source(t.fn)))
 
-    def _build(self, call: CallArgs, axes: tuple[Axis, ...], size: int) -> Specialization:
-        example = [a if ax is None else a.update(a.shape[:ax] + a.shape[ax + 1:])
-                   for a, ax in zip(call.avals, axes)]
-        tape, out_td, _ = trace_flat(self.fn, dataclasses.replace(call, avals=example))
-        out_axes = _prefix(self.out_axes, out_td, "out_axes")
-        batched = mapped_tape(tape, axes, call.avals, call.names, size, out_axes,
-                              fn_source(self.fn))
-        return Specialization(optimize(rerolled(batched)), None, out=out_td)
 
-    def _finisher(self, program: Specialization, call: CallArgs, traced: bool) -> Callable:
-        return as_output_tree(program, traced)
+def _vmap_how(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> tuple:
+    return ("vmap", key.options, tuple(call.avals), tuple(call.names),
+            tuple(_prefix(t.out_axes, traced.out, "out_axes")))
+
+
+VMAP = Transform("vmap", _vmap_signature, as_output_tree, _batched, "batched", _trace_example,
+                 _vmap_how)
 
 
 def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
@@ -157,4 +156,8 @@ def vmap(fn: Callable[..., Any], in_axes: Any = 0, out_axes: Any = 0,
     argument); `axis_size` is the batch size when no argument is mapped. Every call of a new
     signature traces `fn` once, for one example, and compiles one program for the whole batch;
     inside other transforms it is inlined (`vmap(grad(f))`: per-example gradients)."""
-    return _Vmap(fn, in_axes, out_axes, axis_size, backend)
+    if axis_size is not None and (not _is_axis(axis_size) or axis_size < 0):
+        raise ArgumentError(at_source(f"vmap: axis_size must be a non-negative int, got "
+                                      f"{axis_size!r}", user_source()))
+    return CachedTransform(VMAP, fn, (), backend, in_axes=in_axes, out_axes=out_axes,
+                           axis_size=axis_size)

@@ -21,7 +21,7 @@ import numpy as np
 
 import tapejit as tj
 from tapejit import optimizers
-from tapejit.dispatch import what_ran
+from tapejit.transforms.cached import what_ran
 
 SIZES = (64, 128, 10)
 SEED = 0

@@ -15,7 +15,7 @@ than failing. A compile still running after a second is announced on the `tapeji
 `TAPEJIT_LOG=info` reports every compile with its time. Both functions count what they did in the `counts` they are given (a transform's
 `cache_info()` counts: "interpreted", "compiles", "disk_loads").
 
-In the layers: above compile.py (the runners), below dispatch.py (the per-signature cache,
+In the layers: above compile.py (the runners), below cached.py (the per-signature cache,
 which calls `start` on a miss).
 """
 from __future__ import annotations
@@ -26,12 +26,12 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .compile import Compiled, Interpreted, executable, llvm_executable
-from .config import config
-from .control import primitives as C
-from .errors import warn_at_user
-from .interpret import interpret
-from .ir import Tape, sub_tapes
+from ..compile import Compiled, Interpreted, executable, llvm_executable
+from ..config import config
+from ..control import primitives as C
+from ..errors import warn_at_user
+from ..interpret import interpret
+from ..ir import Tape, sub_tapes
 
 
 

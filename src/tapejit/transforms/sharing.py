@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import guards
+from .. import guards
 
 _PLAIN = (int, float, complex, bool, str, bytes, type(None), np.generic)
 _COMPARED = 1 << 20     # bytes of an array read by name compared by content (larger: unshared)
