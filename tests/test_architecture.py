@@ -45,8 +45,8 @@ LAYERS = [
     ("compile", ["explanation", "compile", "cuda_support"]),
     ("programs", ["arguments", "draws", "programs"]),
     ("transforms", ["transforms"]),
-    ("public", ["api", "jacobians", "split", "vmap", "tape_sweeps", "explain", "variables",
-                "eager", "optimizers", "gradient_tape", "dask", "__init__"]),
+    ("public", ["api", "jacobians", "split", "vmap", "tape_sweeps", "checkify", "explain",
+                "variables", "eager", "optimizers", "gradient_tape", "dask", "__init__"]),
     ("tools", ["tools", "__main__"]),
 ]
 TOOLS = len(LAYERS) - 1

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import config, memo, sharing
+from tapejit import config, memo
+from tapejit.transforms import sharing
 from tapejit.ir import Eqn, Lit, Tape, Var
 from tapejit.avals import Aval
 

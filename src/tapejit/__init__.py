@@ -9,6 +9,7 @@
 from . import numpy_api as _numpy_api  # noqa: F401  (registers the numpy lowering rules)
 from .numpy_api.sorting import unique
 from .numpy_api.checks import check
+from .checkify import checkify
 from .passes.checkify import (ALL_CHECKS as all_checks, NAN_CHECKS as nan_checks,
                               USER_CHECKS as user_checks, Error)
 from .api import grad, jit, make_tape, value_and_grad
@@ -54,5 +55,6 @@ __all__ = [
     "jacobian", "jacrev", "jacfwd", "hessian", "jvp", "linearize", "jvp_cache_info",
     "custom_vjp", "stop_gradient", "odeint",
     "njit_primitive", "GradientTape", "Variable", "TapeError", "tape_cache_info", "unique",
-    "check", "CheckError", "UncheckedError", "Error", "user_checks", "nan_checks", "all_checks",
+    "check", "checkify", "CheckError", "UncheckedError", "Error", "user_checks", "nan_checks",
+    "all_checks",
 ]

@@ -67,12 +67,11 @@ _collector: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def collecting(transform: Any) -> Iterator[list[Any]]:
-    """Within: programs are built for `transform` (a transforms.cached.CachedTransform, or the label
-    of a keyed build: tj.explain's). Yields the generators whose keys the program built
-    takes, in order (after the argument leaves)."""
-    found = (_Collector(transform, True, False) if isinstance(transform, str) else
-             _Collector(transform.label(), transform.transform in KEYED,
-                        transform.transform == "vmap"))
+    """Within: programs are built for `transform` (a transforms.cached.CachedTransform; its
+    record's name says whether its programs take keys). Yields the generators whose keys the
+    program built takes, in order (after the argument leaves)."""
+    name = transform.record.name
+    found = _Collector(transform.label(), name in KEYED, name == "vmap")
     token = _collector.set(found)
     try:
         yield found.drawn

@@ -31,28 +31,28 @@ def build(t: Any, call: Any, key: CacheKey, stages: Stages | None = None) -> Spe
     if record.built:
         return Specialization(traced.tape, traced.aux, out=traced.out)
 
-    def derive(tape: Tape) -> tuple[Tape, Tape | None, tuple[int, ...]]:
+    def derive(tape: Tape) -> tuple[Tape, Tape | None, tuple[int, ...], Any]:
         made = dataclasses.replace(traced, tape=tape)
         if record.tape is not None:
             made = record.tape(t, call, key, made)
             if stages is not None:
                 stages(record.stage, made.tape)
         second = None if made.second is None else optimize(made.second)
-        return optimize(made.tape, after_each=stages), second, made.from_inputs
+        return optimize(made.tape, after_each=stages), second, made.from_inputs, made.meta
 
     if record.how is None:          # nothing to key it by on disk: derived here
         if stages is not None:
             stages("traced", traced.tape)
-        tape, second, from_inputs = derive(rerolled(traced.tape, stages))
+        tape, second, from_inputs, meta = derive(rerolled(traced.tape, stages))
     else:
-        tape, second, from_inputs = derived(traced.tape, record.how(t, call, key, traced),
-                                            derive, stages)
+        tape, second, from_inputs, meta = derived(traced.tape, record.how(t, call, key, traced),
+                                                  derive, stages)
     return Specialization(tape, traced.aux, out=traced.out, second=second,
-                          from_inputs=from_inputs)
+                          from_inputs=from_inputs, meta=meta)
 
 
 def trace_function(t: Any, call: Any, key: CacheKey) -> Traced:
-    """A record's default trace: `t.fn` traced on the call (its aux output too where `t` has
-    has_aux)."""
-    tape, out, aux = trace_flat(t.fn, call, getattr(t, "has_aux", False))
+    """A record's default trace: `t.fn` traced on the call (its aux output too with the
+    option has_aux)."""
+    tape, out, aux = trace_flat(t.fn, call, t.has_aux)
     return Traced(tape, out, aux)

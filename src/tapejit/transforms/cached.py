@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import cache
-from ..compile import check_backend, default_backend
+from ..compile import check_backend, default_backend, prepare
 from ..config import config
 from ..cuda_support import device_key
 from ..draws import collecting, fast_caller, with_keys
@@ -90,14 +90,18 @@ class CachedTransform:
         name = name or record.name
         require_callable(fn, f"tj.{name}")
         functools.update_wrapper(self, fn, updated=())
-        # copy the function's attributes, but not those of a transform it may be
-        self.__dict__.update((k, v) for k, v in getattr(fn, "__dict__", {}).items()
+        # copy the user function's attributes, not those of a transform it may be
+        user = fn
+        while isinstance(user, CachedTransform):
+            user = user.fn
+        self.__dict__.update((k, v) for k, v in getattr(user, "__dict__", {}).items()
                              if k not in ("cache_info", "__wrapped_transform__"))
         self.record, self.transform = record, name
         check_backend(backend)
         self.fn, self.backend = fn, backend
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
+        self.has_aux = False        # fn returns (out, aux): an option of some records
         self.__dict__.update(options)
         self._fresh()
         if record.shared:
@@ -296,6 +300,7 @@ class CachedTransform:
             self._info["traces"] += 1
             if self._cache:
                 self._retraces += 1
+            prepare(default_backend(self.backend))     # loads while the program is built
             with collecting_rerolls() as loops, collecting_assignments() as assigned, \
                     collecting_guards() as guards, collecting(self) as drawn:
                 program = build()

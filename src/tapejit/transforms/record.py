@@ -54,6 +54,7 @@ class Traced:
     aux: TreeDef | None = None
     second: Tape | None = None          # run on the residuals (vjp's reverse sweep)
     from_inputs: tuple[int, ...] = ()   # the inputs that are residuals too
+    meta: Any = None                    # what the tape transform tells the finisher
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Specialization:
     draws: tuple = ()                # the generators whose keys each call adds (draws.py)
     second: Any = None               # the cache of the program run on the residuals
     from_inputs: tuple[int, ...] = ()
+    meta: Any = None                 # what the tape transform told the finisher (Traced.meta)
 
 
 # A finisher: the call's outputs (tape outputs) -> the transform's result.
