@@ -46,10 +46,10 @@ from ..cuda_support import device_key
 from ..draws import collecting, fast_caller, with_keys
 from ..errors import require_callable, warn_at_user
 from ..interpret import inline
-from ..programs import collecting_rerolls
+from .traced import collecting_rerolls
 from ..trace import collecting_assignments, collecting_guards, current_trace, open_traces
 from . import pickling, sharing
-from ..arguments import CacheKey, fn_name, miss_reason, refuse_aliasing
+from .arguments import CacheKey, fn_name, miss_reason, refuse_aliasing
 from .builder import build
 from .first_call import PENDING, compile_and_run, start
 from .record import Specialization, Transform, VariantKey

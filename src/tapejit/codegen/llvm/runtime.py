@@ -66,6 +66,7 @@ _lock = threading.Lock()
 _runtime: Runtime | None = None
 _pool = False
 _pool_failed = False
+_preparing = False
 
 
 def ensure(parallel: bool = False) -> Runtime:
@@ -82,6 +83,26 @@ def ensure(parallel: bool = False) -> Runtime:
             _start_pool(_runtime)
             _pool = True
     return _runtime
+
+
+def prepare() -> None:
+    """Load the runtime, and with it the process's LLJIT (2-8 ms), on a thread of its own,
+    once: the first program is traced and optimized meanwhile. A failure is left to the
+    `ensure` that needs the runtime, which raises it."""
+    global _preparing
+    with _lock:
+        if _runtime is not None or _preparing:
+            return
+        _preparing = True
+    threading.Thread(target=_quietly, args=(ensure,), name="tapejit-runtime",
+                     daemon=True).start()
+
+
+def _quietly(fn: Any) -> None:
+    try:
+        fn()
+    except Exception:       # noqa: BLE001  (ensure() raises it again where it is needed)
+        pass
 
 
 def _compile() -> Runtime:
