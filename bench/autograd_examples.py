@@ -18,19 +18,26 @@ run, imports of autograd/tapejit included; the interpreter's start excluded), an
 compiles (count, total and longest time, from the `tapejit` logger at TAPEJIT_LOG=info) and
 traces (cache_info of every transform the shim made). Then a markdown table and ratio lines.
 The examples' code is not part of tapejit: get it outside the repository (bench/README.md).
+
+Default threading, as users run the examples: unless TAPEJIT_BENCH_CPUS is set, this script
+sets it to "all" before importing the harness (no CPU pin: numpy's BLAS under autograd, and
+tapejit's threads and background compiles, get every core).
 """
 from __future__ import annotations
 
-import _harness  # noqa: F401  (pins the process and its children to one CPU; see README)
-
-import argparse
-import json
 import os
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
+
+os.environ.setdefault("TAPEJIT_BENCH_CPUS", "all")   # the harness reads it on import
+
+import _harness  # noqa: E402,F401  (the CPU setting; see README)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "autograd_shim"

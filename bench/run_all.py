@@ -13,7 +13,8 @@ its table rows say so) unless TAPEJIT_BENCH_CPUS is set, and dask_scaling.py (is
 Dask clusters against one process) and contention.py (issue 33: tapejit and JAX beside
 CPU-bound processes), which always unpin themselves (they measure every core); last, where
 $AUTOGRAD_EXAMPLES names HIPS autograd's examples folder, autograd_examples.py (issue 35: the
-29 published examples under autograd and under tapejit, pinned; its table gets a section).
+29 published examples under autograd and under tapejit, default threading; its table gets a
+section).
 Every script gets a
 fresh empty TAPEJIT_CACHE_DIR (so every "tapejit [numba]" first call is a real compile; pass
 --keep-cache to use the environment's cache instead). It benchmarks the *committed* src/ at git
