@@ -43,7 +43,7 @@ LAYERS = [
     ("codegen", ["codegen"]),
     ("control flow", ["control", "custom", "integrate"]),
     ("compile", ["explanation", "compile", "cuda_support"]),
-    ("programs", ["arguments", "draws", "programs"]),
+    ("draws", ["draws"]),
     ("transforms", ["transforms"]),
     ("public", ["api", "jacobians", "split", "vmap", "tape_sweeps", "checkify", "explain",
                 "variables", "eager", "optimizers", "gradient_tape", "dask", "__init__"]),

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import arguments, cache, config
+from tapejit import cache, config
+from tapejit.transforms import arguments
 
 
 @pytest.fixture(autouse=True)

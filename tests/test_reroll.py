@@ -140,10 +140,10 @@ def lv_final_state(p, steps=200):
     (lambda f, backend: (lambda p: tj.jvp(f, (p,), (np.arange(4.0),), backend=backend)), 1),
 ], ids=["jacobian", "hessian", "jvp"])
 def test_jacobian_hessian_and_jvp_reroll(transform, n_scans, backend, monkeypatch):
-    from tapejit import programs
-    made, reroll_tape = [], programs.rerolled
-    monkeypatch.setattr(programs, "remembered", lambda stage, key, make: make())  # not on disk
-    monkeypatch.setattr(programs, "rerolled", lambda tape, stages=None:
+    from tapejit.transforms import traced
+    made, reroll_tape = [], traced.rerolled
+    monkeypatch.setattr(traced, "remembered", lambda stage, key, make: make())  # not on disk
+    monkeypatch.setattr(traced, "rerolled", lambda tape, stages=None:
                         made.append(reroll_tape(tape, stages)) or made[-1])
     f = transform(lv_final_state, backend)
     got = f(P)
@@ -175,10 +175,10 @@ def nbody(v, x, steps=20, dt=0.01):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_vjp_of_an_unrolled_loop_rerolls(backend, lv_unrolled, monkeypatch):
-    from tapejit import programs
-    made, reroll_tape = [], programs.rerolled
-    monkeypatch.setattr(programs, "remembered", lambda stage, key, make: make())  # not on disk
-    monkeypatch.setattr(programs, "rerolled", lambda tape, stages=None:
+    from tapejit.transforms import traced
+    made, reroll_tape = [], traced.rerolled
+    monkeypatch.setattr(traced, "remembered", lambda stage, key, make: make())  # not on disk
+    monkeypatch.setattr(traced, "rerolled", lambda tape, stages=None:
                         made.append(reroll_tape(tape, stages)) or made[-1])
     value, vjp_fn = tj.vjp(lotka_volterra, P, backend=backend)
     assert [len(scans(t)) for t in made] == [1]

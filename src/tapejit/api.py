@@ -21,10 +21,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import autodiff
-from .arguments import (CacheKey, CallArgs, argnums_signature, check_argnums,
-                        check_float_inputs, normalize_argnums, split_args)
+from .transforms.arguments import (CacheKey, CallArgs, argnums_signature, check_argnums,
+                                   check_float_inputs, normalize_argnums, split_args)
 from .ir import Tape
-from .programs import require_scalar_float, trace_flat
+from .transforms.traced import require_scalar_float, trace_flat
 from .pytree import unflatten
 from .transforms.cached import CachedTransform
 from .transforms.outputs import as_output_tree, getter, unboxing

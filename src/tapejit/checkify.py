@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-from .arguments import CacheKey, CallArgs, split_args
+from .transforms.arguments import CacheKey, CallArgs, split_args
 from .errors import ArgumentError, UnsupportedOperationError, at_source, user_source
 from .passes.checkify import ALL_CHECKS, USER_CHECKS, checkify_tape, error_sites, read_error
 from .pytree import unflatten

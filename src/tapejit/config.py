@@ -44,7 +44,7 @@
 - `TAPEJIT_STRICT=1`: JAX's rule: a Python `if`, `int()`, `float()` or index on a traced value
   is an error (tj.ConcretizationError). By default the value is computed from the call being
   traced and the program is guarded on it: a call giving another value traces again (a new
-  variant; programs.py `_evaluator`, transforms/variants.py).
+  variant; transforms/traced.py `_evaluator`, transforms/variants.py).
 - `TAPEJIT_DUMP=dir`: every program the numba backend compiles writes its tape, fusion groups
   and generated source to `dir/tj_<program hash>.txt` (explain.py; unset or empty: off).
 """

@@ -21,9 +21,10 @@ take no keys (jacobian, hessian, jvp, ...: `guards.check_generators` sees the ge
 state change); and everything under TAPEJIT_STRICT=1. A generator made inside the function
 from a seed gives the same numbers on every call in numpy too: it stays a constant.
 
-In the layers: beside programs.py (which opens a `Recording` around each trace), on random.py,
-guards.py and compile.py; the per-signature cache (transforms/cached.py) says which
-transform builds (`collecting`) and adds the keys to each call (`with_keys`, `fast_caller`).
+In the layers: on random.py, guards.py and compile.py; below the transforms package, where
+transforms/traced.py opens a `Recording` around each trace and the per-signature cache
+(transforms/cached.py) says which transform builds (`collecting`) and adds the keys to each
+call (`with_keys`, `fast_caller`).
 """
 from __future__ import annotations
 

@@ -23,13 +23,13 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 from .api import JIT, VALUE_AND_GRAD
-from .arguments import check_argnums, fn_name
+from .transforms.arguments import check_argnums, fn_name
 from .compile import BACKENDS
 from .errors import ArgumentError, at_source, user_source
 from .explanation import Explanation, build
 from .ir import Tape
 from .jacobians import JVP
-from .programs import collecting_rerolls
+from .transforms.traced import collecting_rerolls
 from .pytree import TreeDef
 from .split import LINEARIZE, VJP
 from .transforms.cached import CachedTransform
@@ -112,7 +112,7 @@ _BY_NAME = {"jvp": JVP, "vjp": VJP, "linearize": LINEARIZE}
 
 
 def _require_scalar_float(fn: Callable[..., Any], tape: Tape, out_td: TreeDef) -> None:
-    """explain's `OutputCheck` (programs.py), the gradient record's `check_output`: its
+    """explain's `OutputCheck` (transforms/traced.py), the gradient record's `check_output`: its
     message points to grad=False."""
     n_out = out_td.num_leaves
     out = tape.outvars[0] if n_out == 1 else None

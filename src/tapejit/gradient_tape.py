@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .arguments import refuse_subclass
+from .transforms.arguments import refuse_subclass
 from .avals import aval_of
 from .compile import check_backend
 from .errors import (ArgumentError, DtypeError, TapejitError, at_source, user_source,

@@ -13,11 +13,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .arguments import (CacheKey, CallArgs, argnums_signature, check_argnums,
-                        check_float_inputs, normalize_argnums, split_args)
+from .transforms.arguments import (CacheKey, CallArgs, argnums_signature, check_argnums,
+                                   check_float_inputs, normalize_argnums, split_args)
 from .derived_tapes import jacfwd_tape, jacobian_tape, jvp_tape
 from .errors import ArgumentError, at_source, require_callable, user_source
-from .programs import trace_flat
+from .transforms.traced import trace_flat
 from .pytree import flatten, unflatten
 from .trace import Tracer
 from .transforms.cached import CachedTransform, transform_of

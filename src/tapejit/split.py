@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import autodiff
-from .arguments import CacheKey, CallArgs, check_float_inputs, split_args
+from .transforms.arguments import CacheKey, CallArgs, check_float_inputs, split_args
 from .derived_tapes import jvp_tape, split_known
 from .errors import ArgumentError, at_source, user_source
 from .jacobians import tangent_leaves

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any, Callable
 
 from . import autodiff
-from .arguments import CacheKey
+from .transforms.arguments import CacheKey
 from .derived_tapes import jacobian_tape, split_joint
 from .ir import Tape, dce
 from .transforms.builder import build

@@ -24,10 +24,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .arguments import CacheKey, CallArgs, split_args
+from .transforms.arguments import CacheKey, CallArgs, split_args
 from .derived_tapes import mapped_tape
 from .errors import ArgumentError, ShapeError, at_source, user_source
-from .programs import fn_source, trace_flat
+from .transforms.traced import fn_source, trace_flat
 from .pytree import TreeDef
 from .transforms.cached import CachedTransform
 from .transforms.outputs import as_output_tree

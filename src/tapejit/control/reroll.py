@@ -1,5 +1,6 @@
 """Re-rolling: the repeated steps of a plain Python loop, recorded one after the other, become
-one `scan` eqn (the `reroll` pass; programs.py runs it on traced tapes, before reverse mode).
+one `scan` eqn (the `reroll` pass; transforms/traced.py runs it on traced tapes, before
+reverse mode).
 
 Tracing records every iteration of a Python `for` loop, so the tape, its reverse sweep and the
 compile time grow with the step count. `reroll` finds a *run*: `k` consecutive blocks of `p`

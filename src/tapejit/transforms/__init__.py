@@ -11,10 +11,12 @@ record, as an op is one:
 - cached.py: the one per-signature cache that runs any record (`CachedTransform`, never
   subclassed), with its fast path; variants.py its programs chosen by guards; sharing.py the
   programs shared between transforms of one function; residuals.py a program's second half;
+- arguments.py: a call's arguments (leaves, avals, names) and its `CacheKey`; traced.py: the
+  function traced on them, the first half of the builder;
 - first_call.py: the first-call tier (interpret first, compile on the second call);
 - outputs.py: output finishing; pickling.py: pickling for Dask.
 
-Below: tracing (trace.py, programs.py, arguments.py, draws.py), autodiff and its derived tapes
+Below: tracing (trace.py, draws.py: numpy random draws), autodiff and its derived tapes
 (derived_tapes.py), the passes and compile.py. Above: the records of the public transforms
 (api.py, jacobians.py, split.py, vmap.py, tape_sweeps.py) and explain.py. A new transform is
 a Tape -> Tape function (derived_tapes.py) and a record.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, NamedTuple, Sequence
 
-from ..arguments import CacheKey
+from .arguments import CacheKey
 from ..ir import Tape
 from ..pytree import TreeDef
 

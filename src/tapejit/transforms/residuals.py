@@ -7,7 +7,7 @@ from typing import Any
 
 from ..ir import Tape
 from .outputs import as_list
-from ..arguments import CacheKey
+from .arguments import CacheKey
 from .record import NO_SIGNATURE, Leaves, Traced, Transform
 
 

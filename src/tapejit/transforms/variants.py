@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ConcretizationError, at_source
 from ..interpret import interpret
 from ..ir import Tape, dce
-from ..arguments import CacheKey
+from .arguments import CacheKey
 from .record import VariantKey
 
 MAX_VARIANTS = 32      # programs of one signature, chosen by the values they branched on

@@ -8,8 +8,8 @@ input names). Arguments that are neither arrays, numbers nor pytrees of them are
 at the user's line, and so are ndarray subclasses.
 
 In the layers: above tracing (it reads tracers' avals) and the CUDA run-time side (device
-arrays' avals); below programs.py (which traces a function on a `CallArgs`) and the
-transforms (transforms/: the per-signature cache, the builder).
+arrays' avals); the bottom of the transforms package: below traced.py (which traces a
+function on a `CallArgs`), the builder and the per-signature cache.
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .avals import Aval, aval_of
-from .cuda_support import device_aval, is_device_array
-from .errors import ArgumentError, DtypeError, IntegerOverflowError, at_source, user_source
-from .pytree import TreeDef, flatten, leaf_paths, unflatten
-from .trace import Constant, Tracer
+from ..avals import Aval, aval_of
+from ..cuda_support import device_aval, is_device_array
+from ..errors import ArgumentError, DtypeError, IntegerOverflowError, at_source, user_source
+from ..pytree import TreeDef, flatten, leaf_paths, unflatten
+from ..trace import Constant, Tracer
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 _INT64 = np.iinfo(np.int64)

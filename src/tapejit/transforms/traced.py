@@ -10,8 +10,8 @@ program shares: the first half of the builder (transforms/builder.py).
 - `derived(traced, how, derive)`: `derive` (a record's tape transform, then the passes) of the
   re-rolled tape, remembered on disk (memo.py) by the tape and `how`.
 
-In the layers: above tracing, autodiff and the passes, and above arguments.py; below the
-transforms package (the builder, the cache). Nothing here compiles or runs a program.
+In the layers: in the transforms package, above arguments.py and below the builder and
+the cache; above tracing, autodiff and the passes. Nothing here compiles or runs a program.
 """
 from __future__ import annotations
 
@@ -22,19 +22,19 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import guards
+from .. import guards
 from .arguments import CallArgs, fn_name
-from .avals import aval_of
-from .config import config
-from .control.reroll import RerolledLoop, reroll
-from .draws import Recording
-from .errors import ArgumentError, ConcretizationError, DtypeError, at_source
-from .interpret import Growing, inline
-from .ir import Tape
-from .memo import digest, remembered
-from .passes import dce
-from .pytree import TreeDef, flatten
-from .trace import Tracer, current_trace, guarded_value, trace_to_tape
+from ..avals import aval_of
+from ..config import config
+from ..control.reroll import RerolledLoop, reroll
+from ..draws import Recording
+from ..errors import ArgumentError, ConcretizationError, DtypeError, at_source
+from ..interpret import Growing, inline
+from ..ir import Tape
+from ..memo import digest, remembered
+from ..passes import dce
+from ..pytree import TreeDef, flatten
+from ..trace import Tracer, current_trace, guarded_value, trace_to_tape
 
 # observes each stage of a program being built: (stage name, tape)
 Stages = Callable[[str, Tape], None]
