@@ -146,10 +146,13 @@ def test_no_op_name_decides_anything_outside_ops():
 
 # ---- the tracer's interface -----------------------------------------------------------------
 def _private_tracer_reads(tree: ast.AST):
-    """Lines reading a `_var` or `_trace` field of anything but `self`."""
+    """Lines reading a `_var` or `_trace` field of anything but `self`, or importing the
+    trace stack (`_stack`: the open traces are `trace.open_traces`)."""
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr in ("_var", "_trace")
                 and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+            yield node.lineno
+        if isinstance(node, ast.ImportFrom) and any(a.name == "_stack" for a in node.names):
             yield node.lineno
 
 
