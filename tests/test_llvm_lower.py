@@ -587,6 +587,25 @@ def test_loop_carries_that_trade_buffers(unrolled, tmp_path):
                                        ("swap", "copy", "rotate", "scan", "keep")], out.stdout
 
 
+def test_a_large_program_compiles_in_parts(tmp_path):
+    """Past lower.py's PART_LINES (here: 1 line) the functions the entry calls compile as
+    modules of their own, exported and declared where called; every program still agrees
+    with the interpreter, first call and later calls, in a new process."""
+    setting = "from tapejit.codegen.llvm import lower; lower.PART_LINES = 1\n"
+    check = textwrap.dedent("""
+        print("parts", min(len(s.run.program.lowered.parts) for f in made
+                           for s in f._cache.values()))
+    """)
+    made = "f, want = tj.jit(fn), tj.jit(fn, backend=\"interpret\")(x, y)\n"
+    source = CARRIES.replace("for name, fn", "made = []\nfor name, fn", 1).replace(
+        made, made + "    made.append(f)\n", 1)
+    out = _child(setting + source + check, TAPEJIT_CACHE_DIR=str(tmp_path / "cache"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[:-1] == [f"{name} ok" for name in ("swap", "copy", "rotate", "scan", "keep")]
+    assert lines[-1].startswith("parts ") and int(lines[-1].split()[1]) >= 2, lines
+
+
 def test_a_scan_over_rows_and_the_gradient_of_a_loop_lower():
     """The body reads `xs[k]`, a row of a 2-d array (the reverse scan of a loop's gradient
     too)."""

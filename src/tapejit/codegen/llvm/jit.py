@@ -67,6 +67,7 @@ ENTRY = "tj_entry"            # exported definitions start so; every other one i
 SUPPORTED = tuple(int(p) for p in llvmlite.__version__.split(".")[:2]) >= (0, 50)
 LIBRARY = ("lib", "runtime")   # cached_bytes folders of library code (TAPEJIT_LIBRARY_DIR)
 NEST = "tj_nest"              # but a parallel loop's chunk function compiled apart (lower.py)
+PART = "tj_part_"             # and a function of a large program compiled apart (lower.py)
 KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
 _log = logging.getLogger("tapejit")
 _VARIANT_ATTRIBUTE = re.compile(r'"vector-function-abi-variant"="([^"]*)"')
@@ -242,7 +243,7 @@ def _optimised(ir: str, inline: bool = True) -> llvm.ModuleRef:
     for symbol in sorted(s for s in used if s not in _externals or s in inlined):
         module.link_in(_kernel_module(symbol, context))            # the others: by address
     for value in (*module.functions, *module.global_variables):
-        if not value.is_declaration and not value.name.startswith((ENTRY, NEST, "llvm.")):
+        if not value.is_declaration and not value.name.startswith((ENTRY, NEST, PART, "llvm.")):
             value.linkage = llvm.Linkage.internal
     parsed = time.perf_counter()
     optimise(module)

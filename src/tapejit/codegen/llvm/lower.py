@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from .body import Body, Shaped
 from .emit import Array, Frame, Function, NotCovered
+from .jit import NEST, PART
 from ..writer import ENTRY
 
 ENTRY_SYMBOL = "tj_entry"
@@ -131,17 +132,21 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
     return Lowered(text + "\n", inputs, frames, workspace, outs, parts, kernels)
 
 
-_NEST = "tj_nest"
+# the entry's module past this many lines of IR is cut into modules of about this size, which
+# compile at once on threads (program.py): HIPS autograd's hmm_em gradient, 150,000 lines in
+# 107 functions, took LLVM 20 s in one module on a 2-core machine
+PART_LINES = 30_000
+_CALL = re.compile(r"@(tj_fn\d+)\b")
 
 
 def _parts(functions: list[str]) -> list[str]:
     """The functions as modules that compile apart: the entry with the functions it calls;
     each parallel loop's chunk function (exported) with those it calls (internal copies). The
-    entry's module declares the chunk functions it hands to the runtime."""
+    entry's module declares the chunk functions it hands to the runtime. Where the entry's
+    module would pass PART_LINES, the functions the entry calls move to modules of about
+    that size (`_groups`: exported as `tj_part_...`, with internal copies of those they call),
+    which the entry's module declares."""
     named = {re.search(r"@(\w+)\(", f).group(1): f for f in functions}   # type: ignore
-    nests = [n for n in named if n.startswith(_NEST)]
-    if not nests:
-        return ["\n\n".join(functions)]
 
     def closure(name: str) -> list[str]:
         found, todo = [], [name]
@@ -149,14 +154,66 @@ def _parts(functions: list[str]) -> list[str]:
             n = todo.pop()
             if n not in found:
                 found.append(n)
-                todo += [m for m in re.findall(r"@(tj_fn\d+)\b", named[n]) if m in named]
+                todo += [m for m in _CALL.findall(named[n]) if m in named]
         return found
+    nests = [n for n in named if n.startswith(NEST)]
+    lines = {n: f.count("\n") + 1 for n, f in named.items()}
+    entry = closure(ENTRY_SYMBOL)
+    moved = sorted(set(_CALL.findall(named[ENTRY_SYMBOL])) & set(named)) \
+        if sum(lines[n] for n in entry) > PART_LINES else []
+    if not nests and not moved:
+        return ["\n\n".join(functions)]
     declare = [f"declare void @{n}(ptr, i64, i64, i64)" for n in nests]
-    entry = [named[n] for n in closure(ENTRY_SYMBOL)]
-    parts = ["\n".join(declare) + "\n\n" + "\n\n".join(entry)]
+    declare += [_declaration(named[n], _part(n)) for n in moved]
+    kept = [ENTRY_SYMBOL] if moved else entry          # (the entry calls only those moved)
+    parts = ["\n".join(declare) + "\n\n" + "\n\n".join(_calling_parts(named[n], moved)
+                                                       for n in kept)]
+    for group in _groups(moved, {n: closure(n) for n in moved}, lines):
+        parts.append("\n\n".join([_exported(named[n], n, _part(n)) for n in group[0]]
+                                   + [named[n] for n in group[1]]))
     for nest in nests:
-        own = named[nest].replace(f"define internal void @{nest}(", f"define void @{nest}(", 1)
-        parts.append("\n\n".join([own] + [named[n] for n in closure(nest)[1:]]))
+        parts.append("\n\n".join([_exported(named[nest], nest, nest)]
+                                   + [named[n] for n in closure(nest)[1:]]))
     return parts
 
 
+def _groups(moved: list[str], closures: dict[str, list[str]], lines: dict[str, int],
+            ) -> list[tuple[list[str], list[str]]]:
+    """The moved functions in modules of about PART_LINES lines, each (largest first) to the
+    module of fewest: per module, (the functions exported, the internal copies of those they
+    call)."""
+    size = {n: sum(lines[m] for m in closures[n]) for n in moved}
+    modules: list[tuple[list[str], set[str], list[int]]] = [
+        ([], set(), [0]) for _ in range(max(1, -(-sum(size.values()) // PART_LINES)))]
+    for n in sorted(moved, key=lambda n: -size[n]):
+        exported, copies, total = min(modules, key=lambda m: m[2][0])
+        exported.append(n)
+        copies.update(closures[n][1:])
+        total[0] += size[n]
+    return [(exported, sorted(copies)) for exported, copies, _ in modules if exported]
+
+
+def _part(name: str) -> str:
+    return PART + name.removeprefix("tj_")
+
+
+def _declaration(function: str, name: str) -> str:
+    """The declaration of `function`'s definition (IR text) under `name`."""
+    result, params = re.match(r"define internal (\S+) @\w+\(([^)]*)\)", function).groups()
+    types = re.sub(r" %[\w.]+", "", params)
+    return f"declare {result} @{name}({types})"
+
+
+def _exported(function: str, name: str, new: str) -> str:
+    """`function` (IR text) defined as `new`, visible to the program's other modules."""
+    return re.sub(rf"^define internal (\S+) @{name}\(", rf"define \1 @{new}(", function,
+                  count=1, flags=re.M)
+
+
+def _calling_parts(function: str, moved: list[str]) -> str:
+    """`function` (IR text) calling the moved functions by their exported names."""
+    if not moved:
+        return function
+    names = set(moved)
+    return _CALL.sub(lambda m: "@" + (_part(m.group(1)) if m.group(1) in names
+                                      else m.group(1)), function)

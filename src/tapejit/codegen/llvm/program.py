@@ -39,7 +39,7 @@ from . import jit, runtime
 from .array_kernels import array_kernel
 from .emit import Frame, NotCovered
 from .library import scalar_kernel, scalar_symbol
-from .lower import ENTRY_SYMBOL, Lowered
+from .lower import ENTRY_SYMBOL, PART_LINES, Lowered
 
 _FOLDER = OBJECTS.name          # jit.py's folder of the programs' entries
 _log = logging.getLogger("tapejit")
@@ -184,10 +184,12 @@ def _unpack(payload: bytes) -> tuple[Lowered, _Entry] | None:
 def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Code, str]:
     """The loaded code of a program, and where it came from: "memory" (another program loaded
     it), "disk" (`entry` given) or "compiled". Its parts (the entry's module, each parallel
-    loop's) compile on threads at once: LLVM releases the GIL. Where the full tier inlines
-    kernels (`jit.inlines`), the quick tier, calling them, is compiled (and kept on disk)
-    first, and the full one on a thread after the first call (`_tier_up`), which replaces it
-    on disk."""
+    loop's, a large program's functions) compile on threads at once: LLVM releases the GIL.
+    Where the full tier inlines kernels (`jit.inlines`), the quick tier, calling them, is
+    compiled (and kept on disk) first, and the full one on a thread after the first call
+    (`_tier_up`), which replaces it on disk; a program of more than PART_LINES lines compiles
+    its full tier at once (inlining is a small part of its work: HIPS hmm_em's quick tier
+    took 15.5 s on 2 cores, then its full tier 13.8 s more)."""
     with _lock:
         code = _loaded.get(program_key)
         if code is not None:
@@ -196,7 +198,7 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
         if entry is None:
             parts = lowered.parts or (lowered.ir,)
             again = {k: part for k, part in enumerate(parts) if jit.inlines(part)} \
-                if _spare_cpu() else {}
+                if _spare_cpu() and lowered.ir.count("\n") <= PART_LINES else {}
             entry, source = _Entry(_compile(parts, inline=not again), again), "compiled"
             jit.write_cached(_FOLDER, program_key, _pack(lowered, entry))
         code = _loaded[program_key] = _Code(jit.Program(entry.objects, (ENTRY_SYMBOL,)),
