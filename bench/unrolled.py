@@ -20,8 +20,8 @@ First compiled gradient: every such row runs in fresh child processes (`--childr
 median), each timing from just before its first call to after it returns (library imports
 done before: jax, and numba, which tapejit imports only when it first compiles), reporting its
 peak resident memory, imports included (VmHWM; see `peak_rss_mb`). A new program's first call
-may run on the interpreter (src/tapejit/first_call.py; programs with a loop compile on the
-first): a tapejit child calls again until `cache_info()` says a call compiled or loaded from
+may run on the interpreter (src/tapejit/transforms/first_call.py; programs with a loop compile
+on the first): a tapejit child calls again until `cache_info()` says a call compiled or loaded from
 disk, and that call is timed. Its cache dir (TAPEJIT_CACHE_DIR, NUMBA_CACHE_DIR inside) is
   cold            a new empty one: the program and the math kernels of codegen/vmath.py compile
   kernels cached  a copy of one in which a warm-up child (a 10-step N-body plus sum(x ** 3))
