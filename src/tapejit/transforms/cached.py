@@ -53,6 +53,7 @@ from .arguments import CacheKey, fn_name, miss_reason, refuse_aliasing
 from .builder import build
 from .first_call import PENDING, compile_and_run, start
 from .record import Specialization, Transform, VariantKey
+from .residuals import second_half
 from .variants import new_variant, variant
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
@@ -255,9 +256,8 @@ class CachedTransform:
     def _built(self, call: Any, key: CacheKey) -> Specialization:
         """The builder's program, with the cache of its second half where it has one."""
         program = build(self, call, key)
-        if program.second is None:
+        if not self.record.residuals:
             return program
-        from .residuals import second_half      # the record of a second half
         return dataclasses.replace(program, second=second_half(self, program.second))
 
     def _refusing_aliases(self, fn: Callable, call: Any, assigned: tuple[int, ...]) -> Callable:
