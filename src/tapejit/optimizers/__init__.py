@@ -25,15 +25,16 @@ per-parameter slots (momentum, moments). So under `tj.jit` a schedule, a schedul
 length or a new hyperparameter value never recompiles. What is fixed when the optimizer is made
 is its structure: the kind of schedule, which terms exist, and weight decay's mask.
 
-schedules.py: the schedules; transforms.py: the protocol, `chain` and the rules; named.py: the
-named optimizers built from the rules; stateful.py: `apply_gradients` for variables.
+schedules.py: the schedules; gradient_transforms.py: the protocol, `chain` and the rules;
+named.py: the named optimizers built from the rules; stateful.py: `apply_gradients` for
+variables.
 """
 from .named import SGD, Adagrad, Adam, AdamW, Optimizer, RMSprop
 from .schedules import constant, cosine_decay, step_decay, warmup
-from .transforms import (GradientTransformation, Transform, add_decayed_weights,
-                         apply_updates, chain, clip, clip_by_global_norm, global_norm, scale,
-                         scale_by_adam, scale_by_learning_rate, scale_by_rms, scale_by_rss,
-                         scale_by_schedule, trace)
+from .gradient_transforms import (GradientTransformation, Transform, add_decayed_weights,
+                                  apply_updates, chain, clip, clip_by_global_norm, global_norm,
+                                  scale, scale_by_adam, scale_by_learning_rate, scale_by_rms,
+                                  scale_by_rss, scale_by_schedule, trace)
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad",
            "GradientTransformation", "Transform", "chain", "apply_updates", "global_norm",

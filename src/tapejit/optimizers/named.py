@@ -1,5 +1,5 @@
 """The named optimizers: SGD, Adam, AdamW, RMSprop, Adagrad, each a fixed sequence of the rules
-in transforms.py sharing one state dict (`Rules`):
+in gradient_transforms.py sharing one state dict (`Rules`):
 
     clip_by_global_norm(clip_norm)   if clip_norm is given
     add_decayed_weights(wd, mask)    L2 weight decay, if weight_decay (AdamW: after the rule)
@@ -16,9 +16,9 @@ from typing import Any
 
 from ..errors import user_error
 from .schedules import Schedule, numbers_of
-from .transforms import (Rules, Transform, add_decayed_weights, check_hyper,
-                         clip_by_global_norm, scale_by_adam, scale_by_learning_rate,
-                         scale_by_rms, scale_by_rss, trace)
+from .gradient_transforms import (Rules, Transform, add_decayed_weights, check_hyper,
+                                  clip_by_global_norm, scale_by_adam, scale_by_learning_rate,
+                                  scale_by_rms, scale_by_rss, trace)
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]
 
