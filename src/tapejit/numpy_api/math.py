@@ -18,6 +18,7 @@ from ..ops import elementwise as E
 from ..trace import UFUNC_RULES, Tracer
 from ..avals import dtype_name
 from . import asarray, cast, dtype_of, implements
+from .on_import import on_import
 
 _WEAK_DUMMY = {"f": 0.0, "i": 0, "u": 0, "b": False}
 _PYTHON_SCALARS = (bool, int, float)   # weak; numpy scalars (np.float64 subclasses float) are not
@@ -84,10 +85,16 @@ def ufunc_rule(ufunc: np.ufunc, fn: Callable[..., Any], mode: str = "arith") -> 
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 
-# the ufuncs an elementwise op's record names (`ufuncs`) lower to it directly
+# the ufuncs an elementwise op's record names (`ufuncs`) lower to it directly; one named
+# "module.ufunc" once that module is imported
 for _prim in OPS.values():
     for _uf in _prim.ufuncs:
-        ufunc_rule(_uf, _prim, _prim.promotion)
+        if isinstance(_uf, str):
+            _module, _, _name = _uf.rpartition(".")
+            on_import(_module, lambda m, n=_name, p=_prim: ufunc_rule(getattr(m, n), p,
+                                                                       p.promotion))
+        else:
+            ufunc_rule(_uf, _prim, _prim.promotion)
 
 # compositions; the comment gives the identity used
 ufunc_rule(np.positive, lambda x: x)

@@ -6,8 +6,8 @@ ops/triangular.py (and expm to products and a solve).
 scipy's functions convert their arguments with np.asarray, which a tracer cannot pass. tapejit
 does not import scipy.linalg (a few tens of ms): when it is imported, before or after tapejit,
 tapejit replaces these names in the `scipy.linalg` namespace by wrappers that run the rule
-here when an argument is traced and scipy's function otherwise (`_OnImport` catches the import;
-`install` patches). A name taken from scipy.linalg before tapejit was imported stays scipy's
+here when an argument is traced and scipy's function otherwise (on_import.py catches the
+import; `install` patches). A name taken from scipy.linalg before tapejit was imported stays scipy's
 own function. Arrays follow scipy's batch rule: matrices in the last two axes, `b` a vector
 when it has one axis, else matrices; batch axes broadcast. The other triangle of a matrix read
 by one triangle is never read; `check_finite` and `overwrite_*` are accepted and ignored.
@@ -15,9 +15,7 @@ by one triangle is never read; `check_finite` and `overwrite_*` are accepted and
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
-import sys
+from types import ModuleType
 from typing import Any, Callable, NoReturn
 
 import numpy as np
@@ -28,6 +26,7 @@ from ..ops import decompositions as D
 from ..ops import triangular as T
 from ..trace import Tracer
 from . import asarray, cast, lift
+from .on_import import on_import
 from .shape import broadcast_to_shape, in_common_dtype, reshape, swapaxes
 
 _TRANS = {0: False, "N": False, 1: True, "T": True, 2: True, "C": True}
@@ -340,37 +339,12 @@ def _routed(original: Callable[..., Any], rule: Callable[..., Any]) -> Callable[
     return routed
 
 
-def install() -> None:
+def install(linalg: ModuleType) -> None:
     """Route scipy.linalg's names through RULES, once scipy.linalg is imported (once)."""
-    linalg = sys.modules.get("scipy.linalg")
-    if linalg is None:
-        return
     for name, rule in RULES.items():
         original = getattr(linalg, name, None)
         if original is not None and not getattr(original, "_tapejit", False):
             setattr(linalg, name, _routed(original, rule))
 
 
-class _OnImport(importlib.abc.MetaPathFinder):
-    """Finds scipy.linalg as Python would, and installs the routes once its module ran."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "scipy.linalg":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        loader = getattr(spec, "loader", None)
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        run = loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            install()
-        loader.exec_module = exec_module
-        return spec
-
-
-if "scipy.linalg" in sys.modules:
-    install()
-elif not any(isinstance(finder, _OnImport) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _OnImport())
+on_import("scipy.linalg", install)

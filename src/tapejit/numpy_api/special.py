@@ -6,13 +6,16 @@ ndtr, log_ndtr, xlogy and xlog1py lower to the primitives of ops/special.py that
 formula). logsumexp, softmax, log_softmax and polygamma are Python functions that convert
 their arguments with np.asarray, which a tracer cannot pass: tapejit replaces them in the
 `scipy.special` namespace by wrappers that lower a call with a traced argument here (and call
-scipy's function otherwise). A name taken from scipy.special before tapejit was imported is
-scipy's own function: docs/api.md says so.
+scipy's function otherwise). `import tapejit` does not import scipy.special: all this is
+installed once it is imported, before or after tapejit (on_import.py). A name taken from
+scipy.special before tapejit was imported is scipy's own function: docs/api.md says so.
 """
 from __future__ import annotations
 
 import functools
 import math
+import sys
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -24,9 +27,9 @@ from ..ops import special as S
 from ..trace import FUNCTION_RULES, Tracer
 from . import asarray, cast, normalize_axes
 from .math import compute_dtype, ufunc_rule
+from .on_import import on_import
 from .shape import reshape
 
-sc = S.sc
 
 
 def _logit(x: Any) -> Any:
@@ -40,10 +43,11 @@ def _logit(x: Any) -> Any:
 def _floating(*xs: Any) -> np.dtype:
     """The dtype scipy computes these functions in: the operands' float dtype, float64 for
     integers."""
-    dtype = compute_dtype(sc.expit, (xs[0],), common=False)
+    expit = sys.modules["scipy.special"].expit
+    dtype = compute_dtype(expit, (xs[0],), common=False)
     for x in xs[1:]:
         if x is not None:
-            dtype = np.promote_types(dtype, compute_dtype(sc.expit, (x,), common=False))
+            dtype = np.promote_types(dtype, compute_dtype(expit, (x,), common=False))
     return dtype
 
 
@@ -115,11 +119,11 @@ def polygamma(n: Any, x: Any) -> Any:
     return S.polygamma(cast(x, _floating(x)), n=int(n))
 
 
-def _route(name: str, rule: Callable[..., Any]) -> None:
+def _route(special: ModuleType, name: str, rule: Callable[..., Any]) -> None:
     """Register `rule` for scipy.special's function `name`, and put in scipy.special's
     namespace a wrapper that calls it when an argument is traced (scipy's function
     otherwise)."""
-    original = getattr(sc, name)
+    original = getattr(special, name)
     if getattr(original, "_tapejit", False):      # (tapejit imported again: wrap scipy's own)
         original = original.__wrapped__
 
@@ -130,13 +134,18 @@ def _route(name: str, rule: Callable[..., Any]) -> None:
         return original(*args, **kwargs)
 
     routed._tapejit = True      # type: ignore[attr-defined]
-    setattr(sc, name, routed)
+    setattr(special, name, routed)
     FUNCTION_RULES[routed] = rule
 
 
-if sc is not None:
-    ufunc_rule(sc.digamma, lambda x: S.polygamma(x, n=0))
-    ufunc_rule(sc.logit, _logit)
-    for _name, _rule in {"logsumexp": logsumexp, "softmax": softmax,
-                         "log_softmax": log_softmax, "polygamma": polygamma}.items():
-        _route(_name, _rule)
+def install(special: ModuleType) -> None:
+    """scipy.special's ufuncs and functions on traced arrays, once it is imported."""
+    ufunc_rule(special.digamma, lambda x: S.polygamma(x, n=0))
+    ufunc_rule(special.logit, _logit)
+    for name, rule in {"logsumexp": logsumexp, "softmax": softmax,
+                       "log_softmax": log_softmax, "polygamma": polygamma}.items():
+        _route(special, name, rule)
+
+
+if S.sc is not None:
+    on_import("scipy.special", install)

@@ -32,7 +32,8 @@ How the code generators run it (passes and backends read these; none switches on
   codegen/vmath.py named after the op;
   `cheap` ops are recomputed where read rather than stored (codegen/plan.py);
 - `ufuncs`: the numpy ufuncs an elementwise op implements (numpy_api/math.py lowers them to
-  it), their operands promoted as numpy does: `promotion` "arith" computes in the result
+  it; "scipy.special.erf" names one of a module tapejit does not import, lowered once it is
+  imported), their operands promoted as numpy does: `promotion` "arith" computes in the result
   dtype, "compare" in the operands' common dtype (bool result), "logic" on bools;
 - `view`: a `View`, the index map of a layout op that runs as reads inside a loop nest;
 - `reduction`: a `Reduction`, identity and combine of a reduction that loop nests run;

@@ -6,6 +6,9 @@ output's (broadcast) shape: autodiff sums them back to each input's shape.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any, Callable
+
 import numpy as np
 
 from ..avals import DTYPES_BY_NAME, Aval, broadcast_shapes, dtype_name
@@ -31,21 +34,39 @@ def _shape_rule(name: str, result: str, arity: int):
 
 def unary(name: str, fn, scalar: str, vjp, **fields) -> object:
     """An elementwise op of one operand: numpy's `fn` (the ufunc it implements, unless
-    `ufuncs` says otherwise), the per-element `scalar` template."""
-    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, "same", 1), vjp=vjp,
-                 scalar=scalar, **{"ufuncs": _ufuncs(fn), **fields})
+    `ufuncs` says otherwise; or the name of one in a module tapejit does not import,
+    "scipy.special.erf"), the per-element `scalar` template."""
+    return defop(name, Kind.ELEMENTWISE, _implementation(fn),
+                 shape=_shape_rule(name, "same", 1), vjp=vjp, scalar=scalar,
+                 **{"ufuncs": _ufuncs(fn), **fields})
 
 
 def binary(name: str, fn, scalar: str, vjp, result: str = "same", **fields) -> object:
     """An elementwise op of two operands; `result="bool"` for comparisons and logic (whose
     operands numpy compares in their common dtype)."""
     promotion = "compare" if result == "bool" else "arith"
-    return defop(name, Kind.ELEMENTWISE, fn, shape=_shape_rule(name, result, 2), vjp=vjp,
-                 scalar=scalar, **{"ufuncs": _ufuncs(fn), "promotion": promotion, **fields})
+    return defop(name, Kind.ELEMENTWISE, _implementation(fn),
+                 shape=_shape_rule(name, result, 2), vjp=vjp, scalar=scalar,
+                 **{"ufuncs": _ufuncs(fn), "promotion": promotion, **fields})
 
 
 def _ufuncs(fn) -> tuple:
-    return (fn,) if isinstance(fn, np.ufunc) else ()
+    return (fn,) if isinstance(fn, (np.ufunc, str)) else ()
+
+
+def _implementation(fn):
+    return imported_later(fn) if isinstance(fn, str) else fn
+
+
+def imported_later(name: str) -> Callable[..., Any]:
+    """The function `module.function` of `name`, its module imported at its first call (a
+    module `import tapejit` does not import: scipy.special takes 0.2-0.3 s)."""
+    module, _, function = name.rpartition(".")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+    call.__name__ = call.__qualname__ = function
+    return call
 
 
 SPECIAL_GLOBAL = "tj_special"   # generated CPU modules read codegen/special.py by this name

@@ -27,7 +27,7 @@ def _in_float64(name: str, arity: int) -> dict:
     """The scalar templates calling `name`: float32 operands in float64, rounded once."""
     args = ", ".join(f"float({{{k}}})" for k in range(arity))
     return {"scalar": f"{{out}}({CPU_GLOBAL}.{name}({args}))",
-            "cuda_scalar": f"{{out}}(tjm.{name}({args}))", "ufuncs": (getattr(sc, name),)}
+            "cuda_scalar": f"{{out}}(tjm.{name}({args}))", "ufuncs": (f"scipy.special.{name}",)}
 
 
 def _no_derivative(function: str, argument: str) -> NoDerivative:

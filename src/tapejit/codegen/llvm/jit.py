@@ -61,13 +61,12 @@ from ...cache_trust import Root, read_sealed, write_sealed
 from ...config import config
 from ...errors import TapejitError
 
-ENTRY = "tj_entry"            # exported definitions start so; every other one is internal,
 # the llvmlite this generator is written for (opaque pointers, ORC LLJIT, the new pass manager);
 # with an older one numba compiles every program (compile.py)
 SUPPORTED = tuple(int(p) for p in llvmlite.__version__.split(".")[:2]) >= (0, 50)
 LIBRARY = ("lib", "runtime")   # cached_bytes folders of library code (TAPEJIT_LIBRARY_DIR)
-NEST = "tj_nest"              # but a parallel loop's chunk function compiled apart (lower.py)
-PART = "tj_part_"             # and a function of a large program compiled apart (lower.py)
+# exported definitions start so, every other one is internal (lower.py: the modules apart)
+ENTRY, NEST, PART = "tj_entry", "tj_nest", "tj_part_"
 KERNEL = "tj_lib_"            # library kernels, linked in from their bitcode
 _log = logging.getLogger("tapejit")
 _VARIANT_ATTRIBUTE = re.compile(r'"vector-function-abi-variant"="([^"]*)"')
