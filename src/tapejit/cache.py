@@ -40,7 +40,6 @@ import shutil
 import sys
 import tempfile
 import threading
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
@@ -105,6 +104,7 @@ def _version(dist: str) -> str:
         found = list(Path(spec.origin).parent.parent.glob(f"{dist}-*.dist-info"))
         if len(found) == 1:
             return found[0].name[len(dist) + 1:-len(".dist-info")]
+    from importlib import metadata          # (10-40 ms: not at `import tapejit`)
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -19,7 +19,6 @@ import importlib.util
 import logging
 import math
 import os
-from importlib import metadata
 from typing import Any, Sequence
 
 import numpy as np
@@ -62,6 +61,7 @@ def numpy_shim(numpy: Any = np, numba_cuda_version: str | None = None) -> str | 
     if hasattr(numpy, "row_stack"):
         return None
     if numba_cuda_version is None:
+        from importlib import metadata      # (10-40 ms: not at `import tapejit`)
         try:
             numba_cuda_version = metadata.version("numba-cuda")
         except metadata.PackageNotFoundError:
