@@ -252,7 +252,8 @@ def test_a_training_step_fed_its_own_outputs_matches_the_interpreter():
     """Each step's outputs are the next step's inputs: no output may share a buffer with the
     workspace, even one a dead temporary passed on to it (it did: Adam's new moments took a
     workspace buffer through a reused one, and the demo trained to 93% instead of 97%)."""
-    from tapejit import demo, optimizers
+    from tapejit import optimizers
+    from tapejit.tools import demo
     rng = np.random.default_rng(0)
     params = demo.init_params(rng)
     x, y = rng.random((64, 64)), np.eye(10)[rng.integers(0, 10, 64)]

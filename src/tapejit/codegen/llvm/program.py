@@ -35,6 +35,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from ...cache import OBJECTS
+from ...config import config
 from . import jit, runtime
 from .array_kernels import array_kernel
 from .emit import Frame, NotCovered
@@ -62,7 +63,8 @@ class _Code:
         with _lock:
             pending, self.pending = self.pending, None
             if pending is not None:
-                _tier_thread().submit(_tier_up, pending[0], weakref.ref(self), pending[1])
+                _tier_thread().submit(_tier_up, pending[0], weakref.ref(self), pending[1],
+                                      config())
 
     def bind(self, table: np.ndarray, sizes: np.ndarray, inputs: int, name: str, keep: Any,
              fresh: list) -> Any:
@@ -208,10 +210,12 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
         return code, source
 
 
-def _tier_up(program_key: str, code: "weakref.ref[_Code]", quick: _Entry) -> None:
+def _tier_up(program_key: str, code: "weakref.ref[_Code]", quick: _Entry,
+             settings: Any) -> None:
     """Compile the full tier of the parts `quick.again` names (the others keep their quick
-    objects), keep it on disk and hand it to `code`, unless every program using the code
-    was dropped first."""
+    objects), keep it on disk (in the cache directory of the `settings` it was queued with,
+    unless they changed since: not in another's) and hand it to `code`, unless every program
+    using the code was dropped first."""
     start = time.perf_counter()
     try:
         loaded = code()
@@ -223,7 +227,8 @@ def _tier_up(program_key: str, code: "weakref.ref[_Code]", quick: _Entry) -> Non
         loaded = code()
         if loaded is None:            # (tj.clear_cache() drops the programs: nothing is kept)
             return
-        jit.write_cached(_FOLDER, program_key, _pack(lowered, _Entry(objects, {})))
+        if config() is settings:
+            jit.write_cached(_FOLDER, program_key, _pack(lowered, _Entry(objects, {})))
         loaded.tier_up(jit.Program(objects, (ENTRY_SYMBOL,)))
     except Exception as err:      # noqa: BLE001 (the quick tier stays: it is as correct)
         _log.warning("tapejit: the full tier of a program failed to compile (%s: %s); its "
