@@ -27,8 +27,9 @@ not imported numba (a warm start loads its programs without it) runs its windows
 thread, with no pool to start and its BLAS libraries left as they are (threadpoolctl takes
 4-5 ms to find them), then imports numba on a thread of its own (0.1-0.3 s: the first
 compiled result of a warm MLP gradient came 225 ms after `import tapejit`, then 52 ms); the
-windows after that import use the budget. `scipy_blas` loads scipy's BLAS, the one compiled
-programs call, without scipy.linalg's package.
+windows after that import use the budget. The llvm generator's products call numpy's own
+OpenBLAS (`numpy_blas`), numba's programs scipy's (`scipy_blas` loads it without
+scipy.linalg's package).
 
 On a busy machine the budget shrinks to the cores other processes leave free (`others`): a
 parallel loop nest ends at a barrier where every thread waits for the slowest, and a thread
@@ -44,6 +45,8 @@ workqueue in docs/performance.md "On a busy machine").
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import glob
 import importlib.machinery
 import importlib.util
@@ -51,8 +54,11 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from .config import config
 
@@ -68,7 +74,7 @@ _reading = (float("-inf"), 0, 0)         # (time.monotonic() when read, that rea
 _lock = threading.Lock()
 _open = 0                                # windows open in this process (all threads)
 _held: list[tuple[Any, int]] = []        # (BLAS library, its limit before the first window)
-_libraries: list[Any] | None = None
+_libraries: tuple[bool, list[Any]] | None = None   # (scipy's BLAS loaded, the controllers)
 _importer: threading.Thread | None = None      # imports numba beside a process's first window
 
 
@@ -243,6 +249,20 @@ def _import_numba() -> None:
             _importer.start()
 
 
+@functools.cache
+def numpy_blas() -> ctypes.CDLL | None:
+    """numpy's own OpenBLAS (scipy-openblas, 64-bit integers: `scipy_dgemm_64_`), which
+    `import numpy` loaded, for the llvm generator's products: no scipy to import at a
+    program's first product (10-25 ms). None where numpy was built with another BLAS."""
+    libs = Path(np.__file__).parent.parent / "numpy.libs"
+    found = sorted(libs.glob("libscipy_openblas64_*.so*")) if libs.is_dir() else []
+    try:
+        blas = ctypes.CDLL(str(found[0])) if len(found) == 1 else None
+    except OSError:
+        return None
+    return blas if blas is not None and hasattr(blas, "scipy_dgemm_64_") else None
+
+
 def scipy_blas() -> ModuleType:
     """scipy's `scipy.linalg.cython_blas` (its BLAS, the one numba calls), loaded without
     running scipy.linalg's package (28-80 ms) where that is not imported yet."""
@@ -267,14 +287,11 @@ def _blas_limit(held: list[tuple[Any, int]]) -> int | None:
 
 
 def _blas() -> list[Any]:
-    """threadpoolctl's controllers of the BLAS libraries loaded (numba's BLAS is scipy's,
-    loaded before the first program with a product compiles; numpy's may be another one)."""
+    """threadpoolctl's controllers of the BLAS libraries loaded: numpy's (the llvm generator's
+    products call it), and scipy's once loaded (numba's programs call it: found again then)."""
     global _libraries
-    if _libraries is None:
-        try:
-            scipy_blas()                    # loaded now, so that it is seen
-        except ImportError:
-            pass
+    scipy = "scipy.linalg.cython_blas" in sys.modules
+    if _libraries is None or _libraries[0] != scipy:
         from threadpoolctl import ThreadpoolController
-        _libraries = ThreadpoolController().select(user_api="blas").lib_controllers
-    return _libraries
+        _libraries = (scipy, ThreadpoolController().select(user_api="blas").lib_controllers)
+    return _libraries[1]

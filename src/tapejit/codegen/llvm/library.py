@@ -25,8 +25,9 @@ raises inside numba (none of the library's scalar functions do) returns an unspe
 `matmul(dtype)` is hand-written IR, linked as the scalar kernels are (no call through a
 pointer, and no numba): `void(ptr a, ptr b, ptr out, i64 m, i64 n, i64 k, i1 ta, i1 tb,
 i64 threads)` computes out[m, n] = op(a) @ op(b) as codegen/blas.py's `matmul` does, with
-the same BLAS `gemm` (scipy's, the one numba calls, by address) and the same cut of a large
-product into blocks (blas.GRAIN, blas.SIDE), run by runtime.py's `tj_rt_parallel_for`.
+BLAS `gemm` by address (numpy's own OpenBLAS, 64-bit integers, which `import numpy` loaded:
+`threads.numpy_blas`; else scipy's, the one numba calls) and the same cut of a large product
+into blocks (blas.GRAIN, blas.SIDE), run by runtime.py's `tj_rt_parallel_for`.
 """
 from __future__ import annotations
 
@@ -193,7 +194,11 @@ def _extract(call: str, numba_ir: str, wrapper: str, exports: tuple[str, ...],
 # ---- matrix products ----------------------------------------------------------------------
 
 def _blas_address(routine: str) -> int:
-    """The address of scipy's BLAS `routine` (Fortran-style: every argument by pointer)."""
+    """The address of BLAS `routine` (Fortran-style: every argument by pointer): numpy's
+    (`scipy_dgemm_64_`) where `threads.numpy_blas` finds it, else scipy's."""
+    numpy_blas = threads.numpy_blas()
+    if numpy_blas is not None:
+        return int(ctypes.cast(getattr(numpy_blas, f"scipy_{routine}_64_"), ctypes.c_void_p).value)
     capsule = ctypes.py_object(threads.scipy_blas().__pyx_capi__[routine])
     api = ctypes.pythonapi
     api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = (
@@ -215,7 +220,9 @@ def matmul(dtype: np.dtype) -> Kernel:
         raise jit.JitError(f"matmul kernels multiply float64 or float32 matrices, not {dtype}")
     code = dtype.str[1:]
     symbol = f"tj_lib_matmul_{code}"
+    wide = threads.numpy_blas() is not None         # BLAS integers: 64 bits, else 32
     text = _MATMUL.format(S=symbol, T=ir_type(dtype), size=dtype.itemsize, grain=GRAIN,
+                          I="i64" if wide else "i32", cast="bitcast" if wide else "trunc",
                           side=SIDE, gemm=f"tj_blas_{'d' if code == 'f8' else 's'}gemm",
                           parallel_for=PARALLEL_FOR)
     jit.add_kernel(symbol, jit.parse(text, llvm.create_context()).as_bitcode())
@@ -237,31 +244,31 @@ define internal void @{S}.gemm(i1 %ta, i1 %tb, i64 %m, i64 %n, i64 %k, ptr %a, i
                                ptr %b, i64 %ldb, ptr %c, i64 %ldc) {{
   %transa = alloca i8
   %transb = alloca i8
-  %dims = alloca [6 x i32]
+  %dims = alloca [6 x {I}]
   %alpha = alloca {T}
   %beta = alloca {T}
   %fa = select i1 %tb, i8 116, i8 110
   store i8 %fa, ptr %transa
   %fb = select i1 %ta, i8 116, i8 110
   store i8 %fb, ptr %transb
-  %pm = getelementptr i32, ptr %dims, i64 0
-  %pn = getelementptr i32, ptr %dims, i64 1
-  %pk = getelementptr i32, ptr %dims, i64 2
-  %pla = getelementptr i32, ptr %dims, i64 3
-  %plb = getelementptr i32, ptr %dims, i64 4
-  %plc = getelementptr i32, ptr %dims, i64 5
-  %n32 = trunc i64 %n to i32
-  store i32 %n32, ptr %pm
-  %m32 = trunc i64 %m to i32
-  store i32 %m32, ptr %pn
-  %k32 = trunc i64 %k to i32
-  store i32 %k32, ptr %pk
-  %ldb32 = trunc i64 %ldb to i32
-  store i32 %ldb32, ptr %pla
-  %lda32 = trunc i64 %lda to i32
-  store i32 %lda32, ptr %plb
-  %ldc32 = trunc i64 %ldc to i32
-  store i32 %ldc32, ptr %plc
+  %pm = getelementptr {I}, ptr %dims, i64 0
+  %pn = getelementptr {I}, ptr %dims, i64 1
+  %pk = getelementptr {I}, ptr %dims, i64 2
+  %pla = getelementptr {I}, ptr %dims, i64 3
+  %plb = getelementptr {I}, ptr %dims, i64 4
+  %plc = getelementptr {I}, ptr %dims, i64 5
+  %n.b = {cast} i64 %n to {I}
+  store {I} %n.b, ptr %pm
+  %m.b = {cast} i64 %m to {I}
+  store {I} %m.b, ptr %pn
+  %k.b = {cast} i64 %k to {I}
+  store {I} %k.b, ptr %pk
+  %ldb.b = {cast} i64 %ldb to {I}
+  store {I} %ldb.b, ptr %pla
+  %lda.b = {cast} i64 %lda to {I}
+  store {I} %lda.b, ptr %plb
+  %ldc.b = {cast} i64 %ldc to {I}
+  store {I} %ldc.b, ptr %plc
   store {T} 1.0, ptr %alpha
   store {T} 0.0, ptr %beta
   call void @{gemm}(ptr %transa, ptr %transb, ptr %pm, ptr %pn, ptr %pk, ptr %alpha, ptr %b,
