@@ -42,7 +42,7 @@ LAYERS = [
     ("passes", ["passes"]),
     ("codegen", ["codegen"]),
     ("control flow", ["control", "custom", "integrate"]),
-    ("compile", ["explanation", "compile", "cuda_support"]),
+    ("compile", ["program_text", "compile", "cuda_support"]),
     ("draws", ["draws"]),
     ("transforms", ["transforms"]),
     ("public", ["api", "jacobians", "split", "vmap", "tape_sweeps", "checkify", "explain",

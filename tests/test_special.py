@@ -9,6 +9,7 @@ The scipy parts skip where scipy is not installed; the accuracy against exact va
 mpmath."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -335,3 +336,27 @@ def test_max_with_where_needs_initial_as_numpy():
         np.max(np.ones(2), where=mask)
     with pytest.raises(ValueError, match="initial"):
         tj.jit(lambda x: np.max(x, where=mask))(np.ones(2))
+
+
+IMPORT_LATER = """
+import sys
+import numpy as np
+import tapejit as tj
+print("scipy.special" in sys.modules)
+from scipy.special import erf, logsumexp
+print(getattr(logsumexp, "_tapejit", False))
+print(repr(float(tj.grad(lambda x: logsumexp(x) + np.sum(erf(x)))(np.zeros(2))[0])))
+"""
+
+
+def test_scipy_special_imported_after_tapejit_is_traced_all_the_same():
+    """`import tapejit` leaves scipy.special to the user (it took a third of the import);
+    imported after, its ufuncs lower to their ops and logsumexp is routed (on_import.py)."""
+    import subprocess
+    import sys
+
+    from hang import HANG_S
+    out = subprocess.run([sys.executable, "-c", IMPORT_LATER], capture_output=True, text=True,
+                         timeout=HANG_S)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", repr(0.5 + 2 / math.sqrt(math.pi))]

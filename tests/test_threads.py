@@ -290,3 +290,24 @@ def test_a_first_window_runs_on_one_thread_while_numba_is_imported_beside_it(tmp
     pool = numba.config.NUMBA_NUM_THREADS           # (one CPU: nothing to import numba for)
     assert ready == (pool > 1) and after[-1] == min(2, pool)
     assert difference < 1e-9
+
+
+NUMPY_BLAS = """
+import sys
+import numpy as np
+import tapejit as tj
+a = np.random.default_rng(0).normal(size=(80, 70))       # a product BLAS computes
+print(np.allclose(tj.jit(lambda a: a @ a.T)(a), a @ a.T, rtol=1e-13), "scipy" in sys.modules)
+"""
+
+
+def test_compiled_products_call_numpy_s_blas_without_scipy():
+    """Where numpy ships its OpenBLAS (threads.numpy_blas), the llvm generator's products call
+    it: no scipy imported for a product."""
+    from tapejit import threads
+    if threads.numpy_blas() is None:
+        pytest.skip("this numpy was built with another BLAS")
+    out = subprocess.run([sys.executable, "-c", NUMPY_BLAS], capture_output=True, text=True,
+                         timeout=HANG_S, env={**os.environ, "TAPEJIT_FIRST_CALL": "compile"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "False"]

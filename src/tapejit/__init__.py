@@ -25,7 +25,7 @@ from .variables import Variable
 from .transforms.cached import clear_cache
 from .threads import get_num_threads, set_num_threads
 from .explain import explain
-from .explanation import Explanation
+from .program_text import Explanation
 from .errors import CheckError, UncheckedError
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IndexOutOfBoundsError, IRError, RandomnessError, ShapeError, TapejitError,

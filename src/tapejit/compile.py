@@ -43,7 +43,7 @@ from .config import config
 from .cuda_support import CudaCompiled, CudaUnavailableError, problem
 from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, at_source,
                      user_source)
-from .explanation import dump
+from .program_text import dump
 from .interpret import interpret
 from .ir import Tape
 from .memo import digest, remembered

@@ -27,7 +27,7 @@ from .avals import Aval, dtype_name
 from .cache import load_module
 from .config import config
 from .errors import ArgumentError, TapejitError
-from .explanation import dump
+from .program_text import dump
 from .interpret import apply_impl
 from .ir import Var
 

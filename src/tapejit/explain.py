@@ -13,7 +13,7 @@ named by the pass; then the fusion groups and the generated source of the last t
 
 This module is a consumer, not a second pipeline: the program is built by the one builder
 every transform uses (transforms/builder.py), which reports each stage, and shown as an
-`Explanation` (explanation.py); the tape transform's stage is named by its record ("autodiff",
+`Explanation` (program_text.py); the tape transform's stage is named by its record ("autodiff",
 "jacobian", "jvp", "batched"). It never compiles: the source is shown, not loaded. In the
 layers: above the transforms (it reads a transform's own record, settings and counts).
 """
@@ -26,7 +26,7 @@ from .api import JIT, VALUE_AND_GRAD
 from .transforms.arguments import check_argnums, fn_name
 from .compile import BACKENDS
 from .errors import ArgumentError, at_source, user_source
-from .explanation import Explanation, build
+from .program_text import Explanation, build
 from .ir import Tape
 from .jacobians import JVP
 from .transforms.traced import collecting_rerolls
