@@ -84,7 +84,9 @@ def test_the_digest_spells_out_every_part():
     assert base == memo.digest(_tape()) and base is not None
     different = [_tape(param=2.0), _tape(param=True), _tape(param=(2,)),
                  _tape(src=("f.py", 2)), _tape(src=("g.py", 1)),
-                 _tape(const=np.arange(3.0) + 1e-16 * 4), _tape(const=np.arange(3.0, dtype="f4"))]
+                 _tape(const=np.arange(3.0) + 1e-16 * 4), _tape(const=np.arange(3.0, dtype="f4")),
+                 _tape(param=np.dtype("f4")), _tape(param=np.dtype("f8")),
+                 _tape(param=np.float32(2)), _tape(param=(np.dtype("f4"), np.array([2])))]
     keys = [memo.digest(t) for t in different]
     assert None not in keys and len({base, *keys}) == len(keys) + 1
     assert memo.digest(_tape(), ("gradient", (0,))) != memo.digest(_tape(), ("gradient", (1,)))
