@@ -283,12 +283,14 @@ def test_a_first_window_runs_on_one_thread_while_numba_is_imported_beside_it(tmp
            "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "1",
            "TAPEJIT_CACHE_DIR": str(tmp_path / "cache")}
     for _ in range(2):         # the first process may build kernels with numba: the second
-        out = subprocess.run([sys.executable, "-c", FIRST_WINDOW], env=env, check=True,
-                             capture_output=True, text=True).stdout
-    budgets, imported, ready, difference, after = json.loads(out)
-    assert budgets[0] == 1 and imported == [False, False, True]
+        child = subprocess.run([sys.executable, "-c", FIRST_WINDOW], env=env, check=True,
+                               capture_output=True, text=True)
+    budgets, imported, ready, difference, after = json.loads(child.stdout)
+    assert budgets[0] == 1 and imported == [False, False, True], child.stderr[-2000:]
     pool = numba.config.NUMBA_NUM_THREADS           # (one CPU: nothing to import numba for)
-    assert ready == (pool > 1) and after[-1] == min(2, pool)
+    assert ready == (pool > 1) and after[-1] == min(2, pool), (
+        os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None,
+        child.stdout, child.stderr[-2000:])
     assert difference < 1e-9
 
 
