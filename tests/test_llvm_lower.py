@@ -606,6 +606,29 @@ def test_a_large_program_compiles_in_parts(tmp_path):
     assert lines[-1].startswith("parts ") and int(lines[-1].split()[1]) >= 2, lines
 
 
+PARALLEL_IN_PARTS = textwrap.dedent("""
+    from tapejit.codegen.llvm import lower; lower.PART_LINES = 1
+    import numpy as np, tapejit as tj
+    x = np.linspace(-1, 1, 300_000)          # the body's loop nest runs in parallel chunks
+    fn = lambda x: tj.fori_loop(0, 3, lambda k, c: np.tanh(c) * 1.5 + np.sin(c), x)
+    f, g = tj.jit(fn), tj.jit(tj.grad(lambda x: np.sum(fn(x))))
+    for made, want in ((f, tj.jit(fn, backend="interpret")(x)),
+                       (g, tj.grad(lambda x: np.sum(fn(x)), backend="interpret")(x))):
+        for call in range(2):
+            np.testing.assert_allclose(made(x), want, rtol=1e-12, atol=1e-13)
+        run = next(iter(made._cache.values())).run
+        print(run.codegen, len(run.program.lowered.parts) >= 3)
+""")
+
+
+def test_a_function_compiled_apart_hands_its_parallel_loops_to_the_runtime(tmp_path):
+    """A function moved to a module of its own (PART_LINES) whose loop nest runs in parallel
+    chunks declares the chunk function, defined in the chunk's own module."""
+    out = _child(PARALLEL_IN_PARTS, TAPEJIT_CACHE_DIR=str(tmp_path / "cache"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["llvm", "True", "llvm", "True"], out.stdout
+
+
 def test_a_scan_over_rows_and_the_gradient_of_a_loop_lower():
     """The body reads `xs[k]`, a row of a 2-d array (the reverse scan of a loop's gradient
     too)."""

@@ -144,8 +144,9 @@ def _parts(functions: list[str]) -> list[str]:
     each parallel loop's chunk function (exported) with those it calls (internal copies). The
     entry's module declares the chunk functions it hands to the runtime. Where the entry's
     module would pass PART_LINES, the functions the entry calls move to modules of about
-    that size (`_groups`: exported as `tj_part_...`, with internal copies of those they call),
-    which the entry's module declares."""
+    that size (`_groups`: exported as `tj_part_...`, with internal copies of those they call,
+    declaring the chunk functions they hand to the runtime), which the entry's module
+    declares."""
     named = {re.search(r"@(\w+)\(", f).group(1): f for f in functions}   # type: ignore
 
     def closure(name: str) -> list[str]:
@@ -163,13 +164,12 @@ def _parts(functions: list[str]) -> list[str]:
         if sum(lines[n] for n in entry) > PART_LINES else []
     if not nests and not moved:
         return ["\n\n".join(functions)]
-    declare = [f"declare void @{n}(ptr, i64, i64, i64)" for n in nests]
-    declare += [_declaration(named[n], _part(n)) for n in moved]
+    chunks = "\n".join(f"declare void @{n}(ptr, i64, i64, i64)" for n in nests)
+    declare = "\n".join([chunks] + [_declaration(named[n], _part(n)) for n in moved])
     kept = [ENTRY_SYMBOL] if moved else entry          # (the entry calls only those moved)
-    parts = ["\n".join(declare) + "\n\n" + "\n\n".join(_calling_parts(named[n], moved)
-                                                       for n in kept)]
+    parts = [declare + "\n\n" + "\n\n".join(_calling_parts(named[n], moved) for n in kept)]
     for group in _groups(moved, {n: closure(n) for n in moved}, lines):
-        parts.append("\n\n".join([_exported(named[n], n, _part(n)) for n in group[0]]
+        parts.append("\n\n".join([chunks] + [_exported(named[n], n, _part(n)) for n in group[0]]
                                    + [named[n] for n in group[1]]))
     for nest in nests:
         parts.append("\n\n".join([_exported(named[nest], nest, nest)]
