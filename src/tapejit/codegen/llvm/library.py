@@ -220,14 +220,32 @@ def matmul(dtype: np.dtype) -> Kernel:
         raise jit.JitError(f"matmul kernels multiply float64 or float32 matrices, not {dtype}")
     code = dtype.str[1:]
     symbol = f"tj_lib_matmul_{code}"
-    wide = threads.numpy_blas() is not None         # BLAS integers: 64 bits, else 32
     text = _MATMUL.format(S=symbol, T=ir_type(dtype), size=dtype.itemsize, grain=GRAIN,
-                          I="i64" if wide else "i32", cast="bitcast" if wide else "trunc",
+                          I=_blas_int(), ints=_gemm_ints(),
                           side=SIDE, gemm=f"tj_blas_{'d' if code == 'f8' else 's'}gemm",
                           parallel_for=PARALLEL_FOR)
     jit.add_kernel(symbol, jit.parse(text, llvm.create_context()).as_bitcode())
     args = ("ptr", "ptr", "ptr", "i64", "i64", "i64", "i1", "i1", "i64")
     return _kernel(symbol, None, args, "void")
+
+
+def _blas_int() -> str:
+    """BLAS's integers: numpy's OpenBLAS takes 64 bits, scipy's 32."""
+    return "i64" if threads.numpy_blas() is not None else "i32"
+
+
+def _gemm_ints() -> str:
+    """The IR storing gemm's integer arguments in `%dims`, one slot each, in gemm's order
+    (slot pointer, the i64 it holds: the transposed product's m, n, k and leading sizes)."""
+    kind = _blas_int()
+    cast = "bitcast" if kind == "i64" else "trunc"
+    lines = []
+    for k, (slot, value) in enumerate((("pm", "n"), ("pn", "m"), ("pk", "k"), ("pla", "ldb"),
+                                       ("plb", "lda"), ("plc", "ldc"))):
+        lines += [f"  %{slot} = getelementptr {kind}, ptr %dims, i64 {k}",
+                  f"  %{value}.b = {cast} i64 %{value} to {kind}",
+                  f"  store {kind} %{value}.b, ptr %{slot}"]
+    return "\n".join(lines)
 
 
 # out[m, n] = op(a) @ op(b), row-major; BLAS is column-major, so it computes
@@ -251,24 +269,7 @@ define internal void @{S}.gemm(i1 %ta, i1 %tb, i64 %m, i64 %n, i64 %k, ptr %a, i
   store i8 %fa, ptr %transa
   %fb = select i1 %ta, i8 116, i8 110
   store i8 %fb, ptr %transb
-  %pm = getelementptr {I}, ptr %dims, i64 0
-  %pn = getelementptr {I}, ptr %dims, i64 1
-  %pk = getelementptr {I}, ptr %dims, i64 2
-  %pla = getelementptr {I}, ptr %dims, i64 3
-  %plb = getelementptr {I}, ptr %dims, i64 4
-  %plc = getelementptr {I}, ptr %dims, i64 5
-  %n.b = {cast} i64 %n to {I}
-  store {I} %n.b, ptr %pm
-  %m.b = {cast} i64 %m to {I}
-  store {I} %m.b, ptr %pn
-  %k.b = {cast} i64 %k to {I}
-  store {I} %k.b, ptr %pk
-  %ldb.b = {cast} i64 %ldb to {I}
-  store {I} %ldb.b, ptr %pla
-  %lda.b = {cast} i64 %lda to {I}
-  store {I} %lda.b, ptr %plb
-  %ldc.b = {cast} i64 %ldc to {I}
-  store {I} %ldc.b, ptr %plc
+{ints}
   store {T} 1.0, ptr %alpha
   store {T} 0.0, ptr %beta
   call void @{gemm}(ptr %transa, ptr %transb, ptr %pm, ptr %pn, ptr %pk, ptr %alpha, ptr %b,
