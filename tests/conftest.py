@@ -99,7 +99,7 @@ SLOW_TESTS = {
         "test_scipy_linalg.py::test_names_taken_after_either_import",
         "test_scipy_stats.py::test_wrapped_once_imported",
         "test_threads.py::test_the_threading_layer_in_a_new_process_is_numbas_or_the_users",
-        "test_threads.py::test_a_first_window_runs_on_one_thread_while_numba_is_imported_beside_it",
+        "test_threads.py::test_a_warm_process_uses_the_budget_from_its_first_call_without_numba",
         "test_tiers.py::test_a_quick_tier_left_by_another_process_compiles_its_full_tier"],
     "a program per op-table row, function, dtype or layout, compiled (the fast tier keeps "
     "test_ops' forward rows and first derivatives)": [

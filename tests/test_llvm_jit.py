@@ -197,7 +197,7 @@ define void @tj_entry(ptr %a, ptr %b, ptr %out, i64 %m, i64 %n, i64 %k, i64 %ta,
 def test_matmul_kernel_matches_numpy_in_every_layout():
     from tapejit.codegen import blas
     from tapejit.codegen.llvm import runtime
-    runtime.ensure(parallel=True)       # tj_rt_parallel_for, on numba's threads
+    runtime.ensure()                    # tj_rt_parallel_for, on the runtime's pool
     assert (library.GRAIN, library.SIDE) == (blas.GRAIN, blas.SIDE)
     rng = np.random.default_rng(1)
     # (m, n, k, threads): one BLAS call; blocks of rows; blocks of columns; empty

@@ -1,9 +1,10 @@
 """The LLVM programs' call path (codegen/llvm/runtime.py): the trampoline `bind` makes writes
 the right data pointers and refuses anything but `count` ndarrays without crashing; and
-`tj_rt_parallel_for` visits every index once, in the chunks it promises, on numba's pool,
-concurrently, within the calling thread's numba thread count, beside numba's own parallel
-functions and from two Python threads at once. Test programs are small IR modules compiled
-here with llvmlite, calling the runtime as generated programs do (by symbol)."""
+`tj_rt_parallel_for` visits every index once, in the chunks it promises, on the runtime's own
+pool, concurrently, on no more threads than its chunks, beside numba's own parallel functions,
+from two Python threads at once, from inside a chunk and in a forked child. Test programs
+are small IR modules compiled here with llvmlite, calling the runtime as generated programs
+do (by symbol)."""
 from __future__ import annotations
 
 import ctypes
@@ -18,7 +19,9 @@ import numba
 import numpy as np
 import pytest
 
+from tapejit import threads
 from tapejit.codegen.llvm import runtime
+from tapejit.codegen.llvm.pool_ir import ITEMS
 from hang import HANG_S
 
 _engines = []      # the test modules' code lives as long as the test process
@@ -292,22 +295,46 @@ define void @run_meet(ptr %ctx, i64 %chunks) {
   call void @tj_rt_parallel_for(ptr @meet, ptr %ctx, i64 %chunks, i64 %chunks)
   ret void
 }
+
+; chunk c runs its own parallel loop: `visit` over ctx[c] (a visit context), ctx[-1] its length
+; in ctx[-2] chunks (a loop inside a chunk runs on the chunk's thread)
+define void @nested(ptr %ctx, i64 %c, i64 %lo, i64 %hi) {
+  %inner.at = getelementptr ptr, ptr %ctx, i64 %c
+  %inner = load ptr, ptr %inner.at
+  %n.at = getelementptr i64, ptr %ctx, i64 -1
+  %n = load i64, ptr %n.at
+  %chunks.at = getelementptr i64, ptr %ctx, i64 -2
+  %chunks = load i64, ptr %chunks.at
+  call void @tj_rt_parallel_for(ptr @visit, ptr %inner, i64 %n, i64 %chunks)
+  ret void
+}
+
+define void @run_nested(ptr %ctx, i64 %chunks) {
+  call void @tj_rt_parallel_for(ptr @nested, ptr %ctx, i64 %chunks, i64 %chunks)
+  ret void
+}
 """)
 # ctypes releases the GIL around these calls, as a program's own threads would run
 RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
     PARALLEL.get_function_address("run"))
 RUN_MEET = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
     PARALLEL.get_function_address("run_meet"))
+RUN_NESTED = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+    PARALLEL.get_function_address("run_nested"))
 
 
 def _visit(n: int, chunks: int) -> dict[str, np.ndarray]:
     """Run `visit` over [0, n) in `chunks` chunks; what it recorded."""
+    seen, ctx = _visit_context(n, chunks)
+    RUN(ctx.ctypes.data, n, chunks)
+    return seen
+
+
+def _visit_context(n: int, chunks: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     seen = {"visits": np.zeros(n, np.int64), "chunk": np.full(n, -1, np.int64),
             "data": np.random.default_rng(n).normal(size=n),
             "sums": np.zeros(max(chunks, 1)), "who": np.zeros(max(chunks, 1), np.uint64)}
-    ctx = np.array([a.ctypes.data for a in seen.values()], np.int64)
-    RUN(ctx.ctypes.data, n, chunks)
-    return seen
+    return seen, np.array([a.ctypes.data for a in seen.values()], np.int64)
 
 
 def _check_chunks(seen: dict[str, np.ndarray], n: int, chunks: int) -> None:
@@ -322,8 +349,8 @@ def _check_chunks(seen: dict[str, np.ndarray], n: int, chunks: int) -> None:
 
 @pytest.fixture(scope="module")
 def pool():
-    runtime.ensure(parallel=True)
-    return numba.config.NUMBA_NUM_THREADS
+    runtime.ensure()
+    return threads.pool()
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 1000])
@@ -333,33 +360,45 @@ def test_parallel_for_visits_each_index_once_in_its_chunk(pool, n, chunks):
     _check_chunks(_visit(n, chunks), n, chunks)
 
 
-def test_chunks_run_at_once_on_numba_pool(pool):
+def test_more_chunks_than_a_job_has_items(pool):
+    """A job's chunks beyond pool_ir.ITEMS are run in runs, each chunk once, in order."""
+    chunks = ITEMS + 904
+    _check_chunks(_visit(3 * chunks + 5, chunks), 3 * chunks + 5, chunks)
+
+
+def test_chunks_run_at_once_on_the_pool(pool):
     if pool < 2:
-        pytest.skip("numba's pool has one thread here (NUMBA_NUM_THREADS=1)")
+        pytest.skip("the pool has one thread here (NUMBA_NUM_THREADS=1 or one CPU)")
     chunks = min(pool, 4)
     ctx = np.zeros(3, np.int64)
     met = np.zeros(chunks, np.int64)
     ctx[1], ctx[2] = chunks, met.ctypes.data
-    before = numba.get_num_threads()
-    numba.set_num_threads(chunks)             # the budget threads.py would set
-    try:
-        RUN_MEET(ctx.ctypes.data, chunks)
-        seen = _visit(1000, chunks)
-    finally:
-        numba.set_num_threads(before)
+    RUN_MEET(ctx.ctypes.data, chunks)
     assert ctx[0] == chunks and met.all(), f"chunks met the others: {met}"
-    assert len(set(seen["who"])) >= 2, "every chunk ran on one thread"
 
 
-def test_a_budget_of_one_thread_runs_every_chunk_on_the_caller(pool):
-    before = numba.get_num_threads()
-    numba.set_num_threads(1)                  # what threads.py does for a budget of 1
+def test_one_chunk_or_a_pool_of_one_runs_on_the_caller(pool):
+    me = _pthread_self()
+    seen = _visit(100, 1)
+    assert set(seen["who"]) == {me}
+    size = ctypes.c_int64.from_address(runtime.ensure().code.address("tj_rt_pool_size"))
+    before, size.value = size.value, 1
     try:
         seen = _visit(100, 4)
     finally:
-        numba.set_num_threads(before)
+        size.value = before
     _check_chunks(seen, 100, 4)
-    assert set(seen["who"]) == {threading.get_ident()}
+    assert set(seen["who"]) == {me}
+
+
+def test_a_parallel_loop_inside_a_chunk_runs_on_the_chunks_thread(pool):
+    outer, inner = 3, 4
+    contexts = [_visit_context(500, inner) for _ in range(outer)]
+    ctx = np.array([inner, 500] + [c.ctypes.data for _, c in contexts], np.int64)
+    RUN_NESTED(ctx[2:].ctypes.data, outer)
+    for seen, _ in contexts:
+        _check_chunks(seen, 500, inner)
+        assert len(set(seen["who"])) == 1, "an inner loop's chunks ran on several threads"
 
 
 def test_beside_numba_parallel_functions(pool):
@@ -381,12 +420,12 @@ def test_two_python_threads_at_once(pool):
 
     def work(chunks: int) -> None:
         try:
-            for _ in range(100):
+            for _ in range(200):
                 _check_chunks(_visit(1000, chunks), 1000, chunks)
         except AssertionError as e:        # pragma: no cover - reported below
             failures.append(e)
 
-    workers = [threading.Thread(target=work, args=(c,)) for c in (2, 3)]
+    workers = [threading.Thread(target=work, args=(c,)) for c in (2, 3, 5)]
     for w in workers:
         w.start()
     for w in workers:
@@ -394,14 +433,26 @@ def test_two_python_threads_at_once(pool):
     assert not failures, failures[0]
 
 
+def _pthread_self() -> int:
+    fn = ctypes.CDLL(None).pthread_self
+    fn.restype = ctypes.c_uint64
+    return fn()
+
+
 PROBE = """
-import ctypes, sys, threading, warnings
+import ctypes, os, sys, threading, time
+from tapejit import threads
 from tapejit.codegen.llvm import runtime
 found = runtime.ensure().symbols["tj_rt_parallel_for"]
 assert "numba" not in sys.modules, "ensure() imported numba"
 seen = []
-chunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
-    lambda ctx, c, lo, hi: seen.append((c, lo, hi, threading.get_ident())))
+
+def visit(ctx, c, lo, hi):
+    seen.append((c, lo, hi, threading.get_ident()))
+    time.sleep(0.005)          # (lets a pool thread take the next chunk)
+
+chunk = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                         ctypes.c_int64)(visit)
 parallel_for = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_int64)(found)
 me = threading.get_ident()
@@ -411,32 +462,34 @@ def run(n, chunks):
     parallel_for(ctypes.cast(chunk, ctypes.c_void_p), None, n, chunks)
     return sorted(seen)
 
-assert run(10, 1) == [(0, 0, 10, me)] and "numba" not in sys.modules, "one chunk: no pool"
-assert run(10, 3) == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
-assert "numba" not in sys.modules and not runtime._pool, "numba not imported: no pool"
-import numba                   # (threads.py imports it beside a process's first window)
+def tasks():
+    return len(os.listdir("/proc/self/task"))
 
-def broken(rt):
-    raise ValueError("no threading layer")
-started, runtime._start_pool = runtime._start_pool, broken
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    assert run(10, 3) == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
-    assert run(10, 3) == [(0, 0, 3, me), (1, 3, 6, me), (2, 6, 10, me)], seen
-assert len(caught) == 1 and "no threading layer" in str(caught[0].message), caught
-
-runtime._start_pool, runtime._pool_failed = started, False
-assert [s[:3] for s in run(10, 3)] == [(0, 0, 3), (1, 3, 6), (2, 6, 10)], seen
-assert "numba" in sys.modules and runtime._pool, "more than one chunk: the pool started"
+before = tasks()
+assert run(10, 1) == [(0, 0, 10, me)] and tasks() == before, "one chunk: no pool"
+for _ in range(50):
+    assert [s[:3] for s in run(10, 3)] == [(0, 0, 3), (1, 3, 6), (2, 6, 10)], seen
+    if len({s[3] for s in seen}) > 1:
+        break
+pool = threads.pool()
+assert (len({s[3] for s in seen}) > 1) == (pool > 1), (seen, pool)
+assert tasks() == before + min(pool, 3) - 1, "more threads than the chunks needed"
+assert "numba" not in sys.modules, "the pool imported numba"
+child = os.fork()
+if child == 0:
+    ok = [s[:3] for s in run(10, 3)] == [(0, 0, 3), (1, 3, 6), (2, 6, 10)]
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(child, 0)
+assert status == 0, f"the forked child's loop failed: {status}"
 print("ok")
 """
 
 
-def test_the_pool_starts_with_the_first_call_of_more_than_one_chunk():
-    """A fresh process: ensure() compiles the runtime without importing numba; one chunk, or
-    several before numba is imported, run on the caller without a pool; once numba is
-    imported the first call of several chunks starts its pool, and where it cannot start,
-    warns once and runs the chunks on the caller."""
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_a_fresh_process_starts_its_pool_without_numba_and_a_forked_child_its_own():
+    """ensure() loads the runtime without importing numba; one chunk runs on the caller with
+    no thread started; several start the threads they need (no more), and run on them; a
+    forked child runs its loops too (on threads of its own)."""
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          timeout=HANG_S)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

@@ -204,9 +204,9 @@ def test_a_call_on_a_busy_machine_runs_on_one_thread(monkeypatch):
     monkeypatch.setattr(threads, "others", lambda: os.cpu_count())      # every core taken
     seen, window = [], threads.run
 
-    def probed(fn, args, sizes, slot):
-        return window(lambda *a: seen.append(numba.get_num_threads()) or fn(*a), args, sizes,
-                      slot)
+    def probed(fn, args, sizes, slot, numba_pool=True):
+        return window(lambda *a: seen.append(int(sizes[slot])) or fn(*a), args, sizes, slot,
+                      numba_pool)
     monkeypatch.setattr(threads, "run", probed)
     busy = g(*args)
     assert seen == [1] and program.sizes[program.threads_slot] == 1
@@ -253,9 +253,9 @@ import tapejit as tj
 from tapejit import threads
 budgets, run = [], threads.run
 
-def spy(fn, args, sizes, slot):
+def spy(fn, args, sizes, slot, numba_pool=True):
     try:
-        return run(fn, args, sizes, slot)
+        return run(fn, args, sizes, slot, numba_pool)
     finally:
         budgets.append(int(sizes[slot]))
 
@@ -263,34 +263,27 @@ threads.run = spy
 f = tj.grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
 w, x = np.linspace(-1.0, 1.0, 64 * 32).reshape(64, 32), np.ones((4096, 64))
 first = f(w, x)
-imported = ["numba" in sys.modules and threads.numba_ready() is not None,
-            "scipy.linalg" in sys.modules]
-if threads._importer is not None:
-    threads._importer.join()
 second = f(w, x)
-from scipy.linalg import cython_blas          # the package's import finds the loaded one
-print(json.dumps([budgets[:1], imported + [cython_blas is threads.scipy_blas()],
-                  threads.numba_ready() is not None,
-                  float(np.max(np.abs(second - first))), budgets[1:]]))
+print(json.dumps([budgets, "numba" in sys.modules, "scipy.linalg" in sys.modules,
+                  float(np.max(np.abs(second - first))), f.cache_info()["codegen"]]))
 """
 
 
-def test_a_first_window_runs_on_one_thread_while_numba_is_imported_beside_it(tmp_path):
-    """A warm process that has not imported numba runs its first call of a program with
-    parallel work on one thread (no pool to start) and imports numba on a thread of its own;
-    later calls use the budget. scipy's BLAS is loaded without importing scipy.linalg."""
+def test_a_warm_process_uses_the_budget_from_its_first_call_without_numba(tmp_path):
+    """The llvm generator's programs run their parallel loops on the runtime's own pool: a
+    warm process's first call of a program with parallel work uses the whole budget, and
+    neither numba nor scipy.linalg is imported for it."""
     env = {**os.environ, "TAPEJIT_CODEGEN": "llvm", "TAPEJIT_NUM_THREADS": "2",
            "TAPEJIT_FIRST_CALL": "compile", "TAPEJIT_VERIFY": "1",
            "TAPEJIT_CACHE_DIR": str(tmp_path / "cache")}
     for _ in range(2):         # the first process may build kernels with numba: the second
         child = subprocess.run([sys.executable, "-c", FIRST_WINDOW], env=env, check=True,
-                               capture_output=True, text=True)
-    budgets, imported, ready, difference, after = json.loads(child.stdout)
-    assert budgets[0] == 1 and imported == [False, False, True], child.stderr[-2000:]
-    pool = numba.config.NUMBA_NUM_THREADS           # (one CPU: nothing to import numba for)
-    assert ready == (pool > 1) and after[-1] == min(2, pool), (
-        os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None,
-        child.stdout, child.stderr[-2000:])
+                               capture_output=True, text=True, timeout=HANG_S)
+    budgets, numba_imported, scipy_imported, difference, codegen = json.loads(child.stdout)
+    budget = min(2, threads.pool())
+    assert codegen == {"llvm": 1, "numba": 0}, child.stdout
+    assert budgets == [budget, budget], child.stdout
+    assert not numba_imported and not scipy_imported, child.stdout
     assert difference < 1e-9
 
 

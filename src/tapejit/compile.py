@@ -34,7 +34,7 @@ from . import threads
 from .cache import load_module, program_hash
 from .codegen.cpu import ENTRY, Generated, entry_args, generate
 from .codegen.llvm import library_calls
-from .codegen.llvm import jit, runtime
+from .codegen.llvm import jit
 from .codegen.llvm.emit import NotCovered
 from .codegen.llvm.lower import lower
 from .codegen.llvm import program as llvm_program
@@ -60,15 +60,6 @@ def default_backend(backend: str | None) -> str:
     if settings.disable_jit:
         return "interpret"
     return backend or settings.backend
-
-
-def prepare(backend: str) -> None:
-    """Start loading what a program compiled for `backend` by tapejit's LLVM generator will
-    need (LLVM's JIT, tapejit's runtime) on a thread, while the program is still traced and
-    optimized: a warm start's first call, loading the GMM gradient from disk, waited 6-12 ms
-    for it."""
-    if backend == "numba" and config().codegen == "llvm" and jit.SUPPORTED:
-        runtime.prepare()
 
 
 def check_backend(backend: str | None) -> None:
@@ -133,7 +124,8 @@ class Compiled:
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
         args = (*entry_args(self.tape, leaves), *self.tail)
         outs = self.program(*args) if self.threads_slot is None else \
-            threads.run(self.program, args, self.sizes, self.threads_slot)
+            threads.run(self.program, args, self.sizes, self.threads_slot,
+                        self.codegen == "numba")
         if self.status is not None and self.sizes[self.status]:
             raise self.out_of_bounds()
         outs = [np.asarray(o) for o in outs]
@@ -149,7 +141,8 @@ class Compiled:
         fn, tape = self.program.fn, self.tape
         tail = (*entry_args(tape, list(leaves))[len(tape.invars):], *self.tail)
         if self.threads_slot is not None:     # calls run in a thread window (threads.py)
-            fn = functools.partial(_windowed, fn, self.sizes, self.threads_slot)
+            fn = functools.partial(_windowed, fn, self.sizes, self.threads_slot,
+                                   self.codegen == "numba")
         if self.status is not None:
             fn = _checked(fn, self)
         ready = [isinstance(leaf, np.ndarray) and leaf.flags.c_contiguous for leaf in leaves]
@@ -207,8 +200,8 @@ def _llvm_program(tape: Tape, generated: Generated,
 
 
 def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
-              *args: Any) -> Sequence[Any]:
-    return threads.run(fn, args, sizes, slot)
+              numba_pool: bool, *args: Any) -> Sequence[Any]:
+    return threads.run(fn, args, sizes, slot, numba_pool)
 
 
 def _checked(fn: Callable[..., Sequence[Any]], program: Compiled) -> Callable[..., Sequence[Any]]:

@@ -1,8 +1,10 @@
 """One thread budget per process: how compiled programs share the cores.
 
-A compiled program does its parallel work on one pool of threads, numba's: its large loop
-nests run their outer loop on it (codegen/cpu.py), and its large matrix products are cut into
-blocks, one single-threaded BLAS call per thread (codegen/blas.py `parts`). BLAS's own thread
+A compiled program does its parallel work on one pool of threads: its large loop nests run
+their outer loop on it (codegen/cpu.py), and its large matrix products are cut into blocks, one
+single-threaded BLAS call per thread (codegen/blas.py `parts`). The pool of the llvm
+generator's programs (the default) is its runtime's own (codegen/llvm/runtime.py: POSIX
+threads, no numba import); numba's programs use numba's. BLAS's own thread
 pool would otherwise wake for each product and then spin on the cores the next loop needs
 (OpenBLAS's workers busy-wait after a call): on 2 cores an MLP gradient took 36 ms that way,
 10.4 ms with BLAS held to one thread.
@@ -15,21 +17,22 @@ The budget of a call (`decide`, from `inputs`):
   `OMP_NUM_THREADS`, and the limit of the BLAS libraries (`OPENBLAS_NUM_THREADS`,
   `MKL_NUM_THREADS`, a surrounding `threadpoolctl.threadpool_limits`): a process told to use
   fewer threads, by any of the usual means, gets no more from tapejit;
-- never more than numba's pool (`NUMBA_NUM_THREADS`).
+- never more than the pool (`pool`: `NUMBA_NUM_THREADS`, else the CPUs).
 
 While a call of a program with parallel loops or a product BLAS could thread (`windowed`)
-runs, numba's threads for the calling thread are the budget, every BLAS library is held to one
-thread (threadpoolctl), and the budget is written into the program's size table, from which
-its products (`parts(m, n, k, budget)` threads) and its nests that reduce over their outer
-axis into arrays (one chunk of the outer loop per thread) read it; all of it is put back when
-the call returns. Other programs run as they are: a window costs about 4 us. A process that has
-not imported numba (a warm start loads its programs without it) runs its windows on one
-thread, with no pool to start and its BLAS libraries left as they are (threadpoolctl takes
-4-5 ms to find them), then imports numba on a thread of its own (0.1-0.3 s: the first
-compiled result of a warm MLP gradient came 225 ms after `import tapejit`, then 52 ms); the
-windows after that import use the budget. The llvm generator's products call numpy's own
-OpenBLAS (`numpy_blas`), numba's programs scipy's (`scipy_blas` loads it without
-scipy.linalg's package).
+runs, the BLAS library its products call is held to one thread, and the budget is written
+into the program's size table, from which its loop nests (`min(budget, n)` chunks) and its
+products (`parts(m, n, k, budget)` threads) read it; for numba's programs numba's threads for
+the calling thread are the budget too. All of it is put back when the call returns. Other
+programs run as they are: a window costs about 4 us. The llvm generator's products call
+numpy's own OpenBLAS (`numpy_blas`), held through its own functions (`_NumpyBlas`: no
+threadpoolctl search, 4-5 ms); numba's programs call scipy's (`scipy_blas` loads it without
+scipy.linalg's package), and their windows hold every BLAS library threadpoolctl finds. A
+process that has not imported numba runs a numba program's windows on one thread, its BLAS
+libraries left as they are, then imports numba on a thread of its own (0.1-0.3 s); the windows
+after that import use the budget. The llvm generator's programs need no numba: a warm
+process's first call uses the whole budget (the GMM gradient's first compiled result came
+43 ms after `import tapejit`, against 56 ms on one thread with numba imported beside it).
 
 On a busy machine the budget shrinks to the cores other processes leave free (`others`): a
 parallel loop nest ends at a barrier where every thread waits for the slowest, and a thread
@@ -40,8 +43,8 @@ reads the tasks running or ready to run (/proc/loadavg) less this process's own
 (/proc/self/task), at most once per READ_EVERY_S, and takes the fewer of the last two
 readings; no /proc (macOS, Windows): no reading, the rule is off. An explicit setting
 (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given. numba's threading layer and
-OpenMP's wait policy are left to numba and libgomp (measured against passive waiting, TBB and
-workqueue in docs/performance.md "On a busy machine").
+OpenMP's wait policy are left to numba and libgomp (measured against passive waiting, TBB,
+workqueue and the runtime's own pool in docs/performance.md "On a busy machine").
 """
 from __future__ import annotations
 
@@ -73,7 +76,7 @@ _explicit: int | None = None
 _reading = (float("-inf"), 0, 0)         # (time.monotonic() when read, that reading, others)
 _lock = threading.Lock()
 _open = 0                                # windows open in this process (all threads)
-_held: list[tuple[Any, int]] = []        # (BLAS library, its limit before the first window)
+_held: dict[Any, int | None] = {}        # BLAS library -> its limit before the first window
 _libraries: tuple[bool, list[Any]] | None = None   # (scipy's BLAS loaded, the controllers)
 _importer: threading.Thread | None = None      # imports numba beside a process's first window
 
@@ -98,12 +101,12 @@ def inputs(blas: int | None | str = "read") -> dict[str, int | None]:
     them unless given)."""
     numba = numba_ready()
     if blas == "read":
-        blas = _blas_limit(_held if _open else
-                           [(lib, lib.get_num_threads()) for lib in _blas()])
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    pool = numba.config.NUMBA_NUM_THREADS if numba else _numba_pool(cpus or 1)
-    return dict(explicit=_explicit or config().num_threads, pool=pool,
-                numba_threads=numba.get_num_threads() if numba else pool, cpus=cpus or 1,
+        blas = _blas_limit(list(_held.values()) if _open else
+                           [lib.get_num_threads() for lib in _blas()])
+    cpus = _cpus()
+    most = pool()
+    return dict(explicit=_explicit or config().num_threads, pool=most,
+                numba_threads=numba.get_num_threads() if numba else most, cpus=cpus,
                 omp=config().omp_threads, blas=blas,  # type: ignore[dict-item]
                 cores=os.cpu_count() or 1, others=others())
 
@@ -170,27 +173,32 @@ def windowed(parallel: bool, largest_product: int) -> bool:
     return parallel or largest_product >= BLAS_THREADED
 
 
-def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
-        slot: int) -> Sequence[Any]:
-    """`fn(*args)` in a window: numba's threads the budget, BLAS on one thread, and the
-    budget in `sizes[slot]` for the program's products."""
+def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any, slot: int,
+        numba_pool: bool = True) -> Sequence[Any]:
+    """`fn(*args)` in a window: the budget in `sizes[slot]` for the program's parallel loops
+    and products, the BLAS library its products call held to one thread, and (`numba_pool`:
+    a numba program, whose loops run on numba's pool) numba's threads the budget."""
     global _open
-    numba = numba_ready()
-    if numba is None:
+    numba = numba_ready() if numba_pool else None
+    if numba_pool and numba is None:
         return _first_window(fn, args, sizes, slot)
+    libraries = _blas() if numba_pool else _program_blas()
     with _lock:
-        if _open == 0:
-            _held[:] = [(lib, lib.get_num_threads()) for lib in _blas()]
-            for lib, n in _held:
+        for lib in libraries:
+            if lib not in _held:
+                n = _held[lib] = lib.get_num_threads()
                 if n is not None and n > 1:
                     lib.set_num_threads(1)
         _open += 1
     try:
-        given = inputs(_blas_limit(_held))
-        n, before = decide(**given), given["numba_threads"]
+        given = inputs(_blas_limit([_held[lib] for lib in libraries]))
+        n = decide(**given)
+        sizes[slot] = n
+        if numba is None:
+            return fn(*args)
+        before = given["numba_threads"]
         if n != before:
             numba.set_num_threads(n)
-        sizes[slot] = n
         try:
             return fn(*args)
         finally:
@@ -200,7 +208,7 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
         with _lock:
             _open -= 1
             if _open == 0:
-                for lib, n in _held:
+                for lib, n in _held.items():
                     if n is not None and n > 1:
                         lib.set_num_threads(n)
                 _held.clear()
@@ -208,12 +216,10 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
 
 def _first_window(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
                   slot: int) -> Sequence[Any]:
-    """A window before numba is imported: one thread, no pool to start, and the BLAS
-    libraries left as they are (finding them costs 4-5 ms, which the windows after the import
-    pay once); then numba is imported on a thread of its own where the budget is more than
-    one (after the call: the import holds the GIL for a while). Threads made for the call
-    instead of the pool were measured: 2-4x slower first calls of the MLP and GMM gradients
-    on 2 cores, beside BLAS's own threads and the import."""
+    """A numba program's window before numba is imported: one thread, no pool to start, and
+    the BLAS libraries left as they are (finding them costs 4-5 ms, which the windows after
+    the import pay once); then numba is imported on a thread of its own where the budget is
+    more than one (after the call: the import holds the GIL for a while)."""
     sizes[slot] = 1
     try:
         return fn(*args)
@@ -229,18 +235,28 @@ def numba_ready() -> ModuleType | None:
     return None if numba is None or getattr(spec, "_initializing", False) else numba
 
 
-def _numba_pool(cpus: int) -> int:
-    """The size of the pool numba would start (its config's NUMBA_NUM_THREADS rule)."""
+def pool() -> int:
+    """The most threads a compiled program may use (numba's pool: NUMBA_NUM_THREADS, else the
+    CPUs this process may run on); the llvm generator's runtime sizes its own pool so."""
+    numba = numba_ready()
+    if numba is not None:
+        return int(numba.config.NUMBA_NUM_THREADS)
     try:
         return max(1, int(os.environ["NUMBA_NUM_THREADS"]))
     except (KeyError, ValueError):
-        return cpus
+        return _cpus()
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cpus or 1
 
 
 def _import_numba() -> None:
     """Import numba (0.1-0.3 s) on a thread of its own, once: a process's first call of a
-    program with parallel work ran on one thread rather than wait for it; the calls after
-    the import start numba's pool (runtime.py) and use the budget."""
+    numba program with parallel work ran on one thread rather than wait for it; the calls
+    after the import use numba's pool and the budget."""
     global _importer
     with _lock:
         if _importer is None:
@@ -281,9 +297,40 @@ def scipy_blas() -> ModuleType:
     return importlib.import_module(name)
 
 
-def _blas_limit(held: list[tuple[Any, int]]) -> int | None:
-    limits = [n for _, n in held if n]
-    return min(limits) if limits else None
+def _blas_limit(limits: Sequence[int | None]) -> int | None:
+    given = [n for n in limits if n]
+    return min(given) if given else None
+
+
+class _NumpyBlas:
+    """numpy's OpenBLAS's thread count, set and read through its own functions (threadpoolctl
+    takes 4-5 ms to find the libraries; this costs nothing)."""
+
+    def __init__(self, blas: ctypes.CDLL) -> None:
+        self._get = blas.scipy_openblas_get_num_threads64_
+        self._set = blas.scipy_openblas_set_num_threads64_
+        self._get.restype, self._set.argtypes = ctypes.c_int, [ctypes.c_int]
+
+    def get_num_threads(self) -> int:
+        return int(self._get())
+
+    def set_num_threads(self, n: int) -> None:
+        self._set(n)
+
+
+def _program_blas() -> list[Any]:
+    """The BLAS library the llvm generator's products call: numpy's own (where it has the
+    functions to set its threads), else threadpoolctl's controllers of those loaded."""
+    own = _numpy_blas_threads()
+    return [own] if own is not None else _blas()
+
+
+@functools.cache
+def _numpy_blas_threads() -> _NumpyBlas | None:
+    blas = numpy_blas()
+    if blas is None or not hasattr(blas, "scipy_openblas_set_num_threads64_"):
+        return None
+    return _NumpyBlas(blas)
 
 
 def _blas() -> list[Any]:

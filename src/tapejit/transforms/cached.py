@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import cache
-from ..compile import check_backend, default_backend, prepare
+from ..compile import check_backend, default_backend
 from ..config import config
 from ..cuda_support import device_key
 from ..draws import collecting, fast_caller, with_keys
@@ -300,7 +300,6 @@ class CachedTransform:
             self._info["traces"] += 1
             if self._cache:
                 self._retraces += 1
-            prepare(default_backend(self.backend))     # loads while the program is built
             with collecting_rerolls() as loops, collecting_assignments() as assigned, \
                     collecting_guards() as guards, collecting(self) as drawn:
                 program = build()

@@ -11,10 +11,10 @@ Slots of `S` that the program never writes (all but the index checks' status slo
 once, at the function's start.
 
 Locals live in stack slots that LLVM promotes to registers. A `numba.prange` loop becomes a
-function of its own run in chunks on numba's thread pool (`tj_rt_parallel_for`, runtime.py);
-the values its body reads travel in a context of 8-byte cells, and a local it sums into
-(`acc = acc + x`, the only reduction the generator lets a parallel loop make into a scalar) is
-summed per chunk and the partial sums added in chunk order afterwards.
+function of its own run in chunks on the runtime's thread pool (`tj_rt_parallel_for`,
+runtime.py); the values its body reads travel in a context of 8-byte cells, and a local it
+sums into (`acc = acc + x`, the only reduction the generator lets a parallel loop make into a
+scalar) is summed per chunk and the partial sums added in chunk order afterwards.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A `numba.prange` loop of the entry as a chunked parallel loop: its body becomes a function
 `void @tj_nestN(ptr %ctx, i64 %chunk, i64 %lo, i64 %hi)` that runs iterations `lo..hi`, and
-the entry calls `tj_rt_parallel_for` (runtime.py: numba's thread pool) with
+the entry calls `tj_rt_parallel_for` (runtime.py: the runtime's own thread pool) with
 `min(S[threads], n)` chunks (one where the program has no threads slot).
 
 The context is an array of 8-byte cells holding what the body reads: each scalar, each array's

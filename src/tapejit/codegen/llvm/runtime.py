@@ -14,19 +14,20 @@ per machine and cached by jit.py; no numba import):
   program, the argument and its type. Dtype, shape and contiguity are the caller's to
   guarantee (dispatch checks the signature).
 - `tj_rt_parallel_for(fn, ctx, n, chunks)` runs `fn(ctx, c, lo, hi)` for each chunk c of
-  `[0, n)`, `lo = c*n//chunks`, `hi = (c+1)*n//chunks`, on numba's thread pool (the one numba's
-  own prange uses, through its `numba_parallel_for`), and returns when every chunk is done.
-  It uses at most `min(chunks, numba.get_num_threads())` threads: the calling thread's numba
-  thread count, which threads.py sets to the call's budget; fewer than two run on the calling
-  thread. The first call with `chunks > 1` starts the pool (`_pool_wanted`, a Python callback:
-  numba is imported only by processes that run parallel loops). The caller's GIL stays held:
-  a program's table, size table and workspace serve all its calls, and the GIL keeps two
-  Python threads from running one program at once.
-
-numba's `parallel_for(kernel, args, dims, steps, data, inner_ndim=0, array_count=1, threads)`
-calls `kernel(args', dims', steps, data)` with `dims'[0]` iterations starting at iteration r,
-where `args'[0] = args[0] + r * steps[0]` (each threading layer splits the range its own way):
-`tj_rt_kernel` is given `args[0] = data` (the job) and `steps[0] = 1`, so r is `args'[0] - data`.
+  `[0, n)`, `lo = c*n//chunks`, `hi = (c+1)*n//chunks`, on the runtime's own thread pool, and
+  returns when every chunk is done. A call of `chunks` chunks runs on at most `chunks` threads,
+  the caller's included (the generated code passes the call's budget, threads.py, or fewer),
+  and on no more than `tj_rt_pool_size` (`threads.pool()`, set when the runtime loads). The
+  pool's threads are POSIX threads started by the first call that needs them: no numba
+  import, no Python. A job is published with one atomic word (`ticket`: its epoch, its items,
+  the next item); the waiting threads spin for a while (`SPINS` pause instructions), then sleep
+  on a condition; each takes items while there are any, the caller too, and the caller returns
+  once the last is finished. A call made while another call's job runs (a chunk's own parallel
+  loop, or a second Python thread calling with the GIL released) runs its chunks on its own
+  thread. A forked child starts its own threads (`pthread_atfork`). The caller's GIL stays
+  held: a program's table, size table and workspace serve all its calls, and the GIL keeps two
+  Python threads from running one program at once. The module is never unloaded: a pool
+  thread may spin in it until the process ends.
 
 Generated modules `declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)`: importing this module
 registers it with jit.py (`add_external`: a program that uses it loads the runtime), and
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import threading
 from typing import Any, Callable, Sequence
 
@@ -43,8 +45,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ... import threads
-from ...errors import warn_at_user
-from . import jit
+from . import jit, pool_ir
 from .runtime_ir import (ARRAY_DATA, ARRAY_TYPE, EXPORTS, NEW_FROM_DESCR, OB_TYPE, W_COUNT,
                          W_ENTRY, W_ERROR, W_FRESH, W_NAME, W_NDARRAY, W_SIZES, W_SPECS,
                          W_TABLE, WORDS, source)
@@ -64,45 +65,18 @@ class Runtime:
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
-_pool = False
-_pool_failed = False
-_preparing = False
 
 
-def ensure(parallel: bool = False) -> Runtime:
+def ensure() -> Runtime:
     """The runtime module, loaded on the first call in a process (compiled on the first in a
-    machine: a few milliseconds each); `parallel`: also start numba's thread pool now (imports
-    numba), as the first call of `tj_rt_parallel_for` with more than one chunk does."""
-    global _runtime, _pool
-    if _runtime is not None and (_pool or not parallel):
+    machine: a few milliseconds each)."""
+    global _runtime
+    if _runtime is not None:
         return _runtime
     with _lock:
         if _runtime is None:
             _runtime = _compile()
-        if parallel and not _pool:
-            _start_pool(_runtime)
-            _pool = True
     return _runtime
-
-
-def prepare() -> None:
-    """Load the runtime, and with it the process's LLJIT (2-8 ms), on a thread of its own,
-    once: the first program is traced and optimized meanwhile. A failure is left to the
-    `ensure` that needs the runtime, which raises it."""
-    global _preparing
-    with _lock:
-        if _runtime is not None or _preparing:
-            return
-        _preparing = True
-    threading.Thread(target=_quietly, args=(ensure,), name="tapejit-runtime",
-                     daemon=True).start()
-
-
-def _quietly(fn: Any) -> None:
-    try:
-        fn()
-    except Exception:       # noqa: BLE001  (ensure() raises it again where it is needed)
-        pass
 
 
 def _compile() -> Runtime:
@@ -112,15 +86,18 @@ def _compile() -> Runtime:
                  "PyTuple_SetItem"):
         llvm.add_symbol(name, ctypes.cast(getattr(api, name), ctypes.c_void_p).value)
     llvm.add_symbol("_Py_NoneStruct", id(None))
-    ir = source()
+    ir = source() + pool_ir.source()
     obj, _ = jit.cached_bytes("runtime", ir, lambda: _object(ir))
-    code = jit.Program(obj, EXPORTS)
+    code = jit.Program(obj, EXPORTS + pool_ir.EXPORTS)
     symbols = {"tj_rt_parallel_for": code.address("tj_rt_parallel_for")}
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
     runtime = Runtime(code, code.address("tj_rt_call"), symbols)
-    _set(runtime, "tj_rt_pool_start", ctypes.cast(_pool_wanted, ctypes.c_void_p).value)
+    _set(runtime, "tj_rt_pool_size", threads.pool() if os.name == "posix" else 1)
     _set(runtime, "tj_rt_new_array", _numpy_api()[NEW_FROM_DESCR])
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(code))     # never freed (the docstring)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=ctypes.CFUNCTYPE(None)(code.address("tj_rt_forked")))
     return runtime
 
 
@@ -156,37 +133,8 @@ def _check_layout() -> None:
                            f"build of Python and numpy (use TAPEJIT_CODEGEN=numba)")
 
 
-def _start_pool(runtime: Runtime) -> None:
-    """Point tj_rt_parallel_for at numba's pool (started here, as numba's first prange would)."""
-    import numba
-    numba.get_num_threads()         # launches the threading layer, registers its symbols
-    found = {name: llvm.address_of_symbol(name)
-             for name in ("numba_parallel_for", "get_num_threads")}
-    if not all(found.values()):
-        raise RuntimeError(f"numba's threading layer exported no {found}")
-    _set(runtime, "tj_rt_pool_threads", found["get_num_threads"])
-    _set(runtime, "tj_rt_pool_for", found["numba_parallel_for"])       # the gate, last
-
-
 def _set(runtime: Runtime, variable: str, value: int) -> None:
     ctypes.c_void_p.from_address(runtime.code.address(variable)).value = value
-
-
-@ctypes.CFUNCTYPE(None)
-def _pool_wanted() -> None:
-    """Called by tj_rt_parallel_for, with the GIL, while the pool is not running and a call
-    asks for more than one chunk. Never raises into the caller: a pool that cannot start, or
-    whose numba is not imported yet (threads.py imports it beside the call), leaves the
-    chunks on one thread."""
-    global _pool_failed
-    if _pool_failed or threads.numba_ready() is None:
-        return
-    try:
-        ensure(parallel=True)
-    except Exception as err:    # noqa: BLE001  (anything numba's threading layer raises)
-        _pool_failed = True
-        warn_at_user(f"tapejit's parallel loops run on one thread: numba's thread pool did "
-                     f"not start ({type(err).__name__}: {err})")
 
 
 jit.add_external("tj_rt_parallel_for", lambda: ensure().symbols["tj_rt_parallel_for"])

@@ -1,5 +1,5 @@
-"""The LLVM IR of the runtime module that runtime.py loads: the trampoline `tj_rt_call` and
-`tj_rt_parallel_for` (runtime.py's docstring says what each does).
+"""The LLVM IR of the trampoline `tj_rt_call` of the runtime module that runtime.py loads
+(runtime.py's docstring says what it does; pool_ir.py holds the module's parallel loops).
 
 The trampoline reads CPython and numpy objects at fixed offsets (`OB_TYPE`, `ARRAY_DATA`),
 which runtime.py checks on an array before loading the module, and a bound program's context,
@@ -21,8 +21,7 @@ OB_TYPE = object.__basicsize__ - ctypes.sizeof(ctypes.c_void_p)
 ARRAY_DATA = object.__basicsize__
 ARRAY_TYPE, NEW_FROM_DESCR = 2, 94      # slots of numpy's C API table (stable since numpy 1.0)
 
-EXPORTS = ("tj_rt_call", "tj_rt_parallel_for", "tj_rt_pool_for", "tj_rt_pool_threads",
-           "tj_rt_pool_start", "tj_rt_new_array")
+EXPORTS = ("tj_rt_call", "tj_rt_new_array")
 _TEXTS = {
     "miscount": b"%s takes %zd arrays (%zd given): call the program through its transform",
     "not_array": b"%s: argument %zd of %zd has type %R, expected a numpy.ndarray",
@@ -146,114 +145,10 @@ declare i32 @PyTuple_SetItem(ptr, i64, ptr)
 @_Py_NoneStruct = external global i8
 """
 
-_PARALLEL_FOR = """
-%job = type { ptr, ptr, i64, i64 }   ; fn, ctx, n, chunks
-
-@tj_rt_pool_for = global ptr null       ; numba_parallel_for, once the pool runs
-@tj_rt_pool_threads = global ptr null   ; numba's get_num_threads
-@tj_rt_pool_start = global ptr null     ; void(): starts the pool (Python, `_start_pool`)
-
-define void @tj_rt_parallel_for(ptr %fn, ptr %ctx, i64 %n, i64 %chunks) {
-entry:
-  %job = alloca %job
-  %args = alloca ptr
-  %dims = alloca i64
-  %steps = alloca i64
-  store ptr %fn, ptr %job
-  %ctx.at = getelementptr %job, ptr %job, i32 0, i32 1
-  store ptr %ctx, ptr %ctx.at
-  %n.at = getelementptr %job, ptr %job, i32 0, i32 2
-  store i64 %n, ptr %n.at
-  %many = icmp sgt i64 %chunks, 1
-  %chunks.1 = select i1 %many, i64 %chunks, i64 1
-  %chunks.at = getelementptr %job, ptr %job, i32 0, i32 3
-  store i64 %chunks.1, ptr %chunks.at
-  br i1 %many, label %pool, label %here
-pool:
-  %pool.0 = load atomic ptr, ptr @tj_rt_pool_for acquire, align 8
-  %running = icmp ne ptr %pool.0, null
-  br i1 %running, label %budget, label %start
-start:
-  %start.fn = load atomic ptr, ptr @tj_rt_pool_start acquire, align 8
-  call void %start.fn()
-  %pool.1 = load atomic ptr, ptr @tj_rt_pool_for acquire, align 8
-  %started = icmp ne ptr %pool.1, null
-  br i1 %started, label %budget, label %here
-budget:
-  %pool.for = phi ptr [%pool.0, %pool], [%pool.1, %start]
-  %get.threads = load atomic ptr, ptr @tj_rt_pool_threads acquire, align 8
-  %own = call i32 %get.threads()
-  %own.64 = sext i32 %own to i64
-  %fewer = icmp slt i64 %own.64, %chunks
-  %threads = select i1 %fewer, i64 %own.64, i64 %chunks
-  %threaded = icmp sgt i64 %threads, 1
-  br i1 %threaded, label %pooled, label %here
-pooled:
-  store ptr %job, ptr %args
-  store i64 %chunks, ptr %dims
-  store i64 1, ptr %steps
-  %threads.32 = trunc i64 %threads to i32
-  call void %pool.for(ptr @tj_rt_kernel, ptr %args, ptr %dims, ptr %steps, ptr %job,
-                  i64 0, i64 1, i32 %threads.32)
-  ret void
-here:
-  call void @tj_rt_chunks(ptr %job, i64 0, i64 %chunks.1)
-  ret void
-}
-
-define internal void @tj_rt_kernel(ptr %args, ptr %dims, ptr %steps, ptr %job) {
-entry:
-  %at = load ptr, ptr %args
-  %at.int = ptrtoint ptr %at to i64
-  %job.int = ptrtoint ptr %job to i64
-  %first = sub i64 %at.int, %job.int
-  %count = load i64, ptr %dims
-  call void @tj_rt_chunks(ptr %job, i64 %first, i64 %count)
-  ret void
-}
-
-; chunks first .. first+count-1 of the job, one after the other
-define internal void @tj_rt_chunks(ptr %job, i64 %first, i64 %count) {
-entry:
-  %fn = load ptr, ptr %job
-  %ctx.at = getelementptr %job, ptr %job, i32 0, i32 1
-  %ctx = load ptr, ptr %ctx.at
-  %n.at = getelementptr %job, ptr %job, i32 0, i32 2
-  %n = load i64, ptr %n.at
-  %chunks.at = getelementptr %job, ptr %job, i32 0, i32 3
-  %chunks = load i64, ptr %chunks.at
-  %end = add i64 %first, %count
-  %empty = icmp sle i64 %count, 0
-  br i1 %empty, label %done, label %chunk
-chunk:
-  %c = phi i64 [%first, %entry], [%c.next, %chunk]
-  %c.next = add i64 %c, 1
-  %lo = call i64 @tj_rt_bound(i64 %c, i64 %n, i64 %chunks)
-  %hi = call i64 @tj_rt_bound(i64 %c.next, i64 %n, i64 %chunks)
-  call void %fn(ptr %ctx, i64 %c, i64 %lo, i64 %hi)
-  %more = icmp slt i64 %c.next, %end
-  br i1 %more, label %chunk, label %done
-done:
-  ret void
-}
-
-; c*n//chunks without overflow: c*(n//chunks) + c*(n%chunks)//chunks
-define internal i64 @tj_rt_bound(i64 %c, i64 %n, i64 %chunks) {
-  %q = udiv i64 %n, %chunks
-  %r = urem i64 %n, %chunks
-  %whole = mul i64 %c, %q
-  %part.n = mul i64 %c, %r
-  %part = udiv i64 %part.n, %chunks
-  %bound = add i64 %whole, %part
-  ret i64 %bound
-}
-"""
-
-
 def source() -> str:
     """The runtime module's IR text."""
     texts = "".join(f'@{name} = private unnamed_addr constant [{len(text) + 1} x i8] '
                     f'c"{text.decode()}\\00"\n' for name, text in _TEXTS.items())
     values = {f"W_{word.upper()}": k for k, word in enumerate(WORDS)}
     values.update(ARRAY_DATA=ARRAY_DATA, OB_TYPE=OB_TYPE)
-    return texts + string.Template(_CALL).substitute(values) + _PARALLEL_FOR
+    return texts + string.Template(_CALL).substitute(values)
