@@ -21,9 +21,10 @@ numba fallback is its TAPEJIT_LOG=debug line). Every child's result is checked a
 tapejit interpreter's in this process. JAX runs the ODE as `lax.fori_loop` (see `euler`).
 Goal: llvm first call <= 1.0x JAX's.
 
-Then: warm start (mlp and gmm: the cold llvm child's cache dir again: time from after
-`import tapejit` to the first compiled result, goal <= 50 ms); compile time against program
-size (a chain `x = np.sin(x) * 1.0001 + k` unrolled to 100..5,000 ops, TAPEJIT_REROLL=0, the
+Then: warm start (mlp and gmm: the cold llvm child's cache dir again, once that child's
+programs run their full tier, which is then on disk, as after any session longer than a
+moment: time from after `import tapejit` to the first compiled result, goal <= 50 ms);
+compile time against program size (a chain `x = np.sin(x) * 1.0001 + k` unrolled to 100..5,000 ops, TAPEJIT_REROLL=0, the
 op count read from `tj.explain`; the slope beyond the fixed cost fitted by least squares, goal
 <= 0.5 ms/op; numba up to 1,000 ops); memory (RSS after compiling and dropping 100 distinct
 small gradient programs, goal within 20 MB of the RSS after the first; numba: fewer programs).
@@ -207,6 +208,8 @@ def child_first(spec: dict) -> dict:
     block(fn(*args))
     out = {"import": t_data - _T0, "import_lib": t_lib - t_data, "first": t_first - t_lib,
            "second": time.perf_counter() - t_first}
+    if spec.get("settle"):
+        settle(fn)
     if spec["lib"] != "jax":
         out |= {"cache_info": {k: v for k, v in fn.cache_info().items() if k != "last_miss"},
                 "fallbacks": fallbacks.reasons}
@@ -214,6 +217,14 @@ def child_first(spec: dict) -> dict:
         pickle.dump([np.asarray(r) for r in (result if isinstance(result, (tuple, list))
                                               else [result])], fh)
     return out
+
+
+def settle(fn: Any, limit_s: float = 120.0) -> None:
+    """Wait (untimed) until `fn`'s programs run their full tier, which is then on disk: the
+    cache a session that ran for more than a moment leaves to the next process."""
+    end = time.monotonic() + limit_s
+    while fn.cache_info()["quick_tier"] and time.monotonic() < end:
+        time.sleep(0.01)
 
 
 def chain(steps: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -363,13 +374,14 @@ def one_workload(run: Runner, name: str, runs: dict, args: Any, round_: int) -> 
     for col, codegen in columns(args, round_):
         out = os.path.join(run.tmp, f"{name}-{col}.pkl")
         spec = {"mode": "first", "name": name, "data": run.data[name], "out": out,
-                "lib": "tapejit" if codegen else "jax"}
+                "lib": "tapejit" if codegen else "jax",
+                "settle": col == "llvm" and name in WARM_WORKLOADS}
         res = run.spawn(spec, codegen)
         check(f"{name} {col}", out, run.want[name], 1e-7 if codegen else 1e-6)
         runs[name][col].append(res)
         child_line(round_, name, col, res)
         if col == "llvm" and name in WARM_WORKLOADS:
-            warm = run.spawn(spec, "llvm", cache=res["cache"])
+            warm = run.spawn({**spec, "settle": False}, "llvm", cache=res["cache"])
             check(f"{name} warm", out, run.want[name], 1e-7)
             runs[name]["warm"].append(warm)
             child_line(round_, name, "warm", warm)
