@@ -34,8 +34,8 @@ LAYER_DOC = pathlib.Path(__file__).parents[1] / "docs" / "how-it-works.md"
 
 # bottom first; a module imports only modules of its own layer or below
 LAYERS = [
-    ("base", ["errors", "avals", "config", "pytree", "pages", "threads", "cache_trust",
-              "numba_cache", "cache", "ir", "memo", "parse"]),
+    ("base", ["errors", "avals", "config", "pytree", "pages", "extensions", "threads",
+              "cache_trust", "numba_cache", "cache", "ir", "memo", "parse"]),
     ("ops", ["ops"]),
     ("tracing", ["trace", "typecheck", "interpret", "dims", "numpy_api", "guards", "random"]),
     ("autodiff", ["autodiff", "batching", "derived_tapes"]),

@@ -50,9 +50,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
-import importlib.machinery
-import importlib.util
+import importlib
 import os
 import sys
 import threading
@@ -64,6 +62,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .config import config
+from .extensions import load_alone
 
 # OpenBLAS runs a gemm of fewer multiply-adds on the calling thread (its
 # GEMM_MULTITHREAD_THRESHOLD x SMP_THRESHOLD_MIN): a program whose products are all smaller,
@@ -282,19 +281,7 @@ def numpy_blas() -> ctypes.CDLL | None:
 def scipy_blas() -> ModuleType:
     """scipy's `scipy.linalg.cython_blas` (its BLAS, the one numba calls), loaded without
     running scipy.linalg's package (28-80 ms) where that is not imported yet."""
-    name = "scipy.linalg.cython_blas"
-    if name not in sys.modules and "scipy.linalg" not in sys.modules:
-        import scipy
-        found = glob.glob(os.path.join(os.path.dirname(scipy.__file__), "linalg",
-                                       "cython_blas.*"))
-        if found:
-            loader = importlib.machinery.ExtensionFileLoader(name, found[0])
-            spec = importlib.util.spec_from_file_location(name, found[0], loader=loader)
-            module = importlib.util.module_from_spec(spec)   # type: ignore[arg-type]
-            loader.exec_module(module)
-            sys.modules[name] = module      # scipy.linalg's own import finds it there
-            return module
-    return importlib.import_module(name)
+    return load_alone("scipy.linalg.cython_blas")
 
 
 def _blas_limit(limits: Sequence[int | None]) -> int | None:

@@ -60,6 +60,7 @@ from ... import cache
 from ...cache_trust import Root, read_sealed, write_sealed
 from ...config import config
 from ...errors import TapejitError
+from ...extensions import load_alone
 
 # the llvmlite this generator is written for (opaque pointers, ORC LLJIT, the new pass manager);
 # with an older one numba compiles every program (compile.py)
@@ -365,17 +366,16 @@ def _address(symbol: str) -> int:
 
 
 def numba_helper(symbol: str) -> int | None:
-    """numba's C helper `symbol` (numba_gamma, ...: kernels numba compiled call them), from
-    its helper library, or its memory manager's `NRT_*` (array kernels call them): the first
-    one needed imports numba (not its compiler)."""
+    """numba's C helper `symbol` (numba_gamma, ...), from its helper library loaded alone
+    (`load_alone`: no numba import), or its memory manager's `NRT_*` (array kernels call
+    them: the first one needed imports numba, not its compiler)."""
     if symbol.startswith("NRT_"):
         import numba  # noqa: F401  first: waits for an import under way on another thread
         from numba.core.runtime import _nrt_python
         return _nrt_python.c_helpers.get(symbol[len("NRT_"):])
     if not symbol.startswith("numba_"):
         return None
-    from numba import _helperlib
-    return _helperlib.c_helpers.get(symbol[len("numba_"):])
+    return load_alone("numba._helperlib").c_helpers.get(symbol[len("numba_"):])
 
 
 @functools.cache
