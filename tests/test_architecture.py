@@ -37,7 +37,8 @@ LAYERS = [
     ("base", ["errors", "avals", "config", "pytree", "pages", "extensions", "threads",
               "cache_trust", "numba_cache", "cache", "ir", "memo", "parse"]),
     ("ops", ["ops"]),
-    ("tracing", ["trace", "typecheck", "interpret", "dims", "numpy_api", "guards", "random"]),
+    ("tracing", ["trace", "recording", "typecheck", "interpret", "dims", "numpy_api", "guards",
+                 "random"]),
     ("autodiff", ["autodiff", "batching", "derived_tapes"]),
     ("passes", ["passes"]),
     ("codegen", ["codegen"]),
@@ -54,7 +55,7 @@ TOOLS = len(LAYERS) - 1
 # string displays that coincide with op names but are not about ops: (module, first element)
 NOT_OP_TABLES = {
     ("variables", "lt"): "Python's comparison operators, for Variable's dunder methods",
-    ("trace", "lt"): "Python's comparison operators, for Tracer's dunder methods",
+    ("operators", "lt"): "Python's comparison operators, for Tracer's dunder methods",
     ("expr", "eq"): "Python's comparison operators, as LLVM's icmp conditions",
 }
 
@@ -167,8 +168,8 @@ MODULE_LINES = 400            # a module with one job reads in one sitting
 OVERSIZED = {                 # modules over it, each held to its size until split: why it is
     "codegen.vmath": (709, "every branch-free math kernel (exp, log, sin, tanh, pow; f64, f32) "
                            "in one table the generator links: split by function family"),
-    "trace": (685, "Tracer, Trace and the Tracer's numpy methods: split by the transforms "
-                   "work of issue 36"),
+    "trace": (514, "Tracer and Trace, one object model: numpy's protocols, values read under "
+                   "guards, views written back (recording and operators are split out)"),
     "codegen.cpu": (660, "the numba CPU generator: loop nests, reductions and views emitted by "
                          "one walker: split the emitters from the walk"),
     "tools.statement_templates": (540, "the fuzzer's statement templates, one method each: a "

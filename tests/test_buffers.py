@@ -1,6 +1,6 @@
 """Buffers made by numpy constructors inside a traced function and filled with traced values
 (`out = np.zeros(n); out[i] = traced`, issue 35): the trace starts again with that line's
-constructor making traced arrays (trace.BufferWrite, trace_to_tape). Compiled (conftest: first
+constructor making traced arrays (recording.BufferWrite, trace_to_tape). Compiled (conftest: first
 and later calls, verified against the interpreter) and checked against numpy and finite
 differences; how often the function runs; arrays made outside the function and GradientTape's
 one-pass recording keep a clear error."""

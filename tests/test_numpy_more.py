@@ -128,7 +128,7 @@ def test_array_of_traced_values_inside_grad():
     # |R p|^2 = x1^2 + 4 (a rotation keeps lengths), plus x1 (x0 + x1)
     np.testing.assert_allclose(tj.grad(f)(x), [x[1], x[0] + 4 * x[1]], rtol=1e-12)
     tape = tj.make_tape(f)(x)
-    assert all(type(c) is np.ndarray for c in tape.consts)     # no trace.Constant escapes
+    assert all(type(c) is np.ndarray for c in tape.consts)     # no recording.Constant escapes
     assert tj.jit(lambda x: np.array([x[0], x[1]]))(x).dtype == np.float64
 
 

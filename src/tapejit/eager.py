@@ -20,8 +20,9 @@ from .avals import aval_of
 from .errors import UnsupportedOperationError, at_source, user_source
 from .guards import caller_source
 from .ir import Lit, Var
-from .trace import (_BINARY, FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer,
-                    function_name, refresh, trace_of, var_of)
+from .numpy_api.operators import BINARY
+from .trace import (FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, function_name,
+                    refresh, trace_of, var_of)
 from .variables import Variable
 
 
@@ -102,7 +103,7 @@ def _operator(name: str) -> Callable[[Any, Any], Any]:
     return lambda self, other: base(self, _read(other))
 
 
-for _name in _BINARY:
+for _name in BINARY:
     for _form in (f"__{_name}__", f"__r{_name}__"):
         setattr(EagerTracer, _form, _operator(_form))
 

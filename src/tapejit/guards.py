@@ -51,7 +51,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .errors import ConcretizationError, RandomnessError, at_source, user_source
-from .trace import Constant, Tracer, buffer_sites, lift, set_open_hooks
+from .recording import Constant, buffer_sites
+from .trace import Tracer, lift, set_open_hooks
 
 # numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
 SIZED: dict[str, tuple[tuple[int, str], ...]] = {

@@ -5,20 +5,21 @@ a deeper one). An op applied to tracers records into the deepest trace among its
 tracers of shallower traces, and numpy arrays, enter it as constants. Calling an `Op` on no
 tracers simply evaluates it (so rules may mix traced and concrete values freely).
 
-`Tracer` speaks numpy: operators, `__array_ufunc__`, `__array_function__`, methods and indexing
-all route to the lowering rules the numpy_api package registers in `UFUNC_RULES` and
-`FUNCTION_RULES`.
+`Tracer` speaks numpy: `__array_ufunc__`, `__array_function__`, and the operators, methods and
+indexing the numpy_api package installs, all route to the lowering rules it registers in
+`UFUNC_RULES` and `FUNCTION_RULES`.
 A tracer is mutable only through index assignment (`x[i] = v`), which rebinds it to a new var
-(`collecting_assignments` reports which inputs a traced function assigned into). A trace that
-has ended leaves its tracers dead: one kept outside its function and used again raises
-`LeakedTracerError` (GradientTape's eager traces excepted: their values are concrete).
+(`rebind`; views of it are read again, `as_view`). A trace that has ended leaves its tracers
+dead: one kept outside its function and used again raises `LeakedTracerError` (GradientTape's
+eager traces excepted: their values are concrete). Recording a whole function into a tape is
+recording.py's.
 """
 from __future__ import annotations
 
 import operator
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -173,8 +174,15 @@ class Trace:
     def to_tape(self, invars: Sequence[Var], outs: Sequence[Any]) -> Tape:
         outvars = tuple(self.atom(o) for o in outs)
         return Tape(tuple(invars), tuple(self.eqns), outvars, tuple(self.constvars),
-                    tuple(c.view(np.ndarray) if isinstance(c, Constant) else c
-                          for c in self.consts), self.reverse_start)
+                    tuple(_plain(c) for c in self.consts), self.reverse_start)
+
+
+def _plain(const: Any) -> Any:
+    """A constant as the tape holds it: an ndarray subclass's data as a plain ndarray (the
+    `Constant`s of recording.py, np.matrix: the tape's ops have ndarray semantics)."""
+    if isinstance(const, np.ndarray) and type(const) is not np.ndarray:
+        return const.view(np.ndarray)
+    return const
 
 
 _BOOL = np.dtype(np.bool_)
@@ -431,46 +439,6 @@ def holds_tracer(x: Any) -> bool:
     return isinstance(x, Tracer) or isinstance(x, (list, tuple)) and any(map(holds_tracer, x))
 
 
-class Constant(np.ndarray):
-    """A numpy array that a numpy constructor made while a replayed recording was open
-    (guards.py), at the user's line `site`: indexed by a traced integer array it records a
-    gather (`np.eye(k)[labels]`, the one-hot idiom), where a plain ndarray would ask the tracer
-    for its value. A traced value (or index) written into it raises `BufferWrite`: the trace
-    starts again with that line's constructor making traced arrays (`out = np.zeros(n);
-    out[i] = traced`). Operations on it keep the type and the site; a trace records its value
-    as a plain ndarray."""
-
-    site: Src | None = None
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self.site = getattr(obj, "site", None)
-
-    def __getitem__(self, key: Any) -> Any:
-        if holds_tracer(key):
-            return Tracer.__getitem__(self.view(np.ndarray), key)   # type: ignore[call-arg]
-        return super().__getitem__(key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if holds_tracer(value) or holds_tracer(key):
-            raise BufferWrite(self.site)
-        super().__setitem__(key, value)
-
-
-class BufferWrite(ConcretizationError):
-    """A traced value or index written into a `Constant` made at `site` (a user's line). The
-    tracing of a function catches it and traces again (`trace_to_tape`); where nothing does
-    (GradientTape's recording runs the code once), its message is the error."""
-
-    def __init__(self, site: Src | None) -> None:
-        super().__init__(at_source(
-            "x[...] = a recorded value (or at a recorded index), where x is an array made by a "
-            "numpy constructor (np.zeros, np.array of numbers, ...) or outside: x holds plain "
-            "numbers, so the value would be written without its derivative. Make the buffer "
-            "from a recorded value, `out = np.zeros_like(x)`, then assign into it; or build the "
-            "array at once with `np.stack([...])`.", site or user_source()))
-        self.site = site
-
-
 def lift(x: Any) -> Any:
     """A constant as a tracer of the current trace (to index or assign into it)."""
     if isinstance(x, Tracer):
@@ -494,53 +462,6 @@ def _unsupported(name: str, table: dict) -> UnsupportedOperationError:
     return UnsupportedOperationError(at_source(
         f"{name} is not supported on traced arrays.\n  Supported: {', '.join(supported)}",
         user_source()))
-
-
-def _method(name: str, fn: Callable[..., Any]) -> None:
-    setattr(Tracer, name, fn)
-
-
-# operators route through numpy, so their semantics (promotion, broadcasting) are numpy's
-_BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
-    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "matmul": np.matmul,
-    "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
-}
-def _operator(uf: np.ufunc, reflected: bool) -> Callable[[Tracer, Any], Any]:
-    """`x op y` goes straight to the ufunc's lowering rule (skipping numpy's override dispatch,
-    same semantics); operands numpy would defer to (other tracers, arrays) take the same path."""
-    if reflected:
-        return lambda self, other: UFUNC_RULES[uf](other, self)
-    return lambda self, other: UFUNC_RULES[uf](self, other)
-
-
-for _name, _uf in _BINARY.items():
-    _method(f"__{_name}__", _operator(_uf, False))
-    _method(f"__r{_name}__", _operator(_uf, True))
-for _name, _uf in {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-                   "eq": np.equal, "ne": np.not_equal}.items():
-    _method(f"__{_name}__", lambda self, other, _uf=_uf: _uf(self, other))
-_method("__neg__", lambda self: np.negative(self))
-_method("__pos__", lambda self: self)
-_method("__abs__", lambda self: np.absolute(self))
-_method("__invert__", lambda self: np.logical_not(self))
-
-
-def _inplace(uf: np.ufunc) -> Callable[..., Any]:
-    """`x op= y` updates x in place (every alias of x sees it, as in numpy), keeping its shape
-    and dtype; without this Python would rebind only the name to a new tracer."""
-    def op(self: Tracer, other: Any) -> Tracer:
-        result = uf(self, other)
-        if result.shape == self.shape and result.dtype == self.dtype:
-            rebind(self, result)
-        else:
-            self[...] = result  # broadcasts/casts into x, or raises like numpy
-        return self
-    return op
-
-
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
-    _method(f"__i{_name}__", _inplace(_BINARY[_name]))
 
 
 class View(NamedTuple):
@@ -591,95 +512,3 @@ def rebind(tracer: Tracer, value: Tracer) -> None:
     _mark_stale(tracer._views)
     tracer._trace, tracer._var, tracer.weak = value._trace, value._var, value.weak
     tracer._stale = False
-
-
-def trace_to_tape(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
-                  names: Sequence[str], weak: Sequence[bool] | None = None,
-                  evaluate: Callable[[Tape], np.ndarray | None] | None = None) -> Tape:
-    """Trace `fn` on fresh tracers; `fn` takes the list of input tracers and returns the list of
-    output leaves. Returns the tape (not yet dead-code eliminated). Where `fn` writes a traced
-    value into an array a numpy constructor made (`BufferWrite`), it is traced again with that
-    line's constructors making traced arrays (`buffer_sites`), once per such line.
-
-    `evaluate(tape)`: the value of a tape from these inputs (with the call's arguments) to one
-    output, or None. Given, and guards collected at this level (`collecting_guards`), `fn` may
-    ask for the values of its tracers (`if`, `int()`, an index): each becomes a guard."""
-    weak = weak or [False] * len(avals)
-    return with_traced_buffers(lambda: _trace_once(fn, avals, names, weak, evaluate))
-
-
-T = TypeVar("T")
-
-
-def with_traced_buffers(run: Callable[[], T]) -> T:
-    """`run()` (a trace of the user's code), run again while it raises `BufferWrite` for a line
-    not tried yet, with that line's numpy constructors making traced arrays (guards.py reads
-    `buffer_sites`)."""
-    tried: set[Src] = set()
-    try:
-        while True:
-            try:
-                return run()
-            except BufferWrite as write:
-                if write.site is None or write.site in tried:
-                    raise
-                tried.add(write.site)
-                _stack.buffers[write.site] = _stack.buffers.get(write.site, 0) + 1
-    finally:
-        for site in tried:
-            _stack.buffers[site] -= 1
-            if not _stack.buffers[site]:
-                del _stack.buffers[site]
-
-
-def buffer_sites() -> dict[Src, int]:
-    """The user's lines whose numpy constructors make traced arrays on this thread (each with
-    the number of `with_traced_buffers` that asked for it)."""
-    return _stack.buffers
-
-
-def _trace_once(fn: Callable[[Sequence[Tracer]], Sequence[Any]], avals: Sequence[Aval],
-                names: Sequence[str], weak: Sequence[bool],
-                evaluate: Callable[[Tape], np.ndarray | None] | None) -> Tape:
-    with new_trace() as trace:
-        inputs = [trace.new_tracer(a, n, w) for a, n, w in zip(avals, names, weak)]
-        invars = [t._var for t in inputs]  # before fn: `x[i] = v` / `x += v` rebind inputs
-        guarded = _stack.guarded
-        if evaluate is not None and guarded is not None and guarded[0] == trace.level:
-            trace.evaluate = lambda t: evaluate(trace.to_tape(invars, [t]))
-        outs = fn(inputs)
-        if _stack.assigned is not None and _stack.assigned[0] == trace.level:
-            _stack.assigned[1].extend(i for i, (t, v) in enumerate(zip(inputs, invars))
-                                      if t._var is not v)
-        if trace.guards:
-            guarded[1].append((trace.to_tape(invars, [v for v, _ in trace.guards]),
-                               tuple(value for _, value in trace.guards)))
-        return trace.to_tape(invars, outs)
-
-
-class collecting_guards:
-    """Within this context, the function traced here (not those traced inside it) may branch
-    on the values it computes from the call (`trace_to_tape`'s `evaluate`); its guards are
-    collected as `(tape, values)`: a tape from its inputs to the values it asked for, and
-    those values."""
-
-    def __enter__(self) -> list[tuple[Tape, tuple]]:
-        self.saved, found = _stack.guarded, []
-        _stack.guarded = (len(_stack.traces), found)
-        return found
-
-    def __exit__(self, *exc: Any) -> None:
-        _stack.guarded = self.saved
-
-
-class collecting_assignments:
-    """Within this context, the positions of the inputs that the function traced here (not
-    those traced inside it) assigns into (`x[i] = v`, `x += v`, `x.fill(v)`) are collected."""
-
-    def __enter__(self) -> list[int]:
-        self.saved, found = _stack.assigned, []
-        _stack.assigned = (len(_stack.traces), found)
-        return found
-
-    def __exit__(self, *exc: Any) -> None:
-        _stack.assigned = self.saved

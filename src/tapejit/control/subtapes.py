@@ -7,7 +7,8 @@ from typing import Any, Callable, Sequence
 
 from ..avals import Aval
 from ..ir import Tape, Var, dce
-from ..trace import new_trace, var_of, with_traced_buffers
+from ..recording import with_traced_buffers
+from ..trace import new_trace, var_of
 
 
 def close(fn: Callable[[list[Any]], Sequence[Any]], avals: Sequence[Aval],

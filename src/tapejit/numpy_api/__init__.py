@@ -78,7 +78,7 @@ def reject(what: str, **given: Any) -> None:
                 user_source()))
 
 
-from . import math, shape, reductions, indexing, linalg, decompositions  # noqa: E402,F401
+from . import math, operators, shape, reductions, indexing, linalg, decompositions  # noqa: E402,F401,E501
 from . import creation, numeric  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401
 from . import special  # noqa: E402,F401  (scipy.special, where scipy is importable)

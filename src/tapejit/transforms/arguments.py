@@ -24,7 +24,8 @@ from ..avals import Aval, aval_of
 from ..cuda_support import device_aval, is_device_array
 from ..errors import ArgumentError, DtypeError, IntegerOverflowError, at_source, user_source
 from ..pytree import TreeDef, flatten, leaf_paths, unflatten
-from ..trace import Constant, Tracer
+from ..recording import Constant
+from ..trace import Tracer
 
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 _INT64 = np.iinfo(np.int64)

@@ -47,7 +47,8 @@ from ..draws import collecting, fast_caller, with_keys
 from ..errors import require_callable, warn_at_user
 from ..interpret import inline
 from .traced import collecting_rerolls
-from ..trace import collecting_assignments, collecting_guards, current_trace, open_traces
+from ..recording import collecting_assignments, collecting_guards
+from ..trace import current_trace, open_traces
 from . import pickling, sharing
 from .arguments import CacheKey, fn_name, miss_reason, refuse_aliasing
 from .builder import build

@@ -34,7 +34,8 @@ from ..ir import Tape
 from ..memo import digest, remembered
 from ..passes import dce
 from ..pytree import TreeDef, flatten
-from ..trace import Tracer, current_trace, guarded_value, trace_to_tape
+from ..recording import trace_to_tape
+from ..trace import Tracer, current_trace, guarded_value
 
 # observes each stage of a program being built: (stage name, tape)
 Stages = Callable[[str, Tape], None]

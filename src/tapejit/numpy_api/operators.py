@@ -1,0 +1,54 @@
+"""Python's operators on tracers: `x + y`, `x < y`, `-x`, `x += y`, ... route through numpy's
+ufuncs, so their semantics (promotion, broadcasting) are numpy's; in-place operators update the
+tracer (and every alias of it) as numpy's do."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..trace import UFUNC_RULES, Tracer, rebind
+
+
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "matmul": np.matmul,
+    "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
+}
+
+
+def _operator(uf: np.ufunc, reflected: bool) -> Callable[[Tracer, Any], Any]:
+    """`x op y` goes straight to the ufunc's lowering rule (skipping numpy's override dispatch,
+    same semantics); operands numpy would defer to (other tracers, arrays) take the same path."""
+    if reflected:
+        return lambda self, other: UFUNC_RULES[uf](other, self)
+    return lambda self, other: UFUNC_RULES[uf](self, other)
+
+
+for _name, _uf in BINARY.items():
+    setattr(Tracer, f"__{_name}__", _operator(_uf, False))
+    setattr(Tracer, f"__r{_name}__", _operator(_uf, True))
+for _name, _uf in {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+                   "eq": np.equal, "ne": np.not_equal}.items():
+    setattr(Tracer, f"__{_name}__", lambda self, other, _uf=_uf: _uf(self, other))
+setattr(Tracer, "__neg__", lambda self: np.negative(self))
+setattr(Tracer, "__pos__", lambda self: self)
+setattr(Tracer, "__abs__", lambda self: np.absolute(self))
+setattr(Tracer, "__invert__", lambda self: np.logical_not(self))
+
+
+def _inplace(uf: np.ufunc) -> Callable[..., Any]:
+    """`x op= y` updates x in place (every alias of x sees it, as in numpy), keeping its shape
+    and dtype; without this Python would rebind only the name to a new tracer."""
+    def op(self: Tracer, other: Any) -> Tracer:
+        result = uf(self, other)
+        if result.shape == self.shape and result.dtype == self.dtype:
+            rebind(self, result)
+        else:
+            self[...] = result  # broadcasts/casts into x, or raises like numpy
+        return self
+    return op
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow"):
+    setattr(Tracer, f"__i{_name}__", _inplace(BINARY[_name]))
