@@ -129,8 +129,10 @@ PROCESS = textwrap.dedent("""
     import os, sys, threading, numpy as np, tapejit as tj
     from tapejit.codegen.llvm import program
     program._spare_cpu = lambda: True
-    def f(x, y):     # kernels called by address (sin, tanh) and linked into both tiers (atan2)
-        return np.sum(np.sin(x) * np.tanh(y) + np.arctan2(x, y) + np.maximum(abs(x), y))
+    def f(x, y):     # kernels called by address (sin, tanh), linked into both tiers (atan2),
+        a = np.outer(x, y)      # and the product kernel (library.matmul)
+        return np.sum(np.sin(x) * np.tanh(y) + np.arctan2(x, y) + np.maximum(abs(x), y)) + \
+            np.sum(np.tanh(a @ a.T))
     x, y = np.linspace(-3.0, 3.0, 101), np.linspace(1.0, 2.0, 101)
     g = tj.jit(f)
     if sys.argv[1] == "first":          # ends before its full tier compiles
@@ -148,7 +150,7 @@ PROCESS = textwrap.dedent("""
 
 def test_a_quick_tier_left_by_another_process_compiles_its_full_tier(cache_dir):
     """Every kernel the full tier inlines is on the disk entry's list, not only those the
-    quick tier calls: a new process has none of them registered."""
+    quick tier calls, the product's too: a new process has none of them registered."""
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(cache_dir), "TAPEJIT_FIRST_CALL": "compile"}
     runs = [subprocess.run([sys.executable, "-c", PROCESS, step], env=env, capture_output=True,
                            text=True, timeout=HANG_S) for step in ("first", "second")]

@@ -209,6 +209,7 @@ class Body(Ownership):
         k = a.dims[0] if flag else a.dims[1]
         kern = library.matmul(out.dtype)
         self.module.declarations.add(kern.declaration)
+        self.module.kernels[kern.symbol] = ("matmul", out.dtype.str, ())
         self.call_kernel(kern, [a.ptr, b.ptr, out.ptr, m, n, k, ta, tb, threads])
 
     # ---- control flow -------------------------------------------------------------------

@@ -212,6 +212,11 @@ for _routine in ("dgemm", "sgemm"):
     jit.add_external(f"tj_blas_{_routine}", functools.partial(_blas_address, _routine))
 
 
+def matmul_symbol(dtype: np.dtype) -> str:
+    """The product kernel's name for `dtype`'s operands ("tj_lib_matmul_f8")."""
+    return f"tj_lib_matmul_{np.dtype(dtype).str[1:]}"
+
+
 @functools.cache
 def matmul(dtype: np.dtype) -> Kernel:
     """The matrix product kernel of float64 or float32 operands (the module docstring)."""
@@ -219,7 +224,7 @@ def matmul(dtype: np.dtype) -> Kernel:
     if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise jit.JitError(f"matmul kernels multiply float64 or float32 matrices, not {dtype}")
     code = dtype.str[1:]
-    symbol = f"tj_lib_matmul_{code}"
+    symbol = matmul_symbol(dtype)
     text = _MATMUL.format(S=symbol, T=ir_type(dtype), size=dtype.itemsize, grain=GRAIN,
                           I=_blas_int(), ints=_gemm_ints(),
                           side=SIDE, gemm=f"tj_blas_{'d' if code == 'f8' else 's'}gemm",

@@ -40,9 +40,10 @@ class Lowered(NamedTuple):
     outputs: tuple[tuple[str, int], ...]   # per output: ("input", k) or ("frame", k)
     parts: tuple[str, ...] = ()      # `ir` as modules to compile apart (on threads): the
                                      # entry's, then one per parallel loop's chunk function
-    kernels: tuple[tuple, ...] = ()  # the kernels it uses: ("scalar", call, dtypes) or
-                                     # ("array", call, kinds); those its code calls by address
-                                     # load before it, all before its full tier compiles
+    kernels: tuple[tuple, ...] = ()  # the kernels it uses: ("scalar", call, dtypes),
+                                     # ("array", call, kinds) or ("matmul", dtype, ()); those
+                                     # its code calls by address load before it, all before
+                                     # its full tier compiles
 
 
 class _Module:

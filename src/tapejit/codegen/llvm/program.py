@@ -34,12 +34,12 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from ...cache import OBJECTS
 from ...config import config
+from ...cache import OBJECTS
 from . import jit, runtime
 from .array_kernels import array_kernel
 from .emit import Frame, NotCovered
-from .library import scalar_kernel, scalar_symbol
+from .library import matmul, matmul_symbol, scalar_kernel, scalar_symbol
 from .lower import ENTRY_SYMBOL, PART_LINES, Lowered
 
 _FOLDER = OBJECTS.name          # jit.py's folder of the programs' entries
@@ -127,19 +127,26 @@ def _found(program_key: str) -> tuple[_Code | None, tuple[Lowered, _Entry] | Non
         calls = None if found[1].again else \
             {s for obj in found[1].objects for s in jit.undefined_symbols(obj)}
         for kind, call, types in found[0].kernels:
-            if kind == "scalar" and calls is not None and not _calls(calls, call, types):
+            if calls is not None and kind != "array" and not _calls(calls, kind, call, types):
                 continue            # inlined into the full tier's code: nothing to load
             # (a quick tier's full one compiles here: every kernel it inlines is registered)
             try:
-                (scalar_kernel if kind == "scalar" else array_kernel)(call, types)
+                _KERNELS[kind](call, types)
             except jit.JitError as err:
                 raise NotCovered(f"the kernel {call}: {err}") from None
     return None, found
 
 
-def _calls(symbols: set[str], call: str, types: Any) -> bool:
-    """Whether object code using `symbols` calls the scalar kernel of `call` on `types`."""
-    symbol = scalar_symbol(call, types)
+# a disk entry's kernels by kind (lower.py's `kernels`): registered again in a new process
+_KERNELS: dict[str, Callable[[str, Any], Any]] = {
+    "scalar": scalar_kernel, "array": array_kernel,
+    "matmul": lambda dtype, _: matmul(np.dtype(dtype))}
+
+
+def _calls(symbols: set[str], kind: str, call: str, types: Any) -> bool:
+    """Whether object code using `symbols` calls the scalar kernel of `call` on `types` (the
+    product kernel of dtype `call`)."""
+    symbol = matmul_symbol(np.dtype(call)) if kind == "matmul" else scalar_symbol(call, types)
     return any(s == symbol or s.startswith((symbol + "_v", symbol + ".")) for s in symbols)
 
 
