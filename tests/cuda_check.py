@@ -305,7 +305,7 @@ def run_ptx(only: str | None = None) -> int:
     from numba.np import numpy_support
 
     from tapejit.avals import Aval
-    from tapejit.cache import cache_root, load_module
+    from tapejit.disk.store import cache_root, load_module
     from tapejit.codegen.cuda import ENTRY, generate, var_name
     try:
         cuda.compile_ptx(lambda a: None, (types.float64[:],), cc=(9, 0))

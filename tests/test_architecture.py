@@ -34,8 +34,8 @@ LAYER_DOC = pathlib.Path(__file__).parents[1] / "docs" / "how-it-works.md"
 
 # bottom first; a module imports only modules of its own layer or below
 LAYERS = [
-    ("base", ["errors", "avals", "config", "pytree", "pages", "extensions", "threads",
-              "cache_trust", "numba_cache", "cache", "ir", "memo", "parse"]),
+    ("base", ["errors", "avals", "config", "pytree", "pages", "extensions", "threads", "ir",
+              "disk", "parse"]),
     ("ops", ["ops"]),
     ("tracing", ["trace", "recording", "typecheck", "interpret", "dims", "numpy_api", "guards",
                  "random"]),
@@ -178,8 +178,8 @@ OVERSIZED = {                 # modules over it, each held to its size until spl
                               "cache: split the cache out"),
     "numpy_api.shape": (425, "numpy's layout functions and the Tracer methods that match them, "
                              "one short rule each"),
-    "cache": (423, "the disk cache of generated modules (layout, publish, load, list, clear): "
-                   "split listing and clearing out"),
+    "disk.store": (423, "the disk cache of generated modules (layout, publish, load, list, "
+                        "clear): split listing and clearing out"),
     "control.primitives": (420, "the five control-flow primitives' records (scan, while, cond, "
                                 "checkpoint, loop_grad): one module per primitive"),
     "optimizers.gradient_transforms": (415, "optax's protocol, chain and every rule, one small "

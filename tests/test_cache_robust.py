@@ -20,7 +20,7 @@ import pytest
 numba = pytest.importorskip("numba")
 
 import tapejit as tj  # noqa: E402
-from tapejit import cache, numba_cache  # noqa: E402
+from tapejit.disk import numba_files, store  # noqa: E402
 from tapejit.config import reload as reload_config  # noqa: E402
 from hang import HANG_S
 
@@ -32,7 +32,7 @@ def env(tmp_path, monkeypatch):
     """TAPEJIT_CACHE_DIR at tmp/cache (not created), numba's user-wide fallback at tmp/xdg."""
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setattr(store, "_warned", set())
     reload_config()
     yield tmp_path
     monkeypatch.undo()
@@ -43,12 +43,12 @@ def source(c: float) -> str:
     return f"import numba\n\n\n@numba.njit(cache=True)\ndef entry(x):\n    return x * {c!r}\n"
 
 
-def calls_warn_once(c: float, path_part: str) -> cache.CachedModule:
+def calls_warn_once(c: float, path_part: str) -> store.CachedModule:
     """Load and call a program CALLS times: right answers, one warning naming `path_part`."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(CALLS):
-            program = cache.load_module(source(c), "entry")
+            program = store.load_module(source(c), "entry")
             assert program(float(i)) == c * i
     tapejit_warnings = [w for w in caught if issubclass(w.category, tj.TapejitWarning)]
     assert len(tapejit_warnings) == 1, [str(w.message) for w in caught]
@@ -76,16 +76,16 @@ def test_cache_dir_that_is_a_file(env):
 
 
 def test_numba_folder_that_is_a_file(env):
-    root = cache.cache_root()
+    root = store.cache_root()
     (root / "__pycache__").write_text("not a directory")
     program = calls_warn_once(1.25, "__pycache__")
     assert program.path.exists() and program.compiles == 1 and nothing_outside(env)
 
 
 def test_numba_folder_made_read_only_is_made_writable(env):
-    root = cache.cache_root()
+    root = store.cache_root()
     (root / "__pycache__").mkdir(mode=0o500)
-    program = cache.load_module(source(1.75), "entry")
+    program = store.load_module(source(1.75), "entry")
     assert program(2.0) == 3.5
     assert len(list((root / "__pycache__").glob(program.modname + ".*.nbc"))) == 1
     assert nothing_outside(env)
@@ -102,7 +102,7 @@ def test_full_disk_when_publishing(env, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cache.tempfile, "mkstemp", full)
+    monkeypatch.setattr(store.tempfile, "mkstemp", full)
     program = calls_warn_once(2.5, "No space left")
     assert program.compiles == 1 and nothing_outside(env)
 
@@ -111,7 +111,7 @@ def test_full_disk_when_numba_saves(env, monkeypatch):
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(numba_cache, "write_atomic", full)
+    monkeypatch.setattr(numba_files, "write_atomic", full)
     program = calls_warn_once(2.75, "No space left")
     assert program.compiles == 1 and nothing_outside(env)
 

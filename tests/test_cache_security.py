@@ -29,7 +29,7 @@ from hang import HANG_S
 numba = pytest.importorskip("numba")
 
 import tapejit as tj  # noqa: E402
-from tapejit import cache, cache_trust, numba_cache  # noqa: E402
+from tapejit.disk import numba_files, store, trust  # noqa: E402
 from tapejit.config import reload as reload_config  # noqa: E402
 
 NOBODY = 65534
@@ -158,7 +158,7 @@ def plant(folder: Path, names: list[str], markers: Path) -> None:
 
 
 def tag() -> str:
-    return cache._tag()
+    return store._tag()
 
 
 def victim_with_cache(place: Path) -> tuple[Victim, Path]:
@@ -260,7 +260,7 @@ def test_numba_files_and_sidecars_rewritten(place, names, owner):
 
 
 SWAP = """
-import os, tapejit.numba_cache as nc
+import os, tapejit.disk.numba_files as nc
 read = nc.read_own_file
 def read_then_swap(path):
     data = read(path)          # what the cache checks and loads; the file is replaced next
@@ -291,7 +291,7 @@ def test_planted_generated_module(place, names, owner):
     victim, root = victim_with_cache(place)
     [module] = root.glob("tj_*.py")
     body = f"import os\nos.mkdir({str(place / 'markers' / 'py')!r})\n".encode()
-    module.write_bytes(cache._HEADER.encode() + hashlib.sha256(body).hexdigest().encode()
+    module.write_bytes(store._HEADER.encode() + hashlib.sha256(body).hexdigest().encode()
                        + b"\n" + body)
     if owner == "nobody":
         os.chown(module, NOBODY, NOBODY)
@@ -304,7 +304,7 @@ def test_planted_generated_module(place, names, owner):
 def base(tmp_path, monkeypatch):
     """TAPEJIT_CACHE_DIR at tmp/base (not created)."""
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "base"))
-    monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setattr(store, "_warned", set())
     reload_config()
     yield tmp_path / "base"
     monkeypatch.undo()
@@ -316,10 +316,10 @@ def source(c: float) -> str:
 
 
 def test_key_is_private_made_once_and_kept(base):
-    root = cache_trust.open_root(base, tag())
+    root = trust.open_root(base, tag())
     st = (base / "key").stat()
     assert len(root.key) == 32 and stat.S_IMODE(st.st_mode) == 0o600
-    assert st.st_uid == os.geteuid() and cache_trust.open_root(base, tag()).key == root.key
+    assert st.st_uid == os.geteuid() and trust.open_root(base, tag()).key == root.key
     assert stat.S_IMODE(base.stat().st_mode) == 0o700 == stat.S_IMODE(root.path.stat().st_mode)
     assert sorted(p.name for p in base.iterdir()) == ["key", tag()]   # no temporary file left
 
@@ -342,14 +342,14 @@ BAD_KEYS = {
 @pytest.mark.parametrize("damage", BAD_KEYS)
 def test_bad_key_file_refuses_the_cache(base, damage):
     """A program still runs right, compiled in memory, with one warning naming the key."""
-    cache_trust.open_root(base, tag())
+    trust.open_root(base, tag())
     BAD_KEYS[damage](base / "key")
-    with pytest.raises(cache_trust.UntrustedCacheError, match="key"):
-        cache_trust.open_root(base, tag())
+    with pytest.raises(trust.UntrustedCacheError, match="key"):
+        trust.open_root(base, tag())
     c = 11.0 + list(BAD_KEYS).index(damage)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        program = cache.load_module(source(c), "entry")
+        program = store.load_module(source(c), "entry")
         assert program(2.0) == 2 * c and program.compiles == 1
     said = [str(w.message) for w in caught if issubclass(w.category, tj.TapejitWarning)]
     assert len(said) == 1 and f"{base / 'key'} " in said[0] and "in memory only" in said[0]
@@ -357,35 +357,35 @@ def test_bad_key_file_refuses_the_cache(base, damage):
 
 def test_seal_binds_the_key_the_file_name_and_every_byte():
     key, path = b"k" * 32, "/c/v/__pycache__/tj_1.entry-5.py311.nbi"
-    sealed = cache_trust.seal(key, path, b"payload")
-    assert cache_trust.unseal(key, "/elsewhere/tj_1.entry-5.py311.nbi", sealed) == b"payload"
-    assert cache_trust.unseal(b"o" * 32, path, sealed) is None
-    assert cache_trust.unseal(key, "/c/v/__pycache__/tj_2.entry-5.py311.nbi", sealed) is None
+    sealed = trust.seal(key, path, b"payload")
+    assert trust.unseal(key, "/elsewhere/tj_1.entry-5.py311.nbi", sealed) == b"payload"
+    assert trust.unseal(b"o" * 32, path, sealed) is None
+    assert trust.unseal(key, "/c/v/__pycache__/tj_2.entry-5.py311.nbi", sealed) is None
     for i in range(len(sealed)):
         flipped = bytearray(sealed)
         flipped[i] ^= 0x01
-        assert cache_trust.unseal(key, path, bytes(flipped)) is None
+        assert trust.unseal(key, path, bytes(flipped)) is None
     for n in range(len(sealed)):
-        assert cache_trust.unseal(key, path, sealed[:n]) is None
+        assert trust.unseal(key, path, sealed[:n]) is None
 
 
 def test_directories_above_the_base(tmp_path):
     """Made 0o700 where missing; one writable by others refused unless sticky (like /tmp);
     links above the base resolved, the base itself no link."""
-    made = cache_trust.checked_dir(tmp_path / "a" / "b" / "base", "x")
+    made = trust.checked_dir(tmp_path / "a" / "b" / "base", "x")
     assert made == tmp_path / "a" / "b" / "base" / "x"
     for p in (tmp_path / "a", tmp_path / "a" / "b", made.parent, made):
         assert stat.S_IMODE(p.stat().st_mode) == 0o700
     os.chmod(tmp_path / "a", 0o777)
-    with pytest.raises(cache_trust.UntrustedCacheError, match=r"/a is writable by other users"):
-        cache_trust.checked_dir(tmp_path / "a" / "b" / "base")
+    with pytest.raises(trust.UntrustedCacheError, match=r"/a is writable by other users"):
+        trust.checked_dir(tmp_path / "a" / "b" / "base")
     os.chmod(tmp_path / "a", 0o1777)
-    assert cache_trust.checked_dir(tmp_path / "a" / "b" / "base") == made.parent
+    assert trust.checked_dir(tmp_path / "a" / "b" / "base") == made.parent
     (tmp_path / "link").symlink_to(tmp_path / "a")
-    assert cache_trust.checked_dir(tmp_path / "link" / "b" / "base") == made.parent
+    assert trust.checked_dir(tmp_path / "link" / "b" / "base") == made.parent
     (tmp_path / "base-link").symlink_to(made.parent)
-    with pytest.raises(cache_trust.UntrustedCacheError, match="base-link is a symbolic link"):
-        cache_trust.checked_dir(tmp_path / "base-link")
+    with pytest.raises(trust.UntrustedCacheError, match="base-link is a symbolic link"):
+        trust.checked_dir(tmp_path / "base-link")
 
 
 def test_directory_of_another_user_above_the_base(tmp_path):
@@ -393,12 +393,12 @@ def test_directory_of_another_user_above_the_base(tmp_path):
         pytest.skip("only root can give a directory to another user")
     (tmp_path / "theirs").mkdir(mode=0o755)
     os.chown(tmp_path / "theirs", NOBODY, NOBODY)
-    with pytest.raises(cache_trust.UntrustedCacheError, match=f"theirs belongs to user {NOBODY}"):
-        cache_trust.checked_dir(tmp_path / "theirs" / "base")
+    with pytest.raises(trust.UntrustedCacheError, match=f"theirs belongs to user {NOBODY}"):
+        trust.checked_dir(tmp_path / "theirs" / "base")
 
 
 def test_checks_happen_at_load_never_per_call(base, monkeypatch):
-    program = cache.load_module(source(20.0), "entry")
+    program = store.load_module(source(20.0), "entry")
     assert program(1.0) == 20.0                           # compiled, and saved sealed
     checks: list[str] = []
 
@@ -406,9 +406,9 @@ def test_checks_happen_at_load_never_per_call(base, monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a: checks.append(name) or real(*a))
 
-    counted(cache_trust, "_walk")
-    counted(numba_cache, "unseal")
-    loaded = cache.CachedModule(program.source, "entry", program.digest, program.path)
+    counted(trust, "_walk")
+    counted(numba_files, "unseal")
+    loaded = store.CachedModule(program.source, "entry", program.digest, program.path)
     assert loaded(2.0) == 40.0 and loaded.disk_loads == 1   # as a new process loads it
     assert "_walk" in checks and "unseal" in checks
     at_load = len(checks)
@@ -436,7 +436,7 @@ def test_group_writable_only_for_the_users_private_group(tmp_path):
     folder = tmp_path / "team"
     folder.mkdir()
     os.chmod(folder, 0o770)                      # root's group: root, no other member
-    assert cache_trust.checked_dir(folder / "base") == folder / "base"
+    assert trust.checked_dir(folder / "base") == folder / "base"
     os.chown(folder, 0, NOBODY)                  # nogroup
-    with pytest.raises(cache_trust.UntrustedCacheError, match="team is writable by other"):
-        cache_trust.checked_dir(folder / "base")
+    with pytest.raises(trust.UntrustedCacheError, match="team is writable by other"):
+        trust.checked_dir(folder / "base")

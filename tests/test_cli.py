@@ -39,8 +39,8 @@ def test_info(tmp_path: Path) -> None:
 
 
 def test_cache_list_and_clear(tmp_path: Path) -> None:
-    publish = ("from tapejit import cache; "
-               "print(cache.load_module('def entry(x): return x', 'entry').digest)")
+    publish = ("from tapejit.disk import store; "
+               "print(store.load_module('def entry(x): return x', 'entry').digest)")
     digest = tapejit_python(publish, tmp_path).strip()
     out = tapejit("cache", "list", cache=tmp_path).stdout
     assert "1 programs" in out and digest in out

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import cache, config
+from tapejit import config
+from tapejit.disk import store
 from tapejit.transforms import arguments
 
 
@@ -241,10 +242,10 @@ def test_clear_cache_empties_every_transform_and_the_disk():
     g = tj.grad(lambda x: np.sum(x * x), backend="interpret")
     x = np.ones(3)
     f(x), g(x), f(x), g(x)
-    cache.load_module("def entry(x):\n    return x\n", "entry")    # one file on disk
-    assert len(cache.cache_entries()) == 1
+    store.load_module("def entry(x):\n    return x\n", "entry")    # one file on disk
+    assert len(store.cache_entries()) == 1
     assert tj.clear_cache() == 1
-    assert cache.cache_entries() == []
+    assert store.cache_entries() == []
     assert f.cache_info()["programs"] == 0 and g.cache_info()["programs"] == 0
     np.testing.assert_allclose(f(x), 3 * x)
     np.testing.assert_allclose(g(x), 2 * x)
@@ -263,6 +264,6 @@ def test_vjp_runs_on_the_chosen_backend():
     _assert_tree_close(out, ref_out)
     ct = {"a": np.linspace(-1, 1, 5), "b": 2.0}
     _assert_tree_close(vjp_fn(ct), ref_vjp(ct))
-    assert len(cache.cache_entries()) == 2          # the forward and the joint program
+    assert len(store.cache_entries()) == 2          # the forward and the joint program
     with pytest.raises(tj.ArgumentError, match="unknown backend"):
         tj.vjp(f, x, y, backend="gpu")

@@ -89,7 +89,7 @@ def test_mkdocs_lists_every_page() -> None:
                          f"lists missing pages {sorted(nav - pages)}"
 
 
-# a file name in prose: `codegen/cpu.py`, `bench/RESULTS.md`, `../examples/x.py`, `cache.py`
+# a file name in prose: `codegen/cpu.py`, `bench/RESULTS.md`, `../examples/x.py`, `store.py`
 FILE_NAME = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md))\b")
 NOT_OURS = ("file.py", "numba/")     # a placeholder in examples; paths inside numba's package
 

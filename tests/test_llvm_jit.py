@@ -17,7 +17,7 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from tapejit import cache
+from tapejit.disk import store
 from tapejit.codegen.llvm import jit, library
 from tapejit.config import reload as reload_config
 from tapejit.errors import TapejitWarning
@@ -259,7 +259,7 @@ def fresh_process(base, calls: list[str], x: np.ndarray) -> tuple[bool, bool, np
 
 
 def files(base, folder: str) -> list:
-    return sorted((cache.cache_root() / "llvm" / folder).iterdir())
+    return sorted((store.cache_root() / "llvm" / folder).iterdir())
 
 
 def flip_a_byte(path) -> None:
@@ -324,7 +324,7 @@ def test_an_unusable_cache_directory_means_memory_only(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(blocker))
-    monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setattr(store, "_warned", set())
     reload_config()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

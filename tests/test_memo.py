@@ -1,11 +1,13 @@
-"""The build stages remembered on disk (memo.py): a new transform of the same function (as a new
-process would make) reads the derived program and the generated module instead of making them,
-and gets the same results; anything the digest cannot spell out exactly is not remembered."""
+"""The build stages remembered on disk (disk/memo.py): a new transform of the same function (as
+a new process would make) reads the derived program and the generated module instead of making
+them, and gets the same results; anything the digest cannot spell out exactly is not
+remembered."""
 import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import config, memo
+from tapejit import config
+from tapejit.disk import memo
 from tapejit.transforms import sharing
 from tapejit.ir import Eqn, Lit, Tape, Var
 from tapejit.avals import Aval

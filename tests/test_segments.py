@@ -19,7 +19,7 @@ from tapejit.tools.selfcheck import generate
 @pytest.fixture
 def tiny_segments(monkeypatch, tmp_path):
     """Segments of at most two ops: every program of more than two splits. A cache directory
-    of its own: the generated modules remembered on disk (memo.py) are keyed by the tape, not
+    of its own: the generated modules remembered on disk (disk/memo.py) are keyed by the tape, not
     by these limits."""
     monkeypatch.setattr(segments, "MAX_SEGMENT_OPS", 2)
     monkeypatch.setattr(segments, "SEGMENT_ABOVE", 2)

@@ -3,10 +3,10 @@ conventions.
 
 `executable(tape, backend)` returns a runner: `runner(leaves) -> outputs`. "interpret" runs the
 tape on numpy; "numba" generates the module source (codegen/cpu.py) and loads it through the
-disk cache (cache.py): the source contains no concrete sizes (they are passed in the size table
+disk cache (disk/store.py): the source contains no concrete sizes (they are passed in the size table
 `S`), so tapes that differ only in sizes share one source, one module and one compiled
 function; "cuda" is cuda_support.py's. `default_backend` and `check_backend` say which backend
-a transform uses. A tape's generated module is remembered on disk (memo.py): a new process
+a transform uses. A tape's generated module is remembered on disk (disk/memo.py): a new process
 reads it rather than generate it again. `direct_caller` is how the dispatch's fast path calls
 a runner: a compiled program's numba function directly, with everything about its calling
 convention precomputed.
@@ -31,7 +31,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import threads
-from .cache import load_module, program_hash
 from .codegen.cpu import ENTRY, Generated, entry_args, generate
 from .codegen.llvm import library_calls
 from .codegen.llvm import jit
@@ -41,12 +40,13 @@ from .codegen.llvm import program as llvm_program
 from .codegen.llvm.program import Program as LlvmProgram
 from .config import config
 from .cuda_support import CudaCompiled, CudaUnavailableError, problem
+from .disk.memo import digest, remembered
+from .disk.store import load_module, program_hash
 from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, at_source,
                      user_source)
 from .program_text import dump
 from .interpret import interpret
 from .ir import Tape
-from .memo import digest, remembered
 from .pages import prefault
 
 

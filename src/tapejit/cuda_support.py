@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .avals import Aval, dtype_name
-from .cache import load_module
 from .config import config
+from .disk.store import load_module
 from .errors import ArgumentError, TapejitError
 from .program_text import dump
 from .interpret import apply_impl

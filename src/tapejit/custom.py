@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import cache
 from .avals import Aval
+from .disk import store
 from .errors import ArgumentError, at_source, require_callable, user_source
 from .ops import custom as C
 from .pytree import TreeDef, flatten, tree_map, unflatten
@@ -162,7 +162,7 @@ class NjitPrimitive:
                                 .encode()).hexdigest()[:10]
         self.name = _unique(f"k_{py_func.__qualname__}_{digest}")
         C.RULES[self.name] = self
-        cache.GLOBALS[self.name] = kernel   # generated modules call it by this name
+        store.GLOBALS[self.name] = kernel   # generated modules call it by this name
 
     def __call__(self, *args: Any) -> Any:
         return C.njit_call(*args, kernel=self.name)

@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .api import value_and_grad as _value_and_grad
-from .cache import cache_root
 from .config import config
+from .disk.store import cache_root
 from .errors import ArgumentError, TapejitError, at_source, user_source
 from .pytree import flatten, tree_map, unflatten
 

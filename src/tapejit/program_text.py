@@ -18,11 +18,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .cache import program_hash
 from .codegen.cpu import generate
 from .codegen.schedule import Call, Loop, Step, steps
 from .config import config
 from .dims import Dim, Dims
+from .disk.store import program_hash
 from .ir import Tape, print_eqn, print_tape
 from .passes import PIPELINE
 

@@ -25,7 +25,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.linalg import ensure_blas, get_blas_kind, make_constant_slot
 
-from .. import cache
+from ..disk import store
 
 _char, _intp, _ptr = ir.IntType(8), cgutils.intp_t, ir.IntType(8).as_pointer()
 
@@ -115,4 +115,4 @@ def blocks(a, b, out, ta, tb, count):
         raise RuntimeError(FAILED)
 
 
-cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
+store.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

@@ -17,15 +17,15 @@ from typing import Any, Callable
 
 from ..config import config
 from ..dims import Dim
+from ..disk import store
 from ..ir import Atom, Eqn, Tape, Var
 from ..ops import OPS
-from .. import cache
 from .writer import Sizes, Writer, dtype_code, scalar
 
 # generated code's names for codegen/blas.py, lapack.py and sorting.py (imported when a
 # program loads)
 BLAS, LAPACK, SORTING = "tj_blas", "tj_lapack", "tj_sorting"
-cache.MODULES.update({BLAS: "tapejit.codegen.blas", LAPACK: "tapejit.codegen.lapack",
+store.MODULES.update({BLAS: "tapejit.codegen.blas", LAPACK: "tapejit.codegen.lapack",
                       SORTING: "tapejit.codegen.sorting"})
 
 

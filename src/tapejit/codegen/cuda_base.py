@@ -15,7 +15,7 @@ from .writer import Sizes, Writer, dtype_code, literal, name_of, operand_parts, 
 
 ENTRY = "run"
 # numba keeps each kernel's compiled code beside the module, in <cache_root>/__pycache__
-# (cache.py publishes a module's file once, so numba's stamp of it stays valid): a new process
+# (disk/store.py publishes a module's file once, so numba's stamp of it stays valid): a new process
 # loads kernels it compiled before instead of compiling them again
 KERNEL = "@cuda.jit(cache=True)"
 _RESERVED = {"cuda", "tjm", "tjrt", "TPB", "TILE", ENTRY}

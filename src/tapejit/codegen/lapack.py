@@ -23,7 +23,7 @@ import sys
 import numba
 import numpy as np
 
-from .. import cache
+from ..disk import store
 from ..ops.triangular import SINGULAR_TRIANGLE
 
 
@@ -171,4 +171,4 @@ def lu_pivots_to_permutation(pivots, perm):
             perm[k, i], perm[k, p] = perm[k, p], perm[k, i]
 
 
-cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
+store.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cache
 from ..config import config
+from ..disk import store
 from ..ir import Eqn
 from ..ops import OPS, ByKind
 from ..ops.random import CPU_GLOBAL
@@ -25,10 +25,10 @@ from ..ops.special_incomplete import CPU_GLOBAL as INCOMPLETE
 from .writer import dtype_code, scalar
 
 VMATH = "tj_vmath"
-cache.MODULES[VMATH] = "tapejit.codegen.vmath"
-cache.MODULES[CPU_GLOBAL] = "tapejit.codegen.threefry"    # random bits (ops/random.py)
-cache.MODULES[SPECIAL] = "tapejit.codegen.special"       # digamma, erfinv, ... (ops/special.py)
-cache.MODULES[INCOMPLETE] = "tapejit.codegen.special_incomplete"   # gammainc, betainc, ...
+store.MODULES[VMATH] = "tapejit.codegen.vmath"
+store.MODULES[CPU_GLOBAL] = "tapejit.codegen.threefry"    # random bits (ops/random.py)
+store.MODULES[SPECIAL] = "tapejit.codegen.special"       # digamma, erfinv, ... (ops/special.py)
+store.MODULES[INCOMPLETE] = "tapejit.codegen.special_incomplete"   # gammainc, betainc, ...
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 

@@ -17,7 +17,7 @@ import sys
 import numba
 import numpy as np
 
-from .. import cache
+from ..disk import store
 
 
 @numba.njit(cache=True)
@@ -54,4 +54,4 @@ def searchsorted(a, v, out, right):
         out[i] = lo
 
 
-cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
+store.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

@@ -30,7 +30,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .. import cache
+from ..disk import store
 
 # A generated loop that also accumulates a sum (a forward value, a gradient) holds a strict,
 # in-order float reduction, and LLVM's vectoriser leaves such loops scalar unless told it may
@@ -706,4 +706,4 @@ def cos_f32(x):
     return np.float32(c if abs(np.float64(x)) < math.inf else math.nan)
 
 
-cache.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR
+store.adopt(sys.modules[__name__])   # its machine code lies under TAPEJIT_CACHE_DIR

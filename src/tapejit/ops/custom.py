@@ -57,7 +57,7 @@ def _kernel_vjp(ct: Any, out: Any, *ins: Any, kernel: str) -> tuple:
 
 
 def _kernel_cpu(k, eqn, ins, out):
-    # generated code calls the kernel directly (a global of the module, cache.py)
+    # generated code calls the kernel directly (a global of the module, disk/store.py)
     aval, call = eqn.outs[0].aval, f"{eqn.kw['kernel']}({', '.join(ins)})"
     if aval.ndim:
         k.line(f"{out} = {call}")

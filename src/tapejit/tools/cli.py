@@ -133,7 +133,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     import tapejit as tj
-    from .. import cache
+    from ..disk import store
     from ..compile import BACKENDS
     from ..config import config
     settings = config()
@@ -150,7 +150,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"CUDA: {_cuda()}")
     print(f"backend \"cuda\": {_cuda_backend()}")
     try:
-        root, entries = cache.cache_root(), cache.cache_entries()
+        root, entries = store.cache_root(), store.cache_entries()
     except OSError as err:
         print(f"cache directory: {settings.cache_dir} (TAPEJIT_CACHE_DIR): not used, programs "
               f"compile in memory only ({type(err).__name__}: {err})")
@@ -163,17 +163,17 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .. import cache
+    from ..disk import store
     try:
-        root = cache.cache_root()
+        root = store.cache_root()
     except OSError as err:
         print(f"tapejit does not use the cache directory: {type(err).__name__}: {err}",
               file=sys.stderr)
         return 1
     if args.action == "clear":
-        print(f"removed {cache.clear_cache()} programs from {root}")
+        print(f"removed {store.clear_cache()} programs from {root}")
         return 0
-    entries = cache.cache_entries()
+    entries = store.cache_entries()
     print(f"{root}: {len(entries)} programs")
     for e in entries:
         when = datetime.datetime.fromtimestamp(e.mtime).strftime("%Y-%m-%d %H:%M")

@@ -6,7 +6,7 @@ function and options) for one signature: the record's `trace` (by default `t.fn`
 the call, unused eqns dropped: traced.trace_flat), its plain Python loops re-rolled into
 scans (traced.rerolled; `TAPEJIT_REROLL=0` keeps them), the record's tape transform
 (reverse mode, a Jacobian, a batch, a split into two programs), then the passes. What comes
-after the trace is remembered on disk (traced.derived, memo.py) for records that say what
+after the trace is remembered on disk (traced.derived, disk/memo.py) for records that say what
 their tape transform reads besides the tape (`how`). Each stage
 is reported to `stages(name, tape)` when given: "traced", "rerolled" (only when a loop was
 re-rolled), the record's `stage` (e.g. "autodiff"), then each pass of `passes.PIPELINE` by

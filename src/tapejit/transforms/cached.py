@@ -39,10 +39,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import cache
 from ..compile import check_backend, default_backend
 from ..config import config
 from ..cuda_support import device_key
+from ..disk import store
 from ..draws import collecting, fast_caller, with_keys
 from ..errors import require_callable, warn_at_user
 from ..interpret import inline
@@ -379,4 +379,4 @@ def clear_cache() -> int:
     sharing.forget()
     for transform in list(_transforms):
         transform.clear()
-    return cache.clear_cache()
+    return store.clear_cache()

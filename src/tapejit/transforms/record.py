@@ -95,7 +95,7 @@ class Transform:
     stage: str = ""
     trace: Callable[[Any, Any, CacheKey], Traced] | None = None
     # what the tape transform reads besides the traced tape, as plain values: the key its
-    # result is remembered on disk by (memo.py); None: never remembered
+    # result is remembered on disk by (disk/memo.py); None: never remembered
     how: Callable[[Any, Any, CacheKey, Traced], tuple] | None = None
     fast_path: bool = True    # calls of arrays and scalars skip the signature (cached.py)
     residuals: bool = False   # the program has a second half, run on its residuals

@@ -8,7 +8,7 @@ program shares: the first half of the builder (transforms/builder.py).
   when one was. The loops re-rolled by the programs built within `collecting_rerolls()` are
   collected (cache_info counts them, explain lists them).
 - `derived(traced, how, derive)`: `derive` (a record's tape transform, then the passes) of the
-  re-rolled tape, remembered on disk (memo.py) by the re-rolled tape and `how`.
+  re-rolled tape, remembered on disk (disk/memo.py) by the re-rolled tape and `how`.
 
 In the layers: in the transforms package, above arguments.py and below the builder and
 the cache; above tracing, autodiff and the passes. Nothing here compiles or runs a program.
@@ -27,11 +27,11 @@ from .arguments import CallArgs, fn_name
 from ..avals import aval_of
 from ..config import config
 from ..control.reroll import RerolledLoop, reroll
+from ..disk.memo import digest, remembered
 from ..draws import Recording
 from ..errors import ArgumentError, ConcretizationError, DtypeError, at_source
 from ..interpret import Growing, inline
 from ..ir import Tape
-from ..memo import digest, remembered
 from ..passes import dce
 from ..pytree import TreeDef, flatten
 from ..recording import trace_to_tape
@@ -75,7 +75,7 @@ def derived(traced: Tape, how: tuple, derive: Callable[[Tape], Tape],
             stages: Stages | None = None) -> Tape:
     """`derive` (reverse mode, the passes) of the traced tape with its loops re-rolled, each
     stage reported to `stages`; without `stages`, read from disk where another process derived
-    the same re-rolled tape the same way (`how`: memo.py), the loops `derive` re-rolled
+    the same re-rolled tape the same way (`how`: disk/memo.py), the loops `derive` re-rolled
     collected all the same. Keyed after the re-roll: a traced tape of 4,000 equations took
     15 ms to digest, its re-rolled one well under 1."""
     if stages is not None:

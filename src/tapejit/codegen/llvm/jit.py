@@ -28,9 +28,9 @@ numba, not its compiler), then from the process (libm, the Python C API).
 
 `cached_bytes` keeps what it builds under `<cache root>/llvm/<folder>/`, one file per key
 (`read_cached` and `write_cached` apart: program.py keeps each program's object code in folder
-`obj`), sealed with the user's key (cache_trust.py): a file that is not authentic, not the
+`obj`), sealed with the user's key (disk/trust.py): a file that is not authentic, not the
 user's or not a file is built again and replaced; where the directory cannot be used, memory
-only (with cache.py's one warning). Keys are hashed with the host CPU, its features and the
+only (with disk/store.py's one warning). Keys are hashed with the host CPU, its features and the
 source of jit.py, library.py and called_kernels.py; the cache root's name holds the tapejit,
 numba and llvmlite versions.
 """
@@ -56,9 +56,9 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
 
-from ... import cache
-from ...cache_trust import Root, read_sealed, write_sealed
 from ...config import config
+from ...disk import store
+from ...disk.trust import Root, read_sealed, write_sealed
 from ...errors import TapejitError
 from ...extensions import load_alone
 
@@ -446,21 +446,21 @@ def read_cached(folder: str, key: str) -> bytes | None:
 
 
 def write_cached(folder: str, key: str, payload: bytes) -> None:
-    """Keep `payload` for `key` (sealed); memory only, with cache.py's one warning, where the
+    """Keep `payload` for `key` (sealed); memory only, with disk/store.py's one warning, where the
     directory cannot be used."""
     try:
         root = _root(folder)
     except OSError as err:
-        cache.warn_memory_only(config().cache_dir, err)
+        store.warn_memory_only(config().cache_dir, err)
         return
     try:
         write_sealed(root, _name(key), payload)
     except OSError as err:
-        cache.warn_memory_only(root.path, err)
+        store.warn_memory_only(root.path, err)
 
 
 def _root(folder: str) -> Root:
-    return (cache.library_dir if folder in LIBRARY else cache.sealed_dir)("llvm", folder)
+    return (store.library_dir if folder in LIBRARY else store.sealed_dir)("llvm", folder)
 
 
 def _name(key: str) -> str:

@@ -8,7 +8,7 @@ jit.py links into each module that declares them, where LLVM inlines and vectori
     product = matmul(np.dtype("f8"))                                  # -> Kernel
 
 A scalar kernel is `def kernel(a0, ...): return <call>`, with the names generated modules
-read (math, np and cache.MODULES: tj_vmath, tj_special, tj_threefry, ...), compiled by numba
+read (math, np and store.MODULES: tj_vmath, tj_special, tj_threefry, ...), compiled by numba
 (njit, error_model="numpy") once per machine. Its LLVM IR (the function and everything it
 calls, numba's final module) gets a C-ABI wrapper named `symbol`, marked alwaysinline; every
 other definition is made internal and what the wrapper does not reach is dropped: the bitcode
@@ -43,7 +43,8 @@ from typing import Callable, NamedTuple
 import llvmlite.binding as llvm
 import numpy as np
 
-from ... import cache, threads
+from ... import threads
+from ...disk import store
 from .. import calls, scalar  # noqa: F401  (they name generated code's modules in MODULES)
 from . import called_kernels, jit
 
@@ -133,7 +134,7 @@ def _numba_kernel(call: str, argtypes: tuple[np.dtype, ...]
     import numba
     names = ", ".join(f"a{i}" for i in range(len(argtypes)))
     scope = {"math": math, "np": np}
-    scope.update((name, importlib.import_module(path)) for name, path in cache.MODULES.items())
+    scope.update((name, importlib.import_module(path)) for name, path in store.MODULES.items())
     exec(compile(f"def kernel({names}):\n    return {call}\n", f"<kernel {call}>", "exec"), scope)
     fn = numba.njit(error_model="numpy")(scope["kernel"])
     signature = tuple(numba.from_dtype(t) for t in argtypes)

@@ -35,7 +35,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from ...config import config
-from ...cache import OBJECTS
+from ...disk.store import OBJECTS
 from . import jit, runtime
 from .array_kernels import array_kernel
 from .emit import Frame, NotCovered

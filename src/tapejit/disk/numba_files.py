@@ -1,22 +1,22 @@
 """Where numba keeps the machine code of tapejit's generated modules, and how it is checked.
 
-Imported when the first program loads (it imports numba). cache.py registers each module's
+Imported when the first program loads (it imports numba). store.py registers each module's
 file with `claim(file, Claim(folder, key, stamp))` before running it (None: memory only):
 
 - `Locator`, first in numba's list of cache locators, claims only those files: their machine
-  code goes to `folder` (`<cache_root>/__pycache__`, or `lib/<name>`, checked by cache_trust)
+  code goes to `folder` (`<cache_root>/__pycache__`, or `lib/<name>`, checked by trust.py)
   and nowhere else, and their source stamp is `stamp` (a hash of the source as tapejit runs
   it, never of the file on disk). Without it numba falls back to `~/.cache/numba` whenever
   that folder is not writable, which `tapejit cache clear` never clears.
 - `attach(module)` gives each of the module's dispatchers (CPU functions and CUDA kernels) a
   new cache whose index and object files are `CheckedFile`s: each is written sealed with the
-  user's key (cache_trust.seal) and read once into memory, authenticated, and unpickled from
+  user's key (trust.seal) and read once into memory, authenticated, and unpickled from
   those same bytes. numba's own files are pickles, so loading one runs code: a file that is
   not authentic (another user's, planted, a flipped bit, a torn write, a file from before
   seals) is deleted and its function recompiled, never unpickled. A module with no usable
   folder gets a `NullCache`: its code is compiled in memory only.
 - A failed write (a full disk) leaves the program in memory and calls the `on_save_error`
-  that `install` was given (cache.py warns once).
+  that `install` was given (store.py warns once).
 - `install` starts numba's threading layer before any module loads. numba records that cached
   machine code needs it only for a function compiled with parallel=True itself, not for one
   that links one in (blas.blocks through blas.matmul) after loading it from the cache: such a
@@ -37,11 +37,11 @@ import numba
 from numba.core.caching import Cache, CacheImpl, IndexDataCacheFile, NullCache, _CacheLocator
 from numba.core.dispatcher import Dispatcher
 
-from .cache_trust import UntrustedCacheError, read_own_file, seal, unseal, write_atomic
+from .trust import UntrustedCacheError, read_own_file, seal, unseal, write_atomic
 
 
 class Claim(NamedTuple):
-    folder: Path     # where numba keeps the module's machine code (checked by cache_trust)
+    folder: Path     # where numba keeps the module's machine code (checked by trust.py)
     key: bytes       # seals every file numba writes there
     stamp: bytes     # the module's source stamp: a hash of the source tapejit runs
 

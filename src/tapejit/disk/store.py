@@ -9,7 +9,7 @@
     cache_entries() -> list[CacheEntry]; clear_cache() -> int
 
 Every directory from `/` to the one used is checked, and every file loaded is authenticated
-with the user's key, before anything in it is unpickled or run (cache_trust.py; the threat
+with the user's key, before anything in it is unpickled or run (trust.py; the threat
 model is docs/sharp-bits.md's "What the disk cache trusts").
 
 Each program is published once, atomically, as `<cache_root>/tj_<hash>.py` (hash of source
@@ -21,7 +21,7 @@ in later processes, and their text enters `linecache`, so tracebacks show genera
 wherever the file goes. numba keeps their machine code in `<cache_root>/__pycache__` and
 nowhere else, each file sealed with the key: a file that is not authentic (planted, another
 user's, a flipped bit in machine code, which would still unpickle and could crash the
-process) is deleted and its function recompiled (numba_cache.py). An exception raised inside
+process) is deleted and its function recompiled (numba_files.py). An exception raised inside
 `numba.core.caching` during a call purges the module's numba files, re-imports it and calls
 again; if that fails too, the program compiles in memory only.
 
@@ -44,13 +44,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from .cache_trust import (Root, UntrustedCacheError, checked_dir, open_root, read_own_file,
-                          unseal)
-from .config import config
-from .errors import warn_at_user
+from ..config import config
+from ..errors import warn_at_user
+from .trust import (Root, UntrustedCacheError, checked_dir, open_root, read_own_file,
+                    unseal)
 
 if TYPE_CHECKING:
-    from .numba_cache import Claim
+    from .numba_files import Claim
 
 _FORMAT = 3  # bump when the file layout below changes (2: checksum sidecars; 3: sealed files)
 _HEADER = "# tapejit generated program, body sha256="
@@ -79,7 +79,7 @@ class CacheEntry(NamedTuple):
 @functools.lru_cache(maxsize=None)
 def _tag() -> str:
     """The versions in the directory name: an upgrade never reads stale code."""
-    from . import __version__
+    from .. import __version__
     parts = [f"v{_FORMAT}", f"{sys.implementation.cache_tag}", "tapejit" + __version__,
              "numba" + _version("numba"), "llvmlite" + _version("llvmlite")]
     # numba's cache does not see changes to the numba functions generated code calls (and
@@ -87,7 +87,7 @@ def _tag() -> str:
     # was cached against an older one could crash. Every codegen module with numba functions
     # is hashed (one hash: the directory name stays short)
     helpers = hashlib.sha256()
-    for source in sorted(Path(__file__).with_name("codegen").glob("*.py")):
+    for source in sorted(Path(__file__).parent.with_name("codegen").glob("*.py")):
         text = source.read_bytes()
         if b"njit" in text:
             helpers.update(source.name.encode() + text)
@@ -166,8 +166,8 @@ def adopt(module: ModuleType) -> None:
     blas.py call this at their end) under the cache root too, in `lib/<name>`, checked like
     a generated module's; in memory only where that cannot be written. Every artifact tapejit
     makes lies under TAPEJIT_CACHE_DIR."""
-    from . import numba_cache
-    numba_cache.install(warn_memory_only)
+    from . import numba_files
+    numba_files.install(warn_memory_only)
     stamp = hashlib.sha256(Path(str(module.__file__)).read_bytes()).digest()
     where, folder = None, config().cache_dir
     try:
@@ -175,11 +175,11 @@ def adopt(module: ModuleType) -> None:
         folder = _checked("lib", module.__name__.rsplit(".", 1)[-1])
         if not _writable(folder):
             raise PermissionError("not a writable directory")
-        where = numba_cache.Claim(folder, key, stamp)
+        where = numba_files.Claim(folder, key, stamp)
     except OSError as err:
         warn_memory_only(folder, err)
-    numba_cache.claim(str(module.__file__), where)
-    numba_cache.attach(module)
+    numba_files.claim(str(module.__file__), where)
+    numba_files.attach(module)
 
 
 def _usable_root() -> Path | None:
@@ -286,19 +286,19 @@ class CachedModule:
         self.fn: Callable[..., Any] = self._load()  # the dispatcher; direct calls skip recovery
 
     def _load(self) -> Callable[..., Any]:
-        from . import numba_cache
-        numba_cache.install(warn_memory_only)
+        from . import numba_files
+        numba_files.install(warn_memory_only)
         data = _file_bytes(self.source)
-        numba_cache.claim(str(self.path), self._machine_code_claim(data))
+        numba_files.claim(str(self.path), self._machine_code_claim(data))
         module = _import(self.path, self.modname, data)
-        numba_cache.attach(module)
+        numba_files.attach(module)
         return getattr(module, self.entry_name)
 
     def _machine_code_claim(self, data: bytes) -> Claim | None:
         """Where numba keeps this module's machine code (`__pycache__` beside the module's
-        published file) and its key, as a `numba_cache.Claim`; None (memory only, with one
+        published file) and its key, as a `numba_files.Claim`; None (memory only, with one
         warning) when the disk cannot hold it."""
-        from .numba_cache import Claim   # (imports numba: not at module level)
+        from .numba_files import Claim   # (imports numba: not at module level)
         if not self.on_disk:
             return None
         folder = self.path.parent / "__pycache__"

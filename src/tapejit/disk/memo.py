@@ -14,7 +14,7 @@ spell out exactly (a function, an object, an array of objects) or constants over
 in all (hashing them would cost what the stage saves) give no digest: the stage just runs.
 
 `remembered` reads `<cache root>/memo/<stage>/<key>` (sealed with the user's key, as every
-cache file: cache_trust.py) and unpickles it, else runs the stage and keeps its result where
+cache file: trust.py) and unpickles it, else runs the stage and keeps its result where
 it pickles into at most STORED_BYTES. A cache directory that cannot be used is no error: the
 stage runs. `hits()` counts the stages found, by name, in this process.
 """
@@ -31,11 +31,11 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from . import cache
-from .avals import Aval
-from .cache_trust import read_sealed, write_sealed
-from .config import config
-from .ir import Lit, Tape, Var
+from ..avals import Aval
+from ..config import config
+from ..ir import Lit, Tape, Var
+from . import store
+from .trust import read_sealed, write_sealed
 
 T = TypeVar("T")
 CONST_BYTES = 1 << 20       # constants hashed into a digest, at most
@@ -67,7 +67,7 @@ def remembered(stage: str, key: str | None, make: Callable[[], T]) -> T:
     if key is None:
         return make()
     try:
-        root = cache.sealed_dir("memo", stage)
+        root = store.sealed_dir("memo", stage)
     except OSError:
         return make()
     data = read_sealed(root, key)
@@ -176,7 +176,7 @@ def _stamp() -> bytes:
     """Python's and numpy's versions, and each tapejit source file's path, size and
     modification time."""
     h = hashlib.sha256(f"{sys.version}\0{np.__version__}\0".encode())
-    root = Path(__file__).parent
+    root = Path(__file__).parent.parent
     for folder, subfolders, files in os.walk(root):
         subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
         for name in sorted(f for f in files if f.endswith(".py")):

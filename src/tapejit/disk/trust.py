@@ -1,5 +1,5 @@
 """What the disk cache trusts: directories only the user can write, and files sealed with the
-user's key. cache.py and numba_cache.py read and write the cache through this module only.
+user's key. store.py and numba_files.py read and write the cache through this module only.
 
     root = open_root(base, tag)      # -> Root(path, key): <base>/<tag>, checked; the key read
     folder = checked_dir(base, tag, "__pycache__")   # any directory under the base, checked
@@ -37,7 +37,7 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import TapejitError
+from ..errors import TapejitError
 
 MAGIC = b"tapejit sealed file 1\n"
 KEY_NAME = "key"
