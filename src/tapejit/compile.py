@@ -3,8 +3,8 @@ conventions.
 
 `executable(tape, backend)` returns a runner: `runner(leaves) -> outputs`. "interpret" runs the
 tape on numpy; "numba" generates the module source (codegen/cpu.py) and loads it through the
-disk cache (disk/store.py): the source contains no concrete sizes (they are passed in the size table
-`S`), so tapes that differ only in sizes share one source, one module and one compiled
+disk cache (disk/store.py): the source contains no concrete sizes (they are passed in the size
+table `S`), so tapes that differ only in sizes share one source, one module and one compiled
 function; "cuda" is cuda_support.py's. `default_backend` and `check_backend` say which backend
 a transform uses. A tape's generated module is remembered on disk (disk/memo.py): a new process
 reads it rather than generate it again. `direct_caller` is how the dispatch's fast path calls
