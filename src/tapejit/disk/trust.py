@@ -1,5 +1,6 @@
 """What the disk cache trusts: directories only the user can write, and files sealed with the
-user's key. store.py and numba_files.py read and write the cache through this module only.
+user's key. store.py, numba_files.py, memo.py and the llvm generator's object cache
+(codegen/llvm/jit.py) read and write the cache through this module only.
 
     root = open_root(base, tag)      # -> Root(path, key): <base>/<tag>, checked; the key read
     folder = checked_dir(base, tag, "__pycache__")   # any directory under the base, checked
