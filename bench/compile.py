@@ -24,9 +24,9 @@ Goal: llvm first call <= 1.0x JAX's.
 Then: warm start (mlp and gmm: the cold llvm child's cache dir again, once that child's
 programs run their full tier, which is then on disk, as after any session longer than a
 moment: time from after `import tapejit` to the first compiled result, goal <= 50 ms);
-compile time against program size (a chain `x = np.sin(x) * 1.0001 + k` unrolled to 100..5,000 ops, TAPEJIT_REROLL=0, the
-op count read from `tj.explain`; the slope beyond the fixed cost fitted by least squares, goal
-<= 0.5 ms/op; numba up to 1,000 ops); memory (RSS after compiling and dropping 100 distinct
+compile time against program size (a chain `x = np.sin(x) * 1.0001 + k` unrolled to
+100..5,000 ops, TAPEJIT_REROLL=0, the op count read from `tj.explain`; the slope beyond the
+fixed cost fitted by least squares, goal <= 0.5 ms/op; numba up to 1,000 ops); memory (RSS after compiling and dropping 100 distinct
 small gradient programs, goal within 20 MB of the RSS after the first; numba: fewer programs).
 
     .venv/bin/python bench/compile.py [--repeats 3] [--numba-repeats 1] [--quick] [--no-numba]

@@ -24,7 +24,7 @@ per machine and cached by jit.py; no numba import):
   on a condition; each takes items while there are any, the caller too, and the caller returns
   once the last is finished. A call made while another call's job runs (a chunk's own parallel
   loop, or a second Python thread calling with the GIL released) runs its chunks on its own
-  thread. A forked child starts its own threads (`pthread_atfork`). The caller's GIL stays
+  thread. A forked child starts its own threads (`os.register_at_fork`). The caller's GIL stays
   held: a program's table, size table and workspace serve all its calls, and the GIL keeps two
   Python threads from running one program at once. The module is never unloaded: a pool
   thread may spin in it until the process ends.
@@ -93,11 +93,10 @@ def _compile() -> Runtime:
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
     runtime = Runtime(code, code.address("tj_rt_call"), symbols)
-    _set(runtime, "tj_rt_pool_size", threads.pool() if os.name == "posix" else 1)
+    _set(runtime, "tj_rt_pool_size", threads.pool())
     _set(runtime, "tj_rt_new_array", _numpy_api()[NEW_FROM_DESCR])
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(code))     # never freed (the docstring)
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=ctypes.CFUNCTYPE(None)(code.address("tj_rt_forked")))
+    os.register_at_fork(after_in_child=ctypes.CFUNCTYPE(None)(code.address("tj_rt_forked")))
     return runtime
 
 
