@@ -5,9 +5,10 @@ numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasti
 `keepdims`, negative axes. Modules, each importing only this package and those before it:
 math (ufuncs), operators (Python's operators on tracers), shape (layout functions),
 reductions (and the reducing ufunc methods), indexing (getitem/setitem, take, the gathering
-layout functions, np.add.at), linalg (contractions), decompositions (np.linalg's matrix functions and norms), creation (np.array of traced values,
-np.full, np.linspace, np.meshgrid), numeric (interp, convolve, polyval, ...: compositions of
-the above), sorting (sort, median, quantile, searchsorted, unique).
+layout functions, np.add.at), linalg (contractions), decompositions (np.linalg's matrix
+functions and norms), creation (np.array of traced values, np.full, np.linspace,
+np.meshgrid), numeric (interp, convolve, polyval, ...: compositions of the above), sorting
+(sort, median, quantile, searchsorted, unique).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
