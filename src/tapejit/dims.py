@@ -35,7 +35,8 @@ class Dims:
         self._parent: list[int] = []
         self._size: list[int] = []
         self._scopes: dict[Tape, dict[str, list[int]]] = {}
-        self._resolved: dict[Tape, dict[str, tuple[Dim, ...]]] = {}
+        # by the id of a scope's names: fused and segment bodies share their tape's
+        self._resolved: dict[int, dict[str, tuple[Dim, ...]]] = {}
         self.root = tape
         self._analyse(tape, {})
 
@@ -43,10 +44,12 @@ class Dims:
         """The dims of the values of `tape` (the analysed tape or one of its sub-tapes), by
         name."""
         self._analyse(tape, {})         # a sub-tape made after the analysis: fresh symbols
-        if tape not in self._resolved:
-            self._resolved[tape] = {name: tuple(Dim(self._find(s), self._size[s]) for s in syms)
-                                    for name, syms in self._scopes[tape].items()}
-        return self._resolved[tape]
+        names = self._scopes[tape]
+        if id(names) not in self._resolved:
+            self._resolved[id(names)] = {
+                name: tuple(Dim(self._find(s), self._size[s]) for s in syms)
+                for name, syms in names.items()}
+        return self._resolved[id(names)]
 
     def length(self, sym: int) -> int:
         return self._size[sym]
