@@ -309,6 +309,22 @@ def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
     assert runs[1][0].startswith("tapejit: loaded from the disk cache grad(loss) — 21 ops"), runs
 
 
+def test_the_announcement_drops_its_hint_where_compiles_are_reported(monkeypatch, capfd,
+                                                                     tmp_path):
+    from tapejit.transforms import first_call
+    monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))       # a compile, not a disk load
+    monkeypatch.setattr(first_call, "_configured", None)   # a handler on this test's stderr
+
+    def tanh_loss(w, x):          # a program no other test loaded (its code would be shared)
+        return np.sum(np.tanh(x @ w) * 2.0)
+    _compile_once(tanh_loss, monkeypatch, "info")
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("tapejit")]
+    assert len(said) == 2 and said[0].startswith("tapejit: compiling value_and_grad(tanh_loss)")
+    assert said[0].endswith(" ops") and "TAPEJIT_LOG" not in said[0], said
+    assert said[1].startswith("tapejit: compiled value_and_grad(tanh_loss) — "), said
+
+
 def test_log_off_silences_even_a_slow_compile(monkeypatch, capfd, caplog):
     from tapejit.transforms import first_call
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)

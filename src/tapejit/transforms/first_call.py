@@ -112,14 +112,16 @@ def _first_call(runner: Any, leaves: Sequence[Any], counts: dict[str, int],
                 name: str) -> list[Any]:
     """Run a new program, counting (and logging) the compile or disk load it caused (a
     program whose source was compiled before, e.g. for another batch size, causes neither).
-    A call still compiling after `ANNOUNCE_SECONDS` says so once, while the user waits."""
+    A call still compiling after `ANNOUNCE_SECONDS` says so once, while the user waits (with
+    the hint to set TAPEJIT_LOG=info where the logger does not already report compiles)."""
     if not isinstance(runner, Compiled):
         return runner(leaves)
     program, log = runner.program, _logger()
     before = program.compiles, program.disk_loads
     what = _describe(name, runner.tape)
-    announce = threading.Timer(ANNOUNCE_SECONDS, log.warning, (
-        f"tapejit: compiling {what} (TAPEJIT_LOG=info shows each compile)",))
+    hint = "" if log.isEnabledFor(logging.INFO) else " (TAPEJIT_LOG=info shows each compile)"
+    announce = threading.Timer(ANNOUNCE_SECONDS, log.warning,
+                               (f"tapejit: compiling {what}{hint}",))
     announce.daemon = True
     start = time.perf_counter()
     announce.start()
