@@ -1260,6 +1260,7 @@ if sc is not None:
     _PROB = Domain(0.05, 0.95)
     SPECIAL_UNARY = [(sc.erf, SP.erf, REAL), (sc.erfc, SP.erfc, REAL),
                      (sc.erfinv, SP.erfinv, UNIT), (sc.gammaln, SP.lgamma, POS),
+                     (sc.gamma, SP.gamma, POS),
                      (sc.expit, SP.expit, REAL), (sc.ndtr, SP.ndtr, REAL),
                      (sc.log_ndtr, SP.log_ndtr, Domain(-6.0, 3.0)), (sc.digamma, None, POS),
                      (sc.logit, None, _PROB)]
@@ -1275,6 +1276,7 @@ if sc is not None:
         grad2=True, covers=(sc.polygamma,),       # (scipy's is float64 for float32 x)
         ref=lambda x: (sc.polygamma(1, x) * sc.polygamma(0, x)).astype(x.dtype))
     row("scipy_gammaln_negative", sc.gammaln, domain=Domain(-2.9, -2.1), grad2=True)
+    row("scipy_gamma_negative", sc.gamma, domain=Domain(-2.9, -2.1), grad2=True)
     for _uf, _prim, _dom in [(sc.xlogy, SP.xlogy, [REAL, POS]),
                              (sc.xlog1py, SP.xlog1py, [REAL, Domain(-0.5, 2.0)])]:
         row(f"scipy_{_uf.__name__}", _uf, shapes=BINARY_SHAPES, domain=_dom, grad2=True,

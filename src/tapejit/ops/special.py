@@ -1,5 +1,5 @@
-"""scipy.special's elementwise functions as primitives: erf, erfc, erfinv, lgamma (gammaln),
-polygamma (digamma is polygamma[n=0]), expit, ndtr, log_ndtr, xlogy, xlog1py.
+"""scipy.special's elementwise functions as primitives: erf, erfc, erfinv, gamma, lgamma
+(gammaln), polygamma (digamma is polygamma[n=0]), expit, ndtr, log_ndtr, xlogy, xlog1py.
 
 Defined where scipy is installed (scipy is optional): each implements scipy's ufunc, which the
 interpreter runs and which numpy_api/math.py lowers to it (the record's `ufuncs`, by name:
@@ -78,6 +78,9 @@ if sc is not None:
     lgamma = unary("lgamma", "scipy.special.gammaln",
                    "(-math.inf if {0} == -math.inf else math.lgamma({0}))",
                    vjp=lambda ct, y, x: (ct * polygamma(x, n=0),))
+    # d Gamma x = Gamma x psi x dx
+    gamma = unary("gamma", "scipy.special.gamma", "math.gamma({0})",
+                  vjp=lambda ct, y, x: (ct * y * polygamma(x, n=0),))
     # psi^(n) x, the n-th derivative of digamma = d log Gamma x / dx: d psi^(n) = psi^(n+1) dx
     polygamma = defop(
         "polygamma", Kind.ELEMENTWISE, _polygamma_impl, shape=_polygamma_shape,
