@@ -4,6 +4,7 @@ the built-in exception a numpy user would expect."""
 from __future__ import annotations
 
 import inspect
+import math
 
 import numpy as np
 import pytest
@@ -171,6 +172,40 @@ def test_concretization_under_strict_mode(fn, what, aval, monkeypatch):
 def test_a_traced_float_as_a_number():
     _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(_to_float)(2.0), "float()",
             "drop its derivative", line_of=_to_float)
+
+
+def _math_exp(x):
+    return math.exp(x[0]) * x  # <- error
+
+
+def test_a_math_function_on_a_traced_value_says_which_numpy_function_traces():
+    message = _raises(tj.ConcretizationError, TypeError,
+                      lambda: tj.jacobian(_math_exp)(np.ones(2)), "float()",
+                      "`math.exp` works on Python floats only", "write `np.exp(...)`",
+                      line_of=_math_exp)
+    assert "math.gamma" not in message
+    lgamma = _raises(tj.ConcretizationError, TypeError,
+                     lambda: tj.grad(lambda x: math.lgamma(x))(2.0), "scipy.special.gammaln")
+    assert "np.lgamma" not in lgamma
+    plain = _raises(tj.ConcretizationError, TypeError, lambda: tj.grad(_to_float)(2.0),
+                    "float()")
+    assert "math." not in plain
+
+
+def test_an_unsupported_scipy_ufunc_is_named_as_scipy_names_it():
+    special = pytest.importorskip("scipy.special")
+    _raises(tj.UnsupportedOperationError, NotImplementedError,
+            lambda: tj.grad(lambda x: np.sum(special.j0(x)))(np.ones(3)),
+            "scipy.special.j0 is not supported on traced arrays")
+
+
+def _max_where(x):
+    return np.max(x, where=x > 1)  # <- error
+
+
+def test_a_masked_maximum_without_initial_is_a_tapejit_error():
+    _raises(tj.ArgumentError, ValueError, lambda: tj.jit(_max_where)(np.ones(3)),
+            "numpy.max: a where= mask needs initial=", line_of=_max_where)
 
 
 def test_assign_traced_into_an_array_made_outside():

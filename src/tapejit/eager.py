@@ -17,12 +17,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .avals import aval_of
-from .errors import UnsupportedOperationError, at_source, user_source
+from .errors import UnsupportedOperationError, at_source, function_name, user_source
 from .guards import caller_source
 from .ir import Lit, Var
 from .numpy_api.operators import BINARY
-from .trace import (FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, function_name,
-                    refresh, trace_of, var_of)
+from .trace import (FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, refresh,
+                    trace_of, var_of)
 from .variables import Variable
 
 

@@ -7,9 +7,12 @@ and say what to do instead.
 """
 from __future__ import annotations
 
+import linecache
 import os
+import re
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -136,6 +139,41 @@ def at_source(message: str, src: tuple[str, int] | None) -> str:
     if src is None:
         return message
     return f"{message}\n  at {src[0]}:{src[1]}"
+
+
+def function_name(func: Any) -> str:
+    """A numpy function's public name: numpy.fft.fft, not numpy.fft._pocketfft.fft."""
+    module = ".".join(p for p in str(func.__module__).split(".") if not p.startswith("_"))
+    return f"{module}.{func.__name__}"
+
+
+def ufunc_name(ufunc: np.ufunc) -> str:
+    """A ufunc's public name: numpy.exp, scipy.special.gamma (a ufunc of neither: its own)."""
+    for module in ("numpy", "scipy.special"):
+        if getattr(sys.modules.get(module), ufunc.__name__, None) is ufunc:
+            return f"{module}.{ufunc.__name__}"
+    return ufunc.__name__
+
+
+# Python's math functions whose numpy function has another name (the others: the same name)
+_NUMPY_OF_MATH = {"fabs": "abs", "pow": "power", "acos": "arccos", "asin": "arcsin",
+                  "atan": "arctan", "atan2": "arctan2", "acosh": "arccosh", "asinh": "arcsinh",
+                  "atanh": "arctanh", "erf": "scipy.special.erf", "erfc": "scipy.special.erfc",
+                  "gamma": "scipy.special.gamma", "lgamma": "scipy.special.gammaln",
+                  "fsum": "sum"}
+
+
+def math_hint(src: tuple[str, int] | None) -> str:
+    """A bullet for an error at a line calling Python's `math` module, which converts its
+    argument to a Python float: numpy's function of that name traces. "" for other lines."""
+    found = re.search(r"\bmath\.(\w+)\s*\(", linecache.getline(*src)) if src else None
+    if found is None:
+        return ""
+    name = found.group(1)
+    instead = _NUMPY_OF_MATH.get(name, name)
+    instead = instead if instead.startswith("scipy.") else f"np.{instead}"
+    return (f"  - `math.{name}` works on Python floats only and converts its argument to one: "
+            f"write `{instead}(...)`, which traces;\n")
 
 
 def user_error(message: str) -> ArgumentError:

@@ -27,7 +27,7 @@ from . import ops
 from .avals import Aval, aval_of
 from .errors import (ConcretizationError, LeakedTracerError, TapejitError,
                      UnsupportedAttributeError, UnsupportedOperationError, at_source,
-                     user_source)
+                     function_name, math_hint, ufunc_name, user_source)
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
 from .ops import Op
 from .ops import layout as L
@@ -314,6 +314,7 @@ def _concretization(what: str, tracer: "Tracer", why: str, extra: str = ""
     src = user_source()
     return ConcretizationError(at_source(
         f"{what} needs the concrete value of a traced array ({tracer.aval}), but {why}.\n"
+        f"{math_hint(src)}"
         f"  - for a value-dependent choice write `np.where(cond, a, b)` (or `tj.where`): both "
         f"sides are computed, one is selected per element;\n"
         f"  - for a Python `if` on a traced value write `tj.cond(pred, true_fn, false_fn, "
@@ -368,10 +369,10 @@ class Tracer:
         if method == "__call__":
             rule = UFUNC_RULES.get(ufunc)
             if rule is None:
-                raise _unsupported(f"numpy.{ufunc.__name__}", UFUNC_RULES)
+                raise _unsupported(ufunc_name(ufunc), UFUNC_RULES)
             if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
                 raise UnsupportedOperationError(at_source(
-                    f"numpy.{ufunc.__name__}: the out= and where= arguments are not supported "
+                    f"{ufunc_name(ufunc)}: the out= and where= arguments are not supported "
                     f"on traced arrays; use the result (and np.where) instead", user_source()))
             dtype = kwargs.get("dtype")
             result = rule(*inputs)
@@ -379,7 +380,7 @@ class Tracer:
         rule = METHOD_RULES.get(method)
         if rule is None:
             raise UnsupportedOperationError(at_source(
-                f"numpy.{ufunc.__name__}.{method} is not supported on traced arrays "
+                f"{ufunc_name(ufunc)}.{method} is not supported on traced arrays "
                 f"(supported methods: {', '.join(sorted(METHOD_RULES))})", user_source()))
         return rule(ufunc, *inputs, **kwargs)
 
@@ -449,12 +450,6 @@ def lift(x: Any) -> Any:
     if arr.ndim:
         return Tracer(trace, trace.atom(arr))
     return trace.record(L.broadcast_in_dim, (arr,), {"shape": (), "dims": ()})
-
-
-def function_name(func: Any) -> str:
-    """A numpy function's public name: numpy.fft.fft, not numpy.fft._pocketfft.fft."""
-    module = ".".join(p for p in str(func.__module__).split(".") if not p.startswith("_"))
-    return f"{module}.{func.__name__}"
 
 
 def _unsupported(name: str, table: dict) -> UnsupportedOperationError:

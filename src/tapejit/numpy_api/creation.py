@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError, at_source, user_source
+from ..errors import ShapeError, at_source, user_error, user_source
 from ..guards import TRACED, size_error, traced_in
 from ..trace import Tracer, holds_tracer
 from . import asarray, cast, implements
@@ -92,7 +92,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True,
     differentiable in start and stop."""
     num = operator.index(num)
     if num < 0:
-        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+        raise user_error(f"Number of samples, {num}, must be non-negative.")
     div = num - 1 if endpoint else num
     dt = compute_dtype(np.add, (start, stop), common=True)
     dt = dt if dt.kind == "f" else np.dtype(np.float64)
@@ -128,7 +128,7 @@ def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = 
     """Coordinate arrays: the i-th input along axis i ('ij'), or with the first two axes
     swapped ('xy'), broadcast to the full grid unless `sparse`."""
     if indexing not in ("xy", "ij"):
-        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+        raise user_error("Valid values for `indexing` are 'xy' and 'ij'.")
     n = len(xi)
     axes = list(range(n))
     if indexing == "xy" and n > 1:

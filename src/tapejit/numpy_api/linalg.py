@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_error, user_source
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
@@ -288,7 +288,7 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1,
     if axis is not None:
         axisa = axisb = axisc = axis
     if a.ndim < 1 or b.ndim < 1:
-        raise ValueError("At least one array has zero dimension")
+        raise user_error("At least one array has zero dimension")
     a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
     if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
         raise ShapeError(at_source(f"numpy.cross: incompatible dimensions for cross product "

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
+from ..errors import (DtypeError, ShapeError, UnsupportedOperationError, at_source, user_error,
+                      user_source)
 from ..ops import index as I
 from ..ops import layout as L
 from ..trace import Tracer
@@ -31,14 +32,14 @@ def _vector(x: Any, name: str, what: str) -> Any:
             f"numpy.{name}: {what} must be 1-d, got shape {x.shape}; for a batch, call it per "
             f"row (a Python loop unrolls) or write the sum with np.einsum", user_source()))
     if x.shape[0] == 0:
-        raise ValueError(f"{what} cannot be empty")
+        raise user_error(f"{what} cannot be empty")
     return x
 
 
 def _full_convolution(a: Any, v: Any, mode: str, name: str) -> Any:
     """sum_i a[i] v[k - i] for the k of `mode`, with len(a) >= len(v) (numpy's core)."""
     if mode not in ("full", "same", "valid"):
-        raise ValueError(f"numpy.{name}: mode must be 'full', 'same' or 'valid', not {mode!r}")
+        raise user_error(f"numpy.{name}: mode must be 'full', 'same' or 'valid', not {mode!r}")
     n, m = a.shape[0], v.shape[0]
     lo, hi = {"full": (0, n + m - 1), "same": ((m - 1) // 2, (m - 1) // 2 + n),
               "valid": (m - 1, n)}[mode]
@@ -82,7 +83,7 @@ def polyder(p: Any, m: int = 1) -> Any:
     """The m-th derivative's coefficients: p[i] times its power, m times (numpy's recursion)."""
     m = int(m)
     if m < 0:
-        raise ValueError("Order of derivative must be positive (see polyint)")
+        raise user_error("Order of derivative must be positive (see polyint)")
     p = asarray(p)
     n = p.shape[0] - 1
     return p if m == 0 else polyder(p[:-1] * np.arange(n, 0, -1), m - 1)
@@ -111,7 +112,7 @@ def vander(x: Any, N: Any = None, increasing: bool = False) -> Any:
     """Columns x**0, x**1, ... (numpy's running products), highest power first by default."""
     x = asarray(x)
     if x.ndim != 1:
-        raise ValueError("x must be a one-dimensional array or sequence.")
+        raise user_error("x must be a one-dimensional array or sequence.")
     n = x.shape[0] if N is None else int(N)
     x = cast(x, np.promote_types(x.dtype, np.int64))
     columns = [np.ones_like(x)][:n]
@@ -175,12 +176,13 @@ def ptp(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> An
 def select(condlist: Any, choicelist: Any, default: Any = 0) -> Any:
     """The choice of the first true condition, element by element, else `default`."""
     if len(condlist) != len(choicelist):
-        raise ValueError("list of cases must be same length as list of conditions")
+        raise user_error("numpy.select: list of cases must be same length as list of conditions")
     if not condlist:
-        raise ValueError("select with an empty condition list is not possible")
+        raise user_error("numpy.select: an empty condition list is not possible")
     for i, cond in enumerate(condlist):
         if asarray(cond).dtype != np.bool_:
-            raise TypeError(f"invalid entry {i} in condlist: should be boolean ndarray")
+            raise DtypeError(at_source(f"numpy.select: invalid entry {i} in condlist: should "
+                                       f"be a boolean array", user_source()))
     result = default
     for cond, choice in reversed(list(zip(condlist, choicelist))):
         result = where(cond, choice, result)
@@ -195,7 +197,7 @@ def _cumulative(fn: Any, initial: float, name: str):
         x = np.atleast_1d(x)
         if axis is None:
             if x.ndim > 1:
-                raise ValueError(f"numpy.{name}: for arrays which have more than one "
+                raise user_error(f"numpy.{name}: for arrays which have more than one "
                                  f"dimension ``axis`` argument is required.")
             axis = 0
         result = fn(x, axis=axis, dtype=dtype, out=out)
@@ -224,9 +226,9 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None,
         raise ShapeError(at_source(f"numpy.interp: xp and fp must be 1-d, got shapes "
                                    f"{xp.shape} and {fp.shape}", user_source()))
     if xp.shape[0] == 0:
-        raise ValueError("array of sample points is empty")
+        raise user_error("array of sample points is empty")
     if xp.shape != fp.shape:
-        raise ValueError(f"fp and xp are not of the same length ({fp.shape[0]} and "
+        raise user_error(f"fp and xp are not of the same length ({fp.shape[0]} and "
                          f"{xp.shape[0]}).")
     if period is not None:
         x, xp, fp = _periodic(x, xp, fp, period)
@@ -256,7 +258,7 @@ def _periodic(x: Any, xp: Any, fp: Any, period: Any) -> tuple[Any, Any, Any]:
             "numpy.interp: period= with a traced xp or period would sort traced values; pass "
             "xp and period as constants (a traced x and fp are fine)", user_source()))
     if period == 0:
-        raise ValueError("period must be a non-zero value")
+        raise user_error("period must be a non-zero value")
     period = abs(float(period))
     xp = np.asarray(xp) % period
     order = np.argsort(xp)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..avals import dtype_name
-from ..errors import UnsupportedOperationError, at_source, user_source
+from ..errors import ArgumentError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import layout as L
 from ..ops import reduce as R
@@ -78,7 +78,7 @@ def _extremum(prim: Any, name: str, x: Any, axis: Any, keepdims: bool, initial: 
               where: Any) -> Any:
     """max/min over `axis`, with `initial` taking part, masked-out elements replaced by it."""
     if where is not None and where is not True and initial is None:
-        raise ValueError(at_source(
+        raise ArgumentError(at_source(
             f"numpy.{name}: a where= mask needs initial= (the {name}imum has no identity)",
             user_source()))
     x = asarray(x)

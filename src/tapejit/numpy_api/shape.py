@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..avals import broadcast_shapes, dtype_name
-from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_error, user_source
 from ..guards import size_error, traced_in
 from ..ops import elementwise as E
 from ..ops import layout as L
@@ -188,7 +188,7 @@ def concatenate(arrays: Sequence[Any], axis: Any = 0, out: Any = None, dtype: An
     if axis is None:
         arrays, axis = [ravel(a) for a in arrays], 0
     if not arrays:
-        raise ValueError("need at least one array to concatenate")
+        raise user_error("need at least one array to concatenate")
     ax = normalize_axis(axis, arrays[0].ndim, "numpy.concatenate")
     arrays = [lift(a) for a in arrays]
     return arrays[0] if len(arrays) == 1 else L.concatenate(*arrays, axis=ax)
@@ -246,7 +246,7 @@ def array_split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     if isinstance(indices_or_sections, (int, np.integer)):
         sections = int(indices_or_sections)
         if sections <= 0:
-            raise ValueError("number sections must be larger than 0.")
+            raise user_error("number sections must be larger than 0.")
         sizes = [n // sections + (1 if i < n % sections else 0) for i in range(sections)]
         bounds = np.cumsum([0] + sizes).tolist()
     else:
@@ -262,7 +262,7 @@ def split(x: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     x = asarray(x)
     if isinstance(indices_or_sections, (int, np.integer)) and indices_or_sections and \
             x.shape[normalize_axis(axis, x.ndim, "numpy.split")] % indices_or_sections:
-        raise ValueError("array split does not result in an equal division")
+        raise user_error("array split does not result in an equal division")
     return array_split(x, indices_or_sections, axis)
 
 
@@ -271,7 +271,7 @@ def _split_along(name: str, axis: int, min_ndim: int):
     def rule(x: Any, indices_or_sections: Any) -> list[Any]:
         x = asarray(x)
         if x.ndim < min_ndim:
-            raise ValueError(f"{name} only works on arrays of {min_ndim} or more dimensions")
+            raise user_error(f"{name} only works on arrays of {min_ndim} or more dimensions")
         return split(x, indices_or_sections, axis if x.ndim > 1 else 0)
     return rule
 

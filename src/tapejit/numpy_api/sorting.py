@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..avals import Aval, dtype_name
-from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
+from ..errors import ShapeError, UnsupportedOperationError, at_source, user_error, user_source
 from ..ops import index as I
 from ..ops import layout as L
 from ..ops import random as RB
@@ -54,7 +54,7 @@ def _line_axis(a: Any, axis: Any, what: str) -> tuple[Any, int]:
 def _sort(x: Any, axis: int, what: str, kind: Any = None) -> tuple[Any, Any]:
     """(values, indices) of x's lines along `axis`, sorted stably with NaN last."""
     if kind not in KINDS:
-        raise ValueError(f"{what}: sort kind must be one of {KINDS[1:]}, got {kind!r}")
+        raise user_error(f"{what}: sort kind must be one of {KINDS[1:]}, got {kind!r}")
     if x.ndim == 0:
         raise _error(f"{what}: axis {axis} is out of bounds for an array of dimension 0")
     if x.dtype == np.bool_:                       # sorted as 0/1
@@ -227,7 +227,7 @@ def _fraction(q: Any, scale: float, what: str) -> Any:
         raise _error(f"{what}: q must be a scalar or 1d, got shape {q.shape}")
     fraction = np.true_divide(q, scale) if scale != 1 else q
     if not (np.all(fraction >= 0) and np.all(fraction <= 1)):
-        raise ValueError(f"{what}: quantiles must be in the range [0, {int(scale)}], got {q}")
+        raise user_error(f"{what}: quantiles must be in the range [0, {int(scale)}], got {q}")
     return fraction
 
 
@@ -255,7 +255,7 @@ def percentile(a: Any, q: Any, axis: Any = None, out: Any = None,
 def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> Any:
     """Insertion indices of v into the sorted 1-D a (int64; not differentiated)."""
     if side not in ("left", "right"):
-        raise ValueError(f"numpy.searchsorted: side must be 'left' or 'right', got {side!r}")
+        raise user_error(f"numpy.searchsorted: side must be 'left' or 'right', got {side!r}")
     a = asarray(a)
     if a.ndim != 1:
         raise _error(f"numpy.searchsorted: needs a 1-D sorted array, got shape {a.shape}")
