@@ -199,6 +199,21 @@ def test_an_unsupported_scipy_ufunc_is_named_as_scipy_names_it():
             "scipy.special.j0 is not supported on traced arrays")
 
 
+def _convolved(x):
+    import scipy.signal
+    return np.sum(scipy.signal.convolve(x, x))  # <- error
+
+
+def test_a_library_function_that_cannot_be_traced_is_named_at_the_users_line():
+    pytest.importorskip("scipy.signal")
+    message = _raises(tj.ConcretizationError, TypeError,
+                      lambda: tj.grad(_convolved)(np.ones(3)),
+                      "scipy.signal.convolve cannot be traced: Converting to a numpy array",
+                      "(f64[3])", "write what it computes with numpy functions",
+                      line_of=_convolved)
+    assert message.splitlines()[-1] == f"  at {__file__}:{_line(_convolved)}", message
+
+
 def _max_where(x):
     return np.max(x, where=x > 1)  # <- error
 

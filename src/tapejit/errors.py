@@ -11,6 +11,7 @@ import linecache
 import os
 import re
 import sys
+import sysconfig
 import warnings
 from typing import Any
 
@@ -132,6 +133,29 @@ def user_source() -> tuple[str, int] | None:
 
 
 _INTERNAL: dict[object, bool] = {}   # code object -> whether it is tapejit's or numpy's
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
+
+
+def library_error(what: str, aval: object) -> ConcretizationError | None:
+    """The error for a traced value that an installed library's function (scipy's, ...; not
+    numpy's), called by the user's code, needs as a number or a numpy array: that call named,
+    at the user's line. None where the user's own code needs it."""
+    frame, inner, outer = sys._getframe(1), None, None
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP + _LIBRARY_DIRS):
+        if not frame.f_code.co_filename.startswith(_SKIP):
+            inner, outer = inner or frame, frame
+        frame = frame.f_back
+    if outer is None or frame is None:
+        return None
+    module = ".".join(p for p in str(outer.f_globals.get("__name__")).split(".")
+                      if not p.startswith("_"))
+    name = getattr(outer.f_code, "co_qualname", outer.f_code.co_name)
+    return ConcretizationError(at_source(
+        f"{module}.{name} cannot be traced: {what} in its code ({inner.f_code.co_filename}:"
+        f"{inner.f_lineno}) needs the concrete value of a traced array ({aval}). Call it "
+        f"outside the traced function, on numbers, or write what it computes with numpy "
+        f"functions, which trace.", (frame.f_code.co_filename, frame.f_lineno)))
+
 
 
 def at_source(message: str, src: tuple[str, int] | None) -> str:

@@ -27,7 +27,7 @@ from . import ops
 from .avals import Aval, aval_of
 from .errors import (ConcretizationError, LeakedTracerError, TapejitError,
                      UnsupportedAttributeError, UnsupportedOperationError, at_source,
-                     function_name, math_hint, ufunc_name, user_source)
+                     function_name, library_error, math_hint, ufunc_name, user_source)
 from .ir import Atom, Eqn, Lit, Src, Tape, Var, make_params
 from .ops import Op
 from .ops import layout as L
@@ -311,6 +311,9 @@ _UNKNOWN = ("this trace cannot compute it: tapejit follows a branch on a value o
 
 def _concretization(what: str, tracer: "Tracer", why: str, extra: str = ""
                     ) -> ConcretizationError:
+    error = library_error(what, tracer.aval)      # in scipy's code, say: name that call
+    if error is not None:
+        return error
     src = user_source()
     return ConcretizationError(at_source(
         f"{what} needs the concrete value of a traced array ({tracer.aval}), but {why}.\n"
