@@ -107,6 +107,47 @@ def test_exp_loop_gives_numpys_results_and_vectorises(dtype, call):
         assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
+def relocation_types(obj: bytes) -> set[tuple[str, int]]:
+    """(section, relocation type) of each RELA entry of an ELF64 object file."""
+    import struct
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    size, count, names = struct.unpack_from("<HHH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * size) for i in range(count)]
+    strings = sections[names][4]
+    found = set()
+    for name, kind, _, _, offset, length, *_ in sections:
+        if kind == 4:                                       # SHT_RELA
+            section = obj[strings + name:obj.index(b"\0", strings + name)].decode()
+            found |= {(section, struct.unpack_from("<Q", obj, at + 8)[0] & 0xFFFFFFFF)
+                      for at in range(offset, offset + length, 24)}
+    return found
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 relocation numbers")
+def test_object_code_has_no_32_bit_relocations(monkeypatch):
+    """The large code model: every address in the object code is 64 bits (R_X86_64_64, and
+    PC64 in .eh_frame), so a program loads wherever the memory manager maps its sections. With
+    the small one, code reached its constants, kernels and unwind tables by 32-bit offsets, and
+    LLVM aborted the process (RuntimeDyldELF: `isInt<32>(RealOffset)`) where a large mapping
+    (libtorch's, a big array's) put a section more than 2 GB from another."""
+    kernel = library.scalar_kernel(EXP, (F8,))
+    table = ("@table = private constant [4 x double] [double 0.5, double 1.5, double 2.5, "
+             "double 3.5]\n")
+    ir = table + loop_ir(kernel, (F8,), F8).replace(
+        "  %r = call", "  %k = and i64 %i, 3\n  %pt = getelementptr [4 x double], ptr @table, "
+        "i64 0, i64 %k\n  %t = load double, ptr %pt\n  %r0 = call").replace(
+        "  %po =", "  %r = fmul double %r0, %t\n  %po =")
+    for budget in (jit.INLINE_BUDGET, 0):              # the kernel inlined, then called
+        monkeypatch.setattr(jit, "INLINE_BUDGET", budget)
+        obj = jit.compile_object(ir)
+        assert {kind for _, kind in relocation_types(obj)} <= {1, 24}, relocation_types(obj)
+        x = values(F8)[18:]
+        got = run_loop(jit.Program(obj, ("tj_entry",)), np.empty_like(x), x)
+        with np.errstate(over="ignore"):
+            want = np.exp(x) * (0.5 + np.arange(x.size) % 4)
+        np.testing.assert_allclose(got, want, rtol=4e-16)
+
+
 def test_an_in_order_sum_of_kernel_values_vectorises():
     """jit.py sets -force-ordered-reductions (as vmath.py does for numba): the loop summing
     exp(x[i]) in order runs exp on vectors and gives the sequential sum bit for bit."""

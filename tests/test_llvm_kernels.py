@@ -20,8 +20,19 @@ LANES = {F8: 4, F4: 8}          # the vector width LLVM picks here for a loop of
 
 
 def calls(asm: str, symbol: str) -> list[str]:
-    """The names `asm` calls that are `symbol` or one of its variants."""
-    return re.findall(rf"\bcall\w*\s+({symbol}(?:_v\d+)?)\b", asm)
+    """The names `asm` calls that are `symbol` or one of its variants: direct calls, and (the
+    large code model) calls through a register that `movabsq $name, %reg` loaded."""
+    name = rf"{symbol}(?:_v\d+)?"
+    held: dict[str, str] = {}
+    found = []
+    for line in asm.splitlines():
+        if loaded := re.search(rf"\bmovabs\w*\s+\$({name}),\s*(%\w+)", line):
+            held[loaded.group(2)] = loaded.group(1)
+        elif (through := re.search(r"\bcall\w*\s+\*(%\w+)", line)) and through.group(1) in held:
+            found.append(held[through.group(1)])
+        elif direct := re.search(rf"\bcall\w*\s+({name})\b", line):
+            found.append(direct.group(1))
+    return found
 
 
 def compiled(ir: str) -> jit.Program:

@@ -138,12 +138,13 @@ def host() -> tuple[str, str]:
 
 
 def target_machine() -> llvm.TargetMachine:
-    """This thread's target machine for the host (LLVM's are not shared across threads)."""
+    """This thread's target machine for the host (LLVM's are not shared across threads); the
+    large code model (32-bit offsets aborted LLVM where libtorch's mappings split a program)."""
     tm = getattr(_local, "tm", None)
     if tm is None:
         name, features = host()
         tm = _local.tm = llvm.Target.from_default_triple().create_target_machine(
-            cpu=name, features=features, opt=3, reloc="pic", codemodel="default")
+            cpu=name, features=features, opt=3, reloc="static", codemodel="large")
     return tm
 
 
@@ -158,9 +159,8 @@ def parse(ir: str, context: llvm.context.ContextRef) -> llvm.ModuleRef:
 
 
 def optimise(module: llvm.ModuleRef) -> None:
-    """Run numba's O3 pipeline on `module`: loop vectoriser on, SLP vectoriser off, and no
-    loop interleaving (measured on the peers' gradients, idle 2-core machine: compile 15-19%
-    faster for the MLP, Lennard-Jones and GMM, run times within the noise)."""
+    """Run numba's O3 pipeline on `module`: loop vectoriser on, SLP vectoriser off, no loop
+    interleaving (the peers' MLP, LJ, GMM: compile 15-19% faster, run times the same)."""
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization, tuning.slp_vectorization = True, False
     tuning.loop_interleaving = False
