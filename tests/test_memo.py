@@ -2,6 +2,8 @@
 a new process would make) reads the derived program and the generated module instead of making
 them, and gets the same results; anything the digest cannot spell out exactly is not
 remembered."""
+import pickle
+
 import numpy as np
 import pytest
 
@@ -58,6 +60,21 @@ def test_a_new_transform_reads_the_stages_and_agrees(own_cache):
     got = _fresh_grad()(w1, x1)
     assert memo.hits().get("derive", 0) == hits
     np.testing.assert_allclose(got, tj.grad(loss, backend="interpret")(w1, x1))
+
+
+def test_a_program_read_from_the_stages_returns_an_input_itself(own_cache):
+    """Its tape's dtypes are numpy's builtin ones (an unpickled dtype is a new instance, and
+    np.asarray(x, dtype=it) made a view: an identity program from disk returned a copy)."""
+    x, y = np.arange(6.0), np.arange(6.0, 12.0)
+    before = memo.hits().get("derive", 0)
+    for made in range(2):               # traced and compiled, then read from disk
+        sharing.forget()
+        f = tj.jit(lambda v: (v, v * 2))
+        first, second = f(x)[0], f(y)[0]
+        assert first is x and second is y, made
+    assert memo.hits().get("derive", 0) == before + 1
+    assert pickle.loads(pickle.dumps(Aval((2,), np.dtype(np.float32)))).dtype is \
+        np.dtype(np.float32)
 
 
 def test_a_planted_stage_is_not_read(own_cache):

@@ -47,6 +47,15 @@ class Aval(NamedTuple):
     def __str__(self) -> str:
         return f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
 
+    def __reduce__(self) -> tuple:
+        # numpy unpickles a dtype as a new instance, not its builtin one: np.asarray(x, dtype=it)
+        # then made a view of x, so a program from the disk cache returned a copy of an input
+        return _unpickled, (self.shape, self.dtype.str)
+
+
+def _unpickled(shape: tuple[int, ...], code: str) -> Aval:
+    return Aval(shape, np.dtype(code))
+
 
 def dtype_name(dtype: np.dtype) -> str:
     """Short printed name of a dtype (`f64`, `i32`, `bool`)."""
