@@ -225,6 +225,28 @@ def test_llvm_a_warm_process_never_imports_numba(tmp_path):
     assert second == ["False", "(3,)"]       # it loads the kernel and the program from disk
 
 
+def test_llvm_a_warm_process_calls_lapack_kernels_without_numba(tmp_path):
+    """numba's LAPACK kernels call its memory manager (NRT_*): its extension is loaded alone
+    (extensions.py), as numba's helpers are; importing numba cost a GP fit 0.15-0.3 s."""
+    script = ("import sys, numpy as np, tapejit as tj\n"
+              "def nll(a, y):\n"
+              "    k = a @ a.T + 3.0 * np.eye(3)\n"
+              "    L = np.linalg.cholesky(k)\n"
+              "    z = np.linalg.solve(L, y)\n"
+              "    return np.sum(z ** 2) + 2 * np.sum(np.log(np.diag(L)))\n"
+              "a, y = np.arange(9.0).reshape(3, 3) / 9, np.array([1.0, -2.0, 0.5])\n"
+              "g = [tj.grad(nll)(a + k, y) for k in (0.0, 1.0)]\n"
+              "print('numba' in sys.modules, repr(np.concatenate(g).round(12).tolist()))")
+    env = {**os.environ, "TAPEJIT_CODEGEN": "llvm", "TAPEJIT_CACHE_DIR": str(tmp_path / "c"),
+           "TAPEJIT_LIBRARY_DIR": str(tmp_path / "c"), "TAPEJIT_FIRST_CALL": "compile"}
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, check=True).stdout.split(maxsplit=1)
+    env.pop("TAPEJIT_FIRST_CALL")
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, check=True).stdout.split(maxsplit=1)
+    assert second == ["False", first[1]], (first, second)
+
+
 WARM = """
 import json, numpy as np, tapejit as tj
 import tapejit.compile as C

@@ -3,12 +3,14 @@
 tapejit needs a few C extensions of packages whose import is slow: scipy's BLAS
 (`scipy.linalg.cython_blas`, for numba's products; scipy.linalg's package takes 28-80 ms) and
 numba's C helpers (`numba._helperlib`, for kernels numba compiled that call `numba_gamma` and
-the like; numba's package takes 0.15-0.3 s). `load_alone` loads such a module from its
+the like) and its memory manager (`numba.core.runtime._nrt_python`, for the LAPACK and sorting
+kernels' `NRT_*` calls); numba's package takes 0.15-0.3 s. `load_alone` loads such a module from its
 package's folder and puts it in `sys.modules`, where the package's own import, later, finds
 it: one module object either way.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
@@ -38,3 +40,23 @@ def load_alone(name: str) -> ModuleType:
     loader.exec_module(module)
     sys.modules[name] = module
     return module
+
+
+def numba_helper(symbol: str) -> int | None:
+    """numba's C helper `symbol` (numba_gamma, ...), from its helper library loaded alone
+    (`load_alone`: no numba import, 0.15-0.3 s), or its memory manager's `NRT_*` (array kernels
+    call them), from its extension loaded alone and set to Python's allocator, as numba's
+    import would (`_nrt_memory`)."""
+    if symbol.startswith("NRT_"):
+        return _nrt_memory().c_helpers.get(symbol[len("NRT_"):])
+    if not symbol.startswith("numba_"):
+        return None
+    return load_alone("numba._helperlib").c_helpers.get(symbol[len("numba_"):])
+
+
+@functools.cache
+def _nrt_memory() -> ModuleType:
+    nrt = load_alone("numba.core.runtime._nrt_python")
+    if "numba.core.runtime.nrt" not in sys.modules:     # (it does this when numba imports it)
+        nrt.memsys_use_cpython_allocator()
+    return nrt

@@ -34,6 +34,7 @@ from pathlib import Path
 import llvmlite.ir
 import numpy as np
 
+from ...extensions import numba_helper
 from . import jit
 from .library import Kernel, ir_type
 
@@ -96,7 +97,7 @@ def _run_time_values(info: _ExcInfo, args: tuple) -> tuple:
     """`args` with each placeholder numba pickled for a value known at run time replaced by
     RUN_TIME (numba's function that boxes the values needs its environment, which the kernel
     does not have); frees the values and `info` (numba's memory manager allocated them)."""
-    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.numba_helper("NRT_Free"))
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(numba_helper("NRT_Free"))
     free(info.hash)
     free(ctypes.addressof(info))
     return tuple(RUN_TIME if isinstance(a, llvmlite.ir.Value) else a for a in args)

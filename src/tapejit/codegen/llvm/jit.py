@@ -23,8 +23,8 @@ sets it for numba.
 resource tracker frees the code when the program is closed or collected. Its undefined symbols
 (read from the ELF symbol table) resolve from `add_external`'s table (BLAS, runtime.py's
 `tj_rt_*`), then from symbols registered with `llvmlite.binding.add_symbol` (LLJIT does not look
-there by itself), then from numba's C helpers (`numba_gamma`, ...: the first one needed imports
-numba, not its compiler), then from the process (libm, the Python C API).
+there by itself), then from numba's C helpers and memory manager (`numba_gamma`, `NRT_*`: their
+extensions loaded without numba, extensions.py), then from the process (libm, the Python C API).
 
 `cached_bytes` keeps what it builds under `<cache root>/llvm/<folder>/`, one file per key
 (`read_cached` and `write_cached` apart: program.py keeps each program's object code in folder
@@ -60,7 +60,7 @@ from ...config import config
 from ...disk import store
 from ...disk.trust import Root, read_sealed, write_sealed
 from ...errors import TapejitError
-from ...extensions import load_alone
+from ...extensions import numba_helper
 
 # the llvmlite this generator is written for (opaque pointers, ORC LLJIT, the new pass manager);
 # with an older one numba compiles every program (compile.py)
@@ -363,19 +363,6 @@ def _address(symbol: str) -> int:
                            f"process (runtime.py and library.py register tapejit's own: is "
                            f"the module one of theirs?)") from None
     return address
-
-
-def numba_helper(symbol: str) -> int | None:
-    """numba's C helper `symbol` (numba_gamma, ...), from its helper library loaded alone
-    (`load_alone`: no numba import), or its memory manager's `NRT_*` (array kernels call
-    them: the first one needed imports numba, not its compiler)."""
-    if symbol.startswith("NRT_"):
-        import numba  # noqa: F401  first: waits for an import under way on another thread
-        from numba.core.runtime import _nrt_python
-        return _nrt_python.c_helpers.get(symbol[len("NRT_"):])
-    if not symbol.startswith("numba_"):
-        return None
-    return load_alone("numba._helperlib").c_helpers.get(symbol[len("numba_"):])
 
 
 @functools.cache
