@@ -168,6 +168,32 @@ def test_a_program_with_no_kernel_to_inline_has_one_tier():
         assert f.cache_info()["quick_tier"] == 0
 
 
+def test_a_large_program_runs_a_cheap_quick_tier_then_the_full_one_bit_for_bit(monkeypatch):
+    """Past PART_LINES (here: 10 lines) the quick tier is LLVM's cheap code (O1, fast code
+    generation), whether or not the full tier inlines a kernel; same bits as the full tier and
+    as the interpreter's own within rounding."""
+    monkeypatch.setattr(programs, "PART_LINES", 10)
+    cheap, compile_object = [], jit.compile_object
+
+    def spied(ir, inline=True, cheap_code=False):
+        cheap.append(cheap_code)
+        return compile_object(ir, inline, cheap_code)
+    monkeypatch.setattr(jit, "compile_object",
+                        lambda ir, inline=True, cheap=False: spied(ir, inline, cheap))
+
+    def plain(x):                   # no kernel to inline: one tier below PART_LINES
+        return np.sum(x * x + 2.0 * x) * np.max(x)
+    for fn in (waves, plain):
+        g = tj.grad(fn)
+        cheap.clear()
+        with held():
+            quick = g(X)
+            assert g.cache_info()["quick_tier"] == 1 and cheap and all(cheap), cheap
+        assert g.cache_info()["quick_tier"] == 0 and not cheap[-1]
+        assert np.array_equal(g(X), quick)
+        np.testing.assert_allclose(quick, tj.grad(fn, backend="interpret")(X), rtol=1e-13)
+
+
 def test_inlines_names_the_modules_whose_kernels_the_full_tier_inlines():
     g = tj.grad(waves)
     with held():
