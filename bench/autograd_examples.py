@@ -208,11 +208,12 @@ def byte_compile() -> None:
     """Write the bytecode of both libraries' modules (py_compile writes it whatever
     PYTHONDONTWRITEBYTECODE says), so that no timed import compiles source."""
     import compileall
+    import importlib.util
 
-    import autograd
-    import tapejit
-    for package in (tapejit, autograd):
-        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
+    for name in ("tapejit", "autograd"):           # (HIPS autograd: where it is installed)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            compileall.compile_dir(os.path.dirname(spec.origin), quiet=1)
     compileall.compile_dir(str(SHIM), quiet=1)
 
 
