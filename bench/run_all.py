@@ -212,8 +212,9 @@ def main() -> None:
         "compiler goals and the other scripts ran pinned only (their references are "
         "single-threaded loops): one thread, but for `compile.py` (issue 34's first "
         "compiled calls), `unrolled.py` (issue 20's re-rolled "
-        "loops), `dask_scaling.py` (issue 23's local clusters) and `contention.py` (issue "
-        "33's busy machine), which run with default threading, as their rows say.",
+        "loops), `dask_scaling.py` (issue 23's local clusters), `contention.py` (issue "
+        "33's busy machine) and `autograd_examples.py` (issue 35's examples), which run with "
+        "default threading, as their rows say.",
         "",
         f"- date: {started:%Y-%m-%d %H:%M %Z} (took {(finished - started).total_seconds():.0f} s)",
         f"- machine: {nproc()} cpus (nproc), {cpu_model()}; load average {load_before} before, "
@@ -231,7 +232,7 @@ def main() -> None:
            "dask_scaling.py's and contention.py's: default threading)",
            "", *table(entries), ""]
     if examples:
-        md += ["## HIPS autograd's examples (`autograd_examples.py`, issue 35): one thread", "",
+        md += ["## HIPS autograd's examples (`autograd_examples.py`, issue 35): default threading", "",
                *examples, ""]
     failed = [s for s, _, _, rc in outputs if rc != 0]
     if failed:
