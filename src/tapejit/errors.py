@@ -157,7 +157,6 @@ def library_error(what: str, aval: object) -> ConcretizationError | None:
         f"functions, which trace.", (frame.f_code.co_filename, frame.f_lineno)))
 
 
-
 def at_source(message: str, src: tuple[str, int] | None) -> str:
     """Append the user's source line to an error message."""
     if src is None:

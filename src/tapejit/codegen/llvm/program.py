@@ -198,8 +198,8 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
     compiled (and kept on disk) first, and the full one on a thread after the first call
     (`_tier_up`), which replaces it on disk. A program of more than PART_LINES lines has a
     quick tier whatever it inlines, LLVM's cheap one (`jit.compile_object`'s `cheap`): HIPS
-    hmm_em's first call came after 8.5 s of compiling, now 3.8 s; mixture_variational_inference
-    7.5 s, now 2.3 s (its 200 steps: 15.5 s, now 11.3 s; autograd's 11.9 s)."""
+    hmm_em's first call came after 8.5 s of compiling, now 3.2 s; mixture_variational_inference
+    7.5 s, now 1.9 s (its 200 steps: 15.5 s, now 9.3 s; autograd's 12.7 s)."""
     with _lock:
         code = _loaded.get(program_key)
         if code is not None:
