@@ -168,10 +168,11 @@ def test_a_program_with_no_kernel_to_inline_has_one_tier():
         assert f.cache_info()["quick_tier"] == 0
 
 
-def test_the_quick_tier_is_cheap_code_with_the_full_tiers_bits(monkeypatch):
-    """The quick tier is LLVM's cheap code (O1, fast code generation), the full one O3: the
-    same bits, and the interpreter's within rounding. Past PART_LINES (here: 10 lines) a
-    program has a quick tier even where the full tier inlines no kernel."""
+def test_a_large_program_runs_a_cheap_quick_tier_then_the_full_one_bit_for_bit(monkeypatch):
+    """Past PART_LINES (here: 10 lines) the quick tier is LLVM's cheap code (O1, fast code
+    generation), whether or not the full tier inlines a kernel; same bits as the full tier and
+    as the interpreter's own within rounding."""
+    monkeypatch.setattr(programs, "PART_LINES", 10)
     cheap, compile_object = [], jit.compile_object
 
     def spied(ir, inline=True, cheap_code=False):
@@ -182,8 +183,7 @@ def test_the_quick_tier_is_cheap_code_with_the_full_tiers_bits(monkeypatch):
 
     def plain(x):                   # no kernel to inline: one tier below PART_LINES
         return np.sum(x * x + 2.0 * x) * np.max(x)
-    for fn, part_lines in ((waves, programs.PART_LINES), (plain, 10)):
-        monkeypatch.setattr(programs, "PART_LINES", part_lines)
+    for fn in (waves, plain):
         g = tj.grad(fn)
         cheap.clear()
         with held():

@@ -207,9 +207,9 @@ def numba_export(numba_ir: str, wrapper: str, exports: tuple[str, ...],
 def compile_object(ir: str, inline: bool = True, cheap: bool = False) -> bytes:
     """Object code of IR text `ir` with its kernels linked in (the module docstring);
     `inline=False`: the kernels loaded to be called are all called (the quick tier,
-    `inlines`); `cheap`: LLVM's cheapest code worth running (the quick tier's), O1 and fast
-    code generation, for the same bits (no fast-math anywhere) in a third of the time (HIPS
-    hmm_em's 20,000-line module: 0.58 s against 1.60; ica's 1,233 lines: 40 ms against 120)."""
+    `inlines`); `cheap`: LLVM's cheapest code worth running, O1 and fast code generation, for
+    the same bits (no fast-math anywhere) in a third of the time (HIPS hmm_em's 20,000-line
+    module: 0.58 s against 1.60)."""
     start = time.perf_counter()
     module = _optimised(ir, inline, cheap)
     emitting = time.perf_counter()
