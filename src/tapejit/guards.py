@@ -163,7 +163,7 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise size_error(f"numpy.{name}", tracer, user_source(), _HINTS.get(name, ""))
         out = fn(*args, **kwargs)
         if type(out) is not np.ndarray or (args and out is args[0]) or \
-                sys._getframe(1).f_code.co_filename.startswith(_PACKAGE + os.sep):
+                sys._getframe(1).f_code.co_filename.startswith(_PACKAGE):
             return out          # (tapejit's own arrays: setitem's mask, made at a user's line)
         if not _depth.traces:           # GradientTape's recording: a write into it is an error
             return out.view(Constant)

@@ -141,13 +141,13 @@ def target_machine(cheap: bool = False) -> llvm.TargetMachine:
     """This thread's target machine for the host (LLVM's are not shared across threads); the
     large code model (32-bit offsets aborted LLVM where libtorch's mappings split a program).
     `cheap`: LLVM's fast instruction selection and register allocation (`compile_object`)."""
-    tm = getattr(_local, f"tm{cheap}", None)
+    attribute = "cheap_tm" if cheap else "tm"
+    tm = getattr(_local, attribute, None)
     if tm is None:
         name, features = host()
         tm = llvm.Target.from_default_triple().create_target_machine(
-            cpu=name, features=features, opt=0 if cheap else 3, reloc="static",
-            codemodel="large")
-        setattr(_local, f"tm{cheap}", tm)
+            cpu=name, features=features, opt=0 if cheap else 3, reloc="static", codemodel="large")
+        setattr(_local, attribute, tm)
     return tm
 
 

@@ -208,8 +208,12 @@ def _load(program_key: str, lowered: Lowered, entry: _Entry | None) -> tuple[_Co
         if entry is None:
             parts = lowered.parts or (lowered.ir,)
             large = lowered.ir.count("\n") > PART_LINES
-            again = {} if not _spare_cpu() else dict(enumerate(parts)) if large else \
-                {k: part for k, part in enumerate(parts) if jit.inlines(part)}
+            if not _spare_cpu():
+                again = {}
+            elif large:
+                again = dict(enumerate(parts))
+            else:
+                again = {k: part for k, part in enumerate(parts) if jit.inlines(part)}
             objects = _compile(parts, inline=not again, cheap=large and bool(again))
             entry, source = _Entry(objects, again), "compiled"
             jit.write_cached(_FOLDER, program_key, _pack(lowered, entry))
