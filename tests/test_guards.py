@@ -198,6 +198,68 @@ def test_a_long_guarded_loop_applies_each_traced_op_once(monkeypatch):
     assert counts[1e6] / counts[1e3] < 1.2 * steps(1e6) / steps(1e3)
 
 
+def test_a_guarded_loop_inside_an_enclosing_trace_binds_each_op_once(monkeypatch):
+    """A transform traced inside another's trace (grad of grad) gets its guards' values from
+    the enclosing trace (interpret.Growing, inlined): each traced op is bound into it once,
+    not once per guard, so the binds grow with the loop's length, not with its square."""
+    from tapejit import interpret
+    bound = []
+    bind = interpret._apply_bind
+    monkeypatch.setattr(interpret, "_apply_bind", lambda e, ins: bound.append(e.op) or
+                        bind(e, ins))
+
+    def step(x, a):              # sqrt(a) is the fixed point
+        return x - 0.05 * (x * x - a)
+
+    def root(tol):
+        def fixed_point(a):
+            x, previous = step(a * 0.0 + 10.0, a), a * 0.0 + 10.0
+            while np.abs(x - previous) > tol:
+                x, previous = step(x, a), x
+            return x
+        return fixed_point
+
+    def unrolled(steps):          # the same steps, counted in Python: no guards
+        def fixed_point(a):
+            x = a * 0.0 + 10.0
+            for _ in range(steps):
+                x = step(x, a)
+            return x
+        return fixed_point
+
+    counts = {}
+    for tol in (1e-4, 1e-8):
+        bound.clear()
+        second = tj.grad(tj.grad(root(tol)))(2.0)
+        counts[tol] = len(bound)
+        x, previous, steps = step(10.0, 2.0), 10.0, 1
+        while abs(x - previous) > tol:
+            x, previous, steps = step(x, 2.0), x, steps + 1
+        np.testing.assert_allclose(second, tj.grad(tj.grad(unrolled(steps)))(2.0), rtol=1e-12)
+    # twice the steps (linear convergence): about twice the binds, where quadratic gave four
+    assert 1.5 < counts[1e-8] / counts[1e-4] < 2.5, counts
+
+
+def test_the_variant_taken_last_is_tried_first(monkeypatch):
+    """Calls in a row tend to take the same branches: a call runs the guards of the variant
+    the last call took first, so a run of calls checks one variant's guards each."""
+    checked = []
+    interpret = variants.interpret
+    monkeypatch.setattr(variants, "interpret", lambda tape, leaves: checked.append(1) or
+                        interpret(tape, leaves))
+    def doubled(x):
+        while x < 10.0:
+            x = x * 2.0
+        return x
+    f = tj.jit(doubled)
+    for v in (1.0, 3.0, 6.0):         # 4, 2, 1 doublings: three guard tapes
+        assert f(v) == doubled(v)
+    checked.clear()
+    for _ in range(5):
+        assert f(3.0) == 12.0
+    assert len(checked) == 6          # the first call tries 6.0's guards, then 3.0's
+
+
 def minibatch_of(w, data, step):
     i = step % 3
     return np.sum((w * data[4 * i:4 * i + 4, 1]) ** 2) + np.sum(data[None, 2 * i:2 * i + 3, :2])

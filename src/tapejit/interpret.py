@@ -1,13 +1,15 @@
 """The numpy interpreter: evaluates any tape op by op. It is the ground truth every compiled
 path is tested against, and the `"interpret"` backend.
 
-`evaluate` walks a tape with a given way of applying each eqn; `interpret` applies the ops'
-numpy implementations, `inline` binds them (a fused group's eqns one by one) (so on tracers it copies the tape into the current
-trace, keeping each eqn's source line: how a transform called inside a trace composes).
+`evaluate` walks a tape with a given way of applying each eqn; `run` applies the ops' numpy
+implementations (`interpret` on a call's arguments), from a plan of the tape made once (its
+eqns' implementations, params and reads, and which values each drops); `inline` binds them
+(a fused group's eqns one by one) (so on tracers it copies the tape into the current trace,
+keeping each eqn's source line: how a transform called inside a trace composes).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -31,22 +33,102 @@ def evaluate(tape: Tape, args: Sequence[Any], apply: Callable[[Eqn, list[Any]], 
     def read(atom: Atom) -> Any:
         return _lit_value(atom) if isinstance(atom, Lit) else env[atom.name]
 
-    # a value is dropped after its last reader, so its memory serves later values
-    last_read = {a.name: k for k, eqn in enumerate(tape.eqns) for a in eqn.ins
-                 if isinstance(a, Var)}
-    for o in tape.outvars:
-        if isinstance(o, Var):
-            last_read[o.name] = len(tape.eqns)
-    for k, eqn in enumerate(tape.eqns):
+    drops = _drops(tape)
+    for eqn, dropped in zip(tape.eqns, drops):
         result = apply(eqn, [read(a) for a in eqn.ins])
         if OPS[eqn.op].multiple_results:
             env.update((o.name, r) for o, r in zip(eqn.outs, result))
         else:
             env[eqn.outs[0].name] = result
-        for a in eqn.ins:
-            if isinstance(a, Var) and last_read[a.name] == k:
-                env.pop(a.name, None)
+        for name in dropped:
+            env.pop(name, None)
     return [read(o) for o in tape.outvars]
+
+
+def _drops(tape: Tape) -> list[tuple[str, ...]]:
+    """Per eqn, the values it is the last to read (dropped after it, so that their memory
+    serves later values)."""
+    last_read = {a.name: k for k, eqn in enumerate(tape.eqns) for a in eqn.ins
+                 if isinstance(a, Var)}
+    for o in tape.outvars:
+        if isinstance(o, Var):
+            last_read[o.name] = len(tape.eqns)
+    drops: list[list[str]] = [[] for _ in tape.eqns]
+    for name, k in last_read.items():
+        if k < len(tape.eqns):
+            drops[k].append(name)
+    return [tuple(d) for d in drops]
+
+
+class _Step(NamedTuple):
+    eqn: Eqn
+    impl: Callable[..., Any]
+    kw: dict[str, Any]
+    reads: tuple[tuple[str | None, Any], ...]    # (name, None), or (None, a literal's value)
+    outs: tuple[str, ...]
+    multiple: bool
+    drops: tuple[str, ...]
+
+
+class Plan(NamedTuple):
+    """A tape ready to run on the interpreter (`run`)."""
+    tape: Tape
+    steps: tuple[_Step, ...]
+    outs: tuple[tuple[str | None, Any], ...]
+
+
+# the plans of tapes without constants (loop bodies, fused groups), by id(tape): each keeps its
+# tape, so an id is never reused while its plan is here. A tape with constants (a program's,
+# which may hold the user's data) is planned by whoever runs it again (the runners).
+_PLANS: dict[int, Plan] = {}
+_PLAN_LIMIT = 512
+
+
+def _reads(atoms: Sequence[Atom]) -> tuple[tuple[str | None, Any], ...]:
+    return tuple((None, _lit_value(a)) if isinstance(a, Lit) else (a.name, None) for a in atoms)
+
+
+def plan(tape: Tape) -> Plan:
+    """`tape`'s plan: its eqns' implementations, params and reads, and what each drops."""
+    made = _PLANS.get(id(tape))
+    if made is not None and made.tape is tape:
+        return made
+    made = Plan(tape, tuple(
+        _Step(eqn, OPS[eqn.op].impl, eqn.kw, _reads(eqn.ins), tuple(o.name for o in eqn.outs),
+              OPS[eqn.op].multiple_results, dropped)
+        for eqn, dropped in zip(tape.eqns, _drops(tape))), _reads(tape.outvars))
+    if not tape.consts:
+        if len(_PLANS) >= _PLAN_LIMIT:
+            try:
+                del _PLANS[next(iter(_PLANS))]
+            except (KeyError, RuntimeError, StopIteration):     # another thread's
+                pass
+        _PLANS[id(tape)] = made
+    return made
+
+
+def run(tape: Tape, args: Sequence[Any], consts: Sequence[Any] | None = None,
+        planned: Plan | None = None) -> list[Any]:
+    """`evaluate(tape, args, apply_impl, consts)`, from the tape's plan."""
+    steps, outs = planned[1:] if planned is not None else plan(tape)[1:]
+    env: dict[str | None, Any] = {v.name: a for v, a in zip(tape.invars, args)}
+    env.update((v.name, c) for v, c in zip(tape.constvars, tape.consts if consts is None
+                                           else consts))
+    for step in steps:
+        ins = [env[name] if name is not None else value for name, value in step.reads]
+        try:
+            result = step.impl(*ins, **step.kw)
+        except IndexOutOfBoundsError as err:
+            if err.op is not None:           # raised inside a sub-tape: located there
+                raise
+            raise err.located(step.eqn.op, step.eqn.src) from None
+        if step.multiple:
+            env.update(zip(step.outs, result))
+        else:
+            env[step.outs[0]] = result
+        for name in step.drops:
+            env.pop(name, None)
+    return [env[name] if name is not None else value for name, value in outs]
 
 
 def apply_impl(eqn: Eqn, ins: list[Any]) -> Any:
@@ -64,12 +146,16 @@ def _apply_bind(eqn: Eqn, ins: list[Any]) -> Any:
         return bind_recorded(OPS[eqn.op], ins, eqn.kw)
 
 
-def interpret(tape: Tape, args: Sequence[Any]) -> list[Any]:
-    """Run the tape on numpy values. Floating-point warnings are silenced: a joint tape may
-    compute both sides of a select, as compiled code does."""
+def interpret(tape: Tape, args: Sequence[Any], planned: Plan | None = None) -> list[Any]:
+    """Run the tape on numpy values (from its plan, where the caller keeps it). Floating-point
+    warnings are silenced: a joint tape may compute both sides of a select, as compiled code
+    does."""
     with np.errstate(all="ignore"):
-        outs = evaluate(tape, [np.asarray(a) for a in args], apply_impl)
+        outs = run(tape, [np.asarray(a) for a in args], planned=planned)
     return [np.asarray(o, dtype=v.aval.dtype) for o, v in zip(outs, tape.outvars)]
+
+
+_SCALARS = (bool, int, float, complex)
 
 
 class Growing:
@@ -77,12 +163,18 @@ class Growing:
     its tracers as it records: guards), each eqn applied once and only where a value asked
     for needs it: linear in the tape's length where evaluating each snapshot from the start
     was quadratic (a Python `while` on data, 417 iterations: 1.42 s of its trace). Values
-    past LIMIT bytes are dropped and computed again if needed."""
+    past LIMIT bytes are dropped and computed again if needed.
+
+    `inlined`: the inputs are an enclosing trace's tracers (a transform called inside
+    another's trace), and the eqns are bound into that trace (`inline`), each once: the value
+    asked for is a tracer of it."""
 
     LIMIT = 256 << 20
 
-    def __init__(self, args: Sequence[Any]) -> None:
-        self.args = [np.asarray(a) for a in args]
+    def __init__(self, args: Sequence[Any], inlined: bool = False) -> None:
+        self.args = list(args) if inlined else [np.asarray(a) for a in args]
+        self.apply = _apply_bind if inlined else apply_impl
+        self.inlined = inlined
         self._reset()
 
     def _reset(self) -> None:
@@ -93,11 +185,12 @@ class Growing:
         self.eqns: tuple[Eqn, ...] = ()
         self.nbytes = 0
 
-    def value(self, tape: Tape) -> np.ndarray | None:
+    def value(self, tape: Tape) -> Any:
         """The value of `tape`'s one output: a snapshot of the tape whose earlier snapshots
         this was asked for (their eqns a prefix of its eqns). None where it needs a constant
-        that is a tracer (captured from an enclosing trace) or an input whose value is not of
-        its var's shape (vmap's batch for a per-example var)."""
+        that is a tracer (captured from an enclosing trace), an input that is one (unless
+        `inlined`) or an input whose value is not of its var's shape (vmap's batch for a
+        per-example var)."""
         seen = len(self.eqns)
         if seen > len(tape.eqns) or (seen and tape.eqns[seen - 1] is not self.eqns[-1]) \
                 or self.nbytes > self.LIMIT:
@@ -107,25 +200,30 @@ class Growing:
             self.made.update((o.name, k) for o in tape.eqns[k].outs)
         self.eqns, given = tape.eqns, self.given
         if not seen:
-            given.update((v.name, a) for v, a in zip(tape.invars, self.args))
+            # a Python scalar takes its input's dtype here: bound as is, it would take that
+            # of the op's other operands
+            given.update((v.name, np.asarray(a, v.aval.dtype) if isinstance(a, _SCALARS) else a)
+                         for v, a in zip(tape.invars, self.args))
+            self.inputs = {v.name for v in tape.invars}
         given.update((tape.constvars[k].name, tape.consts[k])
                      for k in range(self.consts, len(tape.consts)))
         self.consts = len(tape.consts)
         needed, touched = self._needed(tape.outvars[0], given)
         avals = {v.name: v.aval for v in tape.invars}
-        if any(isinstance(given[n], Tracer) or (n in avals and aval_of(given[n]) != avals[n])
-               for n in touched):
+        if any((isinstance(given[n], Tracer) and not (self.inlined and n in self.inputs))
+               or (n in avals and aval_of(given[n]) != avals[n]) for n in touched):
             return None
         with np.errstate(all="ignore"):
             for k in needed:
                 eqn = tape.eqns[k]
-                result = apply_impl(eqn, [self._read(a, given) for a in eqn.ins])
+                result = self.apply(eqn, [self._read(a, given) for a in eqn.ins])
                 results = result if OPS[eqn.op].multiple_results else (result,)
                 for o, r in zip(eqn.outs, results):
                     self.env[o.name] = r
                     self.nbytes += getattr(r, "nbytes", 8)
         out = tape.outvars[0]
-        return np.asarray(self._read(out, given), dtype=out.aval.dtype)
+        value = self._read(out, given)
+        return value if isinstance(value, Tracer) else np.asarray(value, dtype=out.aval.dtype)
 
     def _read(self, atom: Atom, given: dict[str, Any]) -> Any:
         if isinstance(atom, Lit):
@@ -170,7 +268,7 @@ def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:
 
     # a Python scalar takes its input's dtype here: bound as is, it would take that of the
     # op's other operands (a float trip-count partner of a loop would become an integer)
-    args = [np.asarray(a, v.aval.dtype) if isinstance(a, (bool, int, float, complex)) else a
+    args = [np.asarray(a, v.aval.dtype) if isinstance(a, _SCALARS) else a
             for a, v in zip(args, tape.invars)]
     outs = evaluate(tape, args, apply)
     mark()  # an empty reverse sweep

@@ -24,13 +24,12 @@ import numpy as np
 
 from .. import guards
 from .arguments import CallArgs, fn_name
-from ..avals import aval_of
 from ..config import config
 from ..control.reroll import RerolledLoop, reroll
 from ..disk.memo import digest, remembered
 from ..draws import Recording
 from ..errors import ArgumentError, ConcretizationError, DtypeError, at_source
-from ..interpret import Growing, inline
+from ..interpret import Growing
 from ..ir import Tape
 from ..passes import dce
 from ..pytree import TreeDef, flatten
@@ -156,24 +155,14 @@ def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:
     rule: no Python branching on traced values)."""
     if config().strict:
         return None
-    inlined = any(isinstance(leaf, Tracer) for leaf in call.leaves)
-    values = None if inlined else Growing(call.leaves)
+    values = Growing(call.leaves, inlined=any(isinstance(leaf, Tracer) for leaf in call.leaves))
 
     def value(tape: Tape) -> np.ndarray | None:
-        if values is not None:
-            try:
-                return values.value(tape)
-            except KeyError:        # it reads a random draw's key (draws.py): not a value of
-                return None         # the call's arguments
-        tape = dce(tape)
-        if any(isinstance(c, Tracer) for c in tape.consts):   # captured from outside
-            return None
-        read = {v for e in tape.eqns for v in e.ins} | set(tape.outvars)
-        if any(v in read and not isinstance(leaf, Tracer) and aval_of(leaf) != v.aval
-               for v, leaf in zip(tape.invars, call.leaves)):
-            return None             # vmap's per-example value of a batch: not one number
-        out = inline(tape, call.leaves)[0]
-        return guarded_value(out) if isinstance(out, Tracer) else np.asarray(out)
+        try:
+            out = values.value(tape)
+        except KeyError:            # it reads a random draw's key (draws.py): not a value of
+            return None             # the call's arguments
+        return guarded_value(out) if isinstance(out, Tracer) else out
     return value
 
 

@@ -3,11 +3,13 @@
 A function that branches on a traced value (a Python `if`, `int()`, an index) records guards:
 a tape computing those values from the arguments, and the values the trace saw. Its program
 holds only where the guards give the same values, so a signature may have several programs,
-each keyed by a `VariantKey`; a call runs the guards of the programs kept for its signature
-and takes the first whose values it gives.
+each keyed by a `VariantKey`; a call runs the guards of the programs kept for its signature,
+the last one taken first (calls in a row tend to take the same branches), and takes the first
+whose values it gives.
 """
 from __future__ import annotations
 
+import collections
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -21,28 +23,36 @@ from .record import VariantKey
 MAX_VARIANTS = 32      # programs of one signature, chosen by the values they branched on
 
 
-def variant(variants: Mapping[CacheKey, Mapping[str, Tape]], cache: Mapping[Any, Any],
-            key: CacheKey, leaves: Sequence[Any]) -> CacheKey | VariantKey:
+def variant(variants: Mapping[CacheKey, collections.OrderedDict[str, Tape]],
+            cache: Mapping[Any, Any], key: CacheKey, leaves: Sequence[Any]) -> CacheKey | VariantKey:
     """The cache key of the variant of signature `key` whose guards the call of `leaves`
-    passes (the values its function branched on are this call's), else `key`."""
-    for text, guards in variants.get(key, {}).items():
+    passes (the values its function branched on are this call's), else `key`. The guards
+    that passed are tried first next time."""
+    kept = variants.get(key, {})
+    for text, guards in list(kept.items()):
         try:
             values = interpret(guards, leaves)
         except Exception:   # noqa: BLE001  a guard past one that changed reads what its
             continue        # branch guards against (an index out of range): not this one
         key_of = VariantKey(key, text, _outcome(values))
         if key_of in cache:
+            try:
+                kept.move_to_end(text, last=False)
+            except KeyError:           # another thread cleared the cache
+                pass
             return key_of
     return key
 
 
-def new_variant(variants: dict[CacheKey, dict[str, Tape]], cache: Mapping[Any, Any],
-                key: CacheKey, guards: Tape, values: tuple, label: str) -> VariantKey:
+def new_variant(variants: dict[CacheKey, collections.OrderedDict[str, Tape]],
+                cache: Mapping[Any, Any], key: CacheKey, guards: Tape, values: tuple, label: str) -> VariantKey:
     """Register a program of signature `key` that holds where `guards` give `values`; its
     cache key. Past MAX_VARIANTS, an error: the branches follow data."""
     guards = dce(guards)
     text = str(guards)
-    variants.setdefault(key, {}).setdefault(text, guards)
+    kept = variants.setdefault(key, collections.OrderedDict())
+    kept.setdefault(text, guards)
+    kept.move_to_end(text, last=False)
     held = sum(1 for k in cache if isinstance(k, VariantKey) and k.signature == key)
     if held >= MAX_VARIANTS:
         raise ConcretizationError(at_source(
