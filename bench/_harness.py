@@ -294,13 +294,30 @@ class Timing:
 WARMUP = 2  # set by parse_args from --warmup
 
 
+def settle(fn: Callable[[], Any]) -> None:
+    """Call `fn` until a call runs no tapejit program on the numpy interpreter (a new program's
+    first calls do, as many as its compile would about pay for: transforms/first_call.py), so
+    that what is timed next is the steady state."""
+    if "tapejit" not in sys.modules:
+        return
+    from tapejit.transforms.cached import calls_interpreted
+    from tapejit.transforms.first_call import MAX_INTERPRETED_CALLS
+    for _ in range(MAX_INTERPRETED_CALLS + 1):
+        before = calls_interpreted()
+        fn()
+        if calls_interpreted() == before:
+            return
+
+
 def measure(fn: Callable[[], Any], repeats: int, warmup: int | None = None, min_run_s: float = 0.0,
             number: int | None = None) -> Timing:
-    """Call `fn` `warmup` (default --warmup) times untimed (first-call compiles, caches), then time
-    `repeats` runs and return per-call seconds. With `min_run_s` > 0 each run loops `fn` enough
-    times to last at least that long (for microsecond-scale calls); `number` fixes the count."""
+    """Call `fn` `warmup` (default --warmup) times untimed (first-call compiles, caches) and until
+    it runs compiled code (`settle`), then time `repeats` runs and return per-call seconds.
+    With `min_run_s` > 0 each run loops `fn` enough times to last at least that long (for
+    microsecond-scale calls); `number` fixes the count."""
     for _ in range(WARMUP if warmup is None else warmup):
         fn()
+    settle(fn)
     if number is None:
         number = 1
         if min_run_s > 0:

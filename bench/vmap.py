@@ -69,6 +69,7 @@ def interleaved(rows: dict[str, Callable[[], Any]], repeats: int, min_run_s: flo
     for label, fn in rows.items():
         for _ in range(H.WARMUP):
             fn()
+        H.settle(fn)
         t0 = time.perf_counter()
         fn()
         numbers[label] = max(1, int(min_run_s / max(time.perf_counter() - t0, 1e-7)))

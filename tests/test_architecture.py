@@ -43,7 +43,7 @@ LAYERS = [
     ("passes", ["passes"]),
     ("codegen", ["codegen"]),
     ("control flow", ["control", "custom", "integrate"]),
-    ("compile", ["program_text", "compile", "cuda_support"]),
+    ("compile", ["program_text", "backends", "compile", "cuda_support"]),
     ("draws", ["draws"]),
     ("transforms", ["transforms"]),
     ("public", ["api", "jacobians", "split", "vmap", "tape_sweeps", "checkify", "explain",
@@ -184,7 +184,7 @@ OVERSIZED = {                 # modules over it, each held to its size until spl
                                 "checkpoint, loop_grad): one module per primitive"),
     "optimizers.gradient_transforms": (415, "optax's protocol, chain and every rule, one small "
                                             "class each: split the rules from the protocol"),
-    "dask": (411, "data-parallel steps, ensembles and worker setup on Dask: split the two "
+    "dask": (409, "data-parallel steps, ensembles and worker setup on Dask: split the two "
                   "entry points"),
 }
 

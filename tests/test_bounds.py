@@ -23,14 +23,16 @@ from tapejit import config
 from tapejit.errors import IndexOutOfBoundsError
 from tapejit.ops import index as I
 from tapejit.ops import sort as ST
+from tapejit.transforms import first_call
 from hang import HANG_S
 
 
 @pytest.fixture(params=["compile", "interpret"])
 def tier(request, monkeypatch):
     monkeypatch.setenv("TAPEJIT_FIRST_CALL", request.param)
-    if request.param == "interpret":
+    if request.param == "interpret":      # the first call interpreted, the second compiled
         monkeypatch.setenv("TAPEJIT_CODEGEN", "numba")
+        monkeypatch.setattr(first_call, "MAX_INTERPRETED_CALLS", 1)
     config.reload()
     yield request.param
     monkeypatch.undo()
@@ -62,13 +64,12 @@ def _raised_by(err):
     return os.path.basename(tb.tb_frame.f_code.co_filename)
 
 
-def _every_call(f, good, bad, expect, reference=None, loop=False):
-    """`bad` raises on the first call (on the interpreter in the "interpret" tier, unless the
-    program has a loop), and on the compiled program after `good` ran (interpreted or
-    compiled, then compiled: the fast path); `good` still gives `reference` afterwards (the
-    status slots are cleared)."""
+def _every_call(f, good, bad, expect, reference=None):
+    """`bad` raises on the first call (on the interpreter in the "interpret" tier), and on the
+    compiled program after `good` ran (interpreted or compiled, then compiled: the fast path);
+    `good` still gives `reference` afterwards (the status slots are cleared)."""
     first = _raises(f, bad, *expect)
-    interpreted = config.config().first_call == "interpret" and not loop
+    interpreted = config.config().first_call == "interpret"
     assert _raised_by(first) == ("interpret.py" if interpreted else "compile.py")
     want = f(*good) if reference is None else reference
     for _ in range(2):
@@ -202,9 +203,9 @@ def _scan_sum(x, idx):
 def test_gathers_in_loop_bodies(tier):
     x = np.arange(3.0)
     _every_call(tj.jit(_loop_sum), (x, np.array([0, 1, 2])), (x, np.array([0, 1, 3])),
-                (3, 0, 3, _line(_loop_sum, 1)), loop=True)
+                (3, 0, 3, _line(_loop_sum, 1)))
     _every_call(tj.jit(_scan_sum), (x, np.array([0, 1, 2])), (x, np.array([0, -9, 1])),
-                (-9, 0, 3, _line(_scan_sum, 1)), loop=True)
+                (-9, 0, 3, _line(_scan_sum, 1)))
 
 
 def test_empty_axes_and_empty_indices(tier):

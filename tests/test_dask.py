@@ -178,6 +178,35 @@ def test_workers_trace_once_and_compile_once_per_machine(client):
     assert sum(i["disk_loads"] for i in infos) >= 1
 
 
+def test_the_compile_lock_is_held_until_a_call_runs_compiled_code(monkeypatch, tmp_path):
+    """A small program's first calls run on the interpreter and a later one compiles: a
+    worker takes the machine's compile lock around each call of the signature until one ran
+    compiled code, then no more."""
+    from tapejit import config
+    from tapejit.transforms import first_call
+    monkeypatch.setenv("TAPEJIT_FIRST_CALL", "interpret")
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(first_call, "MAX_INTERPRETED_CALLS", 3)
+    config.reload()
+    locked = []
+    real_open = open
+    monkeypatch.setattr(tjd, "open", lambda path, mode: locked.append(1) or real_open(path, mode),
+                        raising=False)
+    try:
+        f = tj.grad(lambda w: np.sum(np.sin(w) * w))
+        w = np.arange(3.0)
+        key = tjd._signature(f, (w,), {})
+        for calls in range(1, 7):
+            with tjd._compile_lock(f, key):
+                f(w)
+            assert len(locked) == min(calls, 4)       # 3 interpreted, the 4th compiles
+            assert (key in tjd._ready) == (calls >= 4)
+        assert f.cache_info()["interpreted"] == 3 and f.cache_info()["compiles"] == 1
+    finally:
+        monkeypatch.undo()
+        config.reload()
+
+
 # ---- data-parallel gradients ----------------------------------------------------------------
 @pytest.mark.parametrize("reduce", ["mean", "sum"])
 @pytest.mark.parametrize("chunks", [(4, 4, 4), (5, 1, 0, 6), (1,)], ids=["equal", "unequal",

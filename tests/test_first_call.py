@@ -1,7 +1,8 @@
-"""Tiers: by default a new program that tapejit's LLVM lowering covers compiles on its first
-call; one numba must compile runs its first call on the numpy interpreter and compiles on its
-second (first_call.py `interpret_first`, `TAPEJIT_FIRST_CALL`). Most tests here check numba's
-tier (TAPEJIT_CODEGEN=numba); the `llvm` ones the default.
+"""Tiers: by default a new program's first calls run on the numpy interpreter, as many as the
+compile would about pay for, and the next compiles it; one compiled before, whose code is on
+disk, loads on its first call (first_call.py `interpreted_calls`, `TAPEJIT_FIRST_CALL`). Most
+tests here check numba's tier (TAPEJIT_CODEGEN=numba); the `llvm` ones the default. Tests of
+how the tier hands over to compiled code compile on the second call (`_second_call_compiles`).
 
 The rest of the suite sets TAPEJIT_FIRST_CALL=compile (conftest.py) so that its numba tests
 check compiled code from the first call on; here it is set per test. Counted by events
@@ -19,7 +20,8 @@ import pytest
 
 import tapejit as tj
 from tapejit import config
-from tapejit.transforms.first_call import INTERPRET_FIRST_MAX_BYTES, interpret_first
+from tapejit.transforms import first_call
+from tapejit.transforms.first_call import INTERPRET_FIRST_MAX_BYTES, interpreted_calls
 
 from hang import HANG_S
 
@@ -48,7 +50,16 @@ def _counts(f):
     return {k: info[k] for k in ("traces", "interpreted", "compiles", "disk_loads", "hits")}
 
 
-def test_the_first_call_is_interpreted_and_the_second_compiles(monkeypatch):
+def _second_call_compiles(monkeypatch):
+    monkeypatch.setattr(first_call, "MAX_INTERPRETED_CALLS", 1)
+
+
+def _program_tape(f):
+    [program] = getattr(f, "__wrapped_transform__", f)._cache.values()
+    return program.tape
+
+
+def test_the_first_calls_are_interpreted_and_the_next_compiles(monkeypatch):
     monkeypatch.setenv("TAPEJIT_VERIFY", "0")     # the bare fast path, not a verifying one
     config.reload()
     f = tj.value_and_grad(_loss, backend="numba")
@@ -57,21 +68,46 @@ def test_the_first_call_is_interpreted_and_the_second_compiles(monkeypatch):
     value, grad = f(w, x)
     want_value, want_grad = reference(w, x)
     assert value == want_value and np.array_equal(grad, want_grad)   # the interpreter's bits
-    assert _counts(f) == {"traces": 1, "interpreted": 1, "compiles": 0, "disk_loads": 0,
-                          "hits": 0}
+    calls = interpreted_calls(_program_tape(f))
+    assert calls > 1                               # a small program: worth several calls
+    for k in range(2, calls + 1):
+        value, grad = f(w, x)
+        assert value == want_value and np.array_equal(grad, want_grad)
+    assert _counts(f) == {"traces": 1, "interpreted": calls, "compiles": 0, "disk_loads": 0,
+                          "hits": calls - 1}
     value, grad = f(w, x)
-    assert _counts(f) == {"traces": 1, "interpreted": 1, "compiles": 1, "disk_loads": 0,
-                          "hits": 1}
+    assert _counts(f) == {"traces": 1, "interpreted": calls, "compiles": 1, "disk_loads": 0,
+                          "hits": calls}
     np.testing.assert_allclose(value, want_value, rtol=1e-13)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-15)
     # from now on calls take the fast path straight into the compiled function
     [entry] = f._fast.values()
     assert isinstance(entry[1], numba.core.dispatcher.Dispatcher)
     f(w, x)
-    assert _counts(f)["hits"] == 2 and _counts(f)["compiles"] == 1
+    assert _counts(f)["hits"] == calls + 1 and _counts(f)["compiles"] == 1
 
 
-def test_a_new_batch_size_is_interpreted_once_then_reuses_the_compiled_program():
+def test_how_many_calls_run_on_the_interpreter():
+    """As many as would about pay for the compile, by the tape's estimate: hundreds for a
+    scalar function, one where the arrays are large, none with a while loop; a loop of
+    constant length counts its steps."""
+    scalar = tj.make_tape(lambda x: np.sin(x) * x)(1.0)
+    assert first_call.MAX_INTERPRETED_CALLS >= interpreted_calls(scalar) > 100
+    small = tj.make_tape(_loss)(*_args(np.random.default_rng(4)))
+    assert interpreted_calls(scalar) > interpreted_calls(small) > 100
+    large = tj.make_tape(lambda x: np.sum(np.sin(x) * np.exp(-x)))(np.ones(10**6))
+    assert interpreted_calls(large) == 1
+    body = lambda i, c: np.sin(c) * 1.5      # noqa: E731
+    steps = [interpreted_calls(tj.make_tape(lambda x: tj.fori_loop(0, n, body, x))(np.ones(4)))
+             for n in (3, 300)]
+    assert steps[0] > steps[1] >= 1                 # its steps each cost the interpreter
+    looped = tj.make_tape(lambda x: tj.while_loop(lambda c: np.sum(c) < 100.0,
+                                                  lambda c: c * 2.0, x))(np.ones(4))
+    assert interpreted_calls(looped) == 0           # the steps are not known: compiled at once
+
+
+def test_a_new_batch_size_of_a_compiled_program_reuses_it_from_its_first_call(monkeypatch):
+    _second_call_compiles(monkeypatch)
     f = tj.grad(_loss, backend="numba")
     rng = np.random.default_rng(1)
     w, x = _args(rng)
@@ -80,11 +116,12 @@ def test_a_new_batch_size_is_interpreted_once_then_reuses_the_compiled_program()
     compiled = _counts(f)["compiles"] + _counts(f)["disk_loads"]
     x2 = rng.normal(size=(11, 3))
     want = tj.grad(_loss, backend="interpret")(w, x2)
-    np.testing.assert_array_equal(f(w, x2), want)                            # interpreted
-    np.testing.assert_allclose(f(w, x2), want, rtol=1e-12, atol=1e-15)       # compiled
+    for _ in range(2):
+        np.testing.assert_allclose(f(w, x2), want, rtol=1e-12, atol=1e-15)   # compiled
     info = _counts(f)
-    assert (info["traces"], info["interpreted"]) == (2, 2)
+    assert (info["traces"], info["interpreted"]) == (2, 1)
     assert info["compiles"] + info["disk_loads"] == compiled      # the same source: no compile
+    assert f.cache_info()["codegen"]["numba"] == 2
 
 
 def test_compile_mode_compiles_on_the_first_call(monkeypatch):
@@ -96,7 +133,8 @@ def test_compile_mode_compiles_on_the_first_call(monkeypatch):
     assert _counts(f)["interpreted"] == 0 and _counts(f)["compiles"] == 1
 
 
-def test_eight_threads_making_the_first_calls_trace_interpret_and_compile_once():
+def test_eight_threads_making_the_first_calls_trace_interpret_and_compile_once(monkeypatch):
+    _second_call_compiles(monkeypatch)
     f = tj.grad(lambda w, x: np.sum(np.cos(x @ w) * x[:, :2]), backend="numba")
     w, x = _args(np.random.default_rng(3))
     want = tj.grad(lambda w, x: np.sum(np.cos(x @ w) * x[:, :2]), backend="interpret")(w, x)
@@ -119,13 +157,10 @@ def test_eight_threads_making_the_first_calls_trace_interpret_and_compile_once()
 
 
 def test_which_programs_run_their_first_call_on_the_interpreter():
-    small = tj.make_tape(_loss)(*_args(np.random.default_rng(4)))
-    assert interpret_first(small)
-    looped = tj.make_tape(lambda x: tj.fori_loop(0, 3, lambda i, c: c * 1.5, x))(np.ones(4))
-    assert not interpret_first(looped)          # the interpreter would run the body per step
+    assert interpreted_calls(tj.make_tape(_loss)(*_args(np.random.default_rng(4))))
     n = int(np.sqrt(INTERPRET_FIRST_MAX_BYTES / 8)) + 1
     huge = np.broadcast_to(np.ones(1), (n, n))  # a large array's shape, not its memory
-    assert not interpret_first(tj.make_tape(lambda x: np.sum(np.sin(x)))(huge))
+    assert not interpreted_calls(tj.make_tape(lambda x: np.sum(np.sin(x)))(huge))
 
 
 def test_an_unknown_first_call_setting_is_a_clear_error(monkeypatch):
@@ -135,14 +170,21 @@ def test_an_unknown_first_call_setting_is_a_clear_error(monkeypatch):
         config.reload()
 
 
-def test_a_one_gradient_script_never_imports_numba():
+def test_a_one_gradient_script_never_imports_numba_or_the_compiler():
+    """`import tapejit` and a first call on the interpreter load neither numba nor llvmlite nor
+    code generation (compile.py and what it imports: a third of the import)."""
     script = ("import sys, numpy as np, tapejit as tj\n"
+              "def loaded():\n"
+              "    return sorted({m.split('.')[0] if m.startswith(('numba', 'llvmlite')) else m\n"
+              "                   for m in sys.modules if m.startswith(('numba', 'llvmlite',\n"
+              "                   'tapejit.compile', 'tapejit.codegen.cpu', 'tapejit.codegen.llvm'))})\n"
+              "print(loaded())\n"
               "g = tj.grad(lambda x: np.sum(np.tanh(x) ** 2), backend='numba')(np.ones(3))\n"
-              "print('numba' in sys.modules, g.shape)")
+              "print(loaded(), g.shape)")
     env = {k: v for k, v in os.environ.items() if k != "TAPEJIT_FIRST_CALL"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert out == ["False", "(3,)"]
+                         text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "[] (3,)"]
 
 
 def _llvm(monkeypatch):
@@ -160,7 +202,21 @@ def _kernels_built(monkeypatch, fn, *args):
     config.reload()
 
 
-def test_llvm_a_covered_program_compiles_on_its_first_call(monkeypatch):
+def test_llvm_a_covered_program_is_interpreted_first_where_its_kernels_are_built(monkeypatch):
+    """Built kernels do not make a compile worth it: a new program's first call runs on the
+    interpreter all the same (a one-gradient script's LLVM compile cost 50 ms)."""
+    _llvm(monkeypatch)
+    _kernels_built(monkeypatch, _loss, *_args(np.random.default_rng(6)))
+
+    def other_loss(w, x):       # the same kernels (tanh), another program
+        return np.sum(np.tanh(x @ w) * 3.0)
+    f = tj.grad(other_loss, backend="numba")
+    w, x = _args(np.random.default_rng(6))
+    np.testing.assert_array_equal(f(w, x), tj.grad(other_loss, backend="interpret")(w, x))
+    assert _counts(f)["interpreted"] == 1 and _counts(f)["compiles"] == 0
+
+
+def test_llvm_a_program_compiled_before_loads_on_its_first_call(monkeypatch):
     _llvm(monkeypatch)
     _kernels_built(monkeypatch, _loss, *_args(np.random.default_rng(6)))
     f = tj.value_and_grad(_loss, backend="numba")
@@ -187,6 +243,7 @@ def _cube(x):       # a user's numba kernel: numba compiles the programs calling
 
 def test_llvm_a_program_numba_compiles_is_still_interpreted_first(monkeypatch):
     _llvm(monkeypatch)
+    _second_call_compiles(monkeypatch)
     f = tj.grad(lambda x: np.sum(_cube(x)), backend="numba")
     x = np.array([3.0, 1.0, 4.0, 1.5, 5.0])
     np.testing.assert_array_equal(f(x), 3 * x ** 2)
@@ -200,6 +257,7 @@ def test_llvm_kernels_not_built_yet_mean_the_interpreter_first(monkeypatch, tmp_
     """A program whose kernels numba has not built on this machine runs its first call on the
     interpreter, as a program numba compiles does; its second call builds and compiles."""
     _llvm(monkeypatch)
+    _second_call_compiles(monkeypatch)
     monkeypatch.setenv("TAPEJIT_LIBRARY_DIR", str(tmp_path / "library"))    # empty
     config.reload()
     f = tj.grad(lambda x: np.sum(np.arcsinh(x)), backend="numba")   # (a kernel nothing else
@@ -211,18 +269,21 @@ def test_llvm_kernels_not_built_yet_mean_the_interpreter_first(monkeypatch, tmp_
 
 
 def test_llvm_a_warm_process_never_imports_numba(tmp_path):
+    """A program compiled before (here under TAPEJIT_FIRST_CALL=compile: the setting does not
+    key the disk cache) loads on its first call, without numba."""
     script = ("import sys, numpy as np, tapejit as tj\n"
-              "g = tj.grad(lambda x: np.sum(np.tanh(x) ** 2))(np.ones(3))\n"
-              "print('numba' in sys.modules, g.shape)")
+              "f = tj.grad(lambda x: np.sum(np.tanh(x) ** 2))\n"
+              "g, info = f(np.ones(3)), f.cache_info()\n"
+              "print('numba' in sys.modules, g.shape, info['interpreted'], info['disk_loads'])")
     env = {**os.environ, "TAPEJIT_CODEGEN": "llvm", "TAPEJIT_CACHE_DIR": str(tmp_path / "c"),
            "TAPEJIT_LIBRARY_DIR": str(tmp_path / "c"), "TAPEJIT_FIRST_CALL": "compile"}
     first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                            text=True, check=True).stdout.split()
-    assert first[1:] == ["(3,)"]             # it builds the tanh kernel with numba
+    assert first[1:] == ["(3,)", "0", "0"]   # it builds the tanh kernel with numba
     env.pop("TAPEJIT_FIRST_CALL")
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                             text=True, check=True).stdout.split()
-    assert second == ["False", "(3,)"]       # it loads the kernel and the program from disk
+    assert second == ["False", "(3,)", "0", "1"]   # it loads the kernel and the program
 
 
 def test_llvm_a_warm_process_calls_lapack_kernels_without_numba(tmp_path):
@@ -287,7 +348,6 @@ def _compile_once(f, monkeypatch, log):
 
 
 def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
-    from tapejit.transforms import first_call
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)     # every compile is "slow"
     with caplog.at_level("WARNING", logger="tapejit"):
         _compile_once(_loss, monkeypatch, "warning")
@@ -296,8 +356,8 @@ def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
 
 
 def test_a_quick_compile_is_not_announced(caplog, monkeypatch):
-    from tapejit.transforms import first_call
     _llvm(monkeypatch)
+    _second_call_compiles(monkeypatch)
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", HANG_S)   # quicker, however busy
     f = tj.jit(lambda x: x + 1.0)
     with caplog.at_level("INFO"):        # an application logging at INFO sees each compile
@@ -333,7 +393,6 @@ def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
 
 def test_the_announcement_drops_its_hint_where_compiles_are_reported(monkeypatch, capfd,
                                                                      tmp_path):
-    from tapejit.transforms import first_call
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))       # a compile, not a disk load
     monkeypatch.setattr(first_call, "_configured", None)   # a handler on this test's stderr
@@ -348,7 +407,6 @@ def test_the_announcement_drops_its_hint_where_compiles_are_reported(monkeypatch
 
 
 def test_log_off_silences_even_a_slow_compile(monkeypatch, capfd, caplog):
-    from tapejit.transforms import first_call
     monkeypatch.setattr(first_call, "ANNOUNCE_SECONDS", 0.0)
     _compile_once(lambda w, x: np.sum(np.sin(x @ w)), monkeypatch, "off")
     assert capfd.readouterr().err == "" and caplog.records == []

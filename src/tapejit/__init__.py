@@ -36,10 +36,17 @@ from .ir import Tape, print_tape
 from .parse import parse_tape
 from .typecheck import typecheck
 from .pytree import tree_map
-from . import optimizers
 from . import random
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """`tj.optimizers`, imported on first use (3 ms that a script without one never pays)."""
+    if name == "optimizers":
+        import importlib
+        return importlib.import_module(".optimizers", __name__)
+    raise AttributeError(f"module 'tapejit' has no attribute {name!r}")
 
 __all__ = [
     "grad", "value_and_grad", "jit", "vjp", "make_tape", "clear_cache", "Tape", "typecheck",

@@ -5,15 +5,16 @@ conventions.
 tape on numpy; "numba" generates the module source (codegen/cpu.py) and loads it through the
 disk cache (disk/store.py): the source contains no concrete sizes (they are passed in the size
 table `S`), so tapes that differ only in sizes share one source, one module and one compiled
-function; "cuda" is cuda_support.py's. `default_backend` and `check_backend` say which backend
-a transform uses. A tape's generated module is remembered on disk (disk/memo.py): a new process
-reads it rather than generate it again. `direct_caller` is how the dispatch's fast path calls
+function; "cuda" is cuda_support.py's (backends.py says which backend a transform uses). A
+tape's generated module is remembered on disk (disk/memo.py): a new process reads it rather
+than generate it again. `direct_caller` is how the dispatch's fast path calls
 a runner: a compiled program's numba function directly, with everything about its calling
-convention precomputed.
+convention precomputed (`Compiled.direct_call`).
 
 In the layers: above code generation and the disk cache, beside cuda_support.py; below the
-first-call tier (first_call.py) and the per-signature cache (dispatch.py), which run what this
-module makes.
+first-call tier (first_call.py) and the per-signature cache (cached.py), which run what this
+module makes. `import tapejit` does not import it: the first-call tier does, when a program
+first compiles (or loads from disk), and so code generation and llvmlite load then.
 
 A compiled program whose index checks found an index out of range (codegen/calls.py
 `index_check`: its status slots in `S`) raises IndexOutOfBoundsError after the call, its
@@ -39,51 +40,15 @@ from .codegen.llvm.lower import lower
 from .codegen.llvm import program as llvm_program
 from .codegen.llvm.program import Program as LlvmProgram
 from .config import config
-from .cuda_support import CudaCompiled, CudaUnavailableError, problem
+from .backends import BACKENDS, DirectCall, Interpreted
+from .cuda_support import CudaCompiled
 from .disk.memo import digest, remembered
 from .disk.store import load_module, program_hash
-from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, at_source,
-                     user_source)
+from .errors import ArgumentError, CompiledMismatchError, IndexOutOfBoundsError
 from .program_text import dump
 from .interpret import interpret
 from .ir import Tape
 from .pages import prefault
-
-
-BACKENDS = ("interpret", "numba", "cuda")
-
-
-def default_backend(backend: str | None) -> str:
-    """The backend a transform uses: its argument, else TAPEJIT_BACKEND, else "numba";
-    TAPEJIT_DISABLE_JIT=1 forces the interpreter."""
-    settings = config()
-    if settings.disable_jit:
-        return "interpret"
-    return backend or settings.backend
-
-
-def check_backend(backend: str | None) -> None:
-    """An unknown backend is an error where the transform is made (at the user's line)."""
-    if backend is not None and backend not in BACKENDS:
-        raise ArgumentError(at_source(f"unknown backend {backend!r}; choose one of "
-                                      f"{', '.join(BACKENDS)}", user_source()))
-    if backend == "cuda" and not config().disable_jit:
-        reason = problem()
-        if reason is not None:
-            raise CudaUnavailableError(at_source(f'backend="cuda" cannot run: {reason}',
-                                                 user_source()))
-
-
-class Interpreted:
-    def __init__(self, tape: Tape) -> None:
-        self.tape = tape
-
-    def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
-        return interpret(self.tape, leaves)
-
-
-# `fn(*args, *tail)`: a runner called with a call's arguments as given (`direct_caller`)
-DirectCall = tuple[Callable[..., Sequence[Any]], tuple]
 
 
 class Compiled:
@@ -97,10 +62,11 @@ class Compiled:
     for numba also the size table `S` and the workspace (`tail`), and returns the outputs; a
     nonzero status slot of `S` after the call is an index out of range (`_checked`)."""
 
-    def __init__(self, tape: Tape, numba: bool = True) -> None:
-        """`numba=False`: raise NotCovered rather than compile with numba."""
+    def __init__(self, tape: Tape, numba: bool = True, key: str | None = None) -> None:
+        """`numba=False`: raise NotCovered rather than compile with numba. `key`: the tape's
+        digest, where the caller has it."""
         self.tape = tape
-        generated = remembered("generate", digest(tape), lambda: generate(tape))
+        generated = remembered("generate", key or digest(tape), lambda: generate(tape))
         self.source, self.sizes, workspace, self.threads_slot = generated[:4]
         self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
@@ -137,7 +103,20 @@ class Compiled:
                     n_args: int) -> DirectCall:
         """`direct_caller`'s `(fn, tail)` for this program: numba's dispatcher itself (without
         the disk cache's recovery wrapper, which matters only on a first call), converting
-        only what needs it (scalars; arrays that are not C-contiguous)."""
+        only what needs it (scalars; arrays that are not C-contiguous); with TAPEJIT_VERIFY
+        each call is checked against the interpreter."""
+        fn, tail = self._direct_call(positions, leaves, n_args)
+        if not config().verify:
+            return fn, tail
+
+        def verified(*args: Any) -> Sequence[Any]:
+            outs = fn(*args, *tail)
+            verify(self.tape, [args[i] for i in positions], [np.asarray(o) for o in outs])
+            return outs
+        return verified, ()
+
+    def _direct_call(self, positions: tuple[int, ...], leaves: Sequence[Any],
+                     n_args: int) -> DirectCall:
         fn, tape = self.program.fn, self.tape
         tail = (*entry_args(tape, list(leaves))[len(tape.invars):], *self.tail)
         if self.threads_slot is not None:     # calls run in a thread window (threads.py)
@@ -156,7 +135,6 @@ class Compiled:
         return (lambda *args: fn(*[args[i] if c is None else c(args[i])
                                    for c, i in zip(convert, positions)], *tail)), ()
 
-
     def out_of_bounds(self) -> BaseException:
         """The error a call's failed index check recorded (its status slots, cleared), or
         that a LAPACK/sorting call of the LLVM lowering's raised (number -1: library_calls.py)."""
@@ -169,14 +147,15 @@ class Compiled:
         return IndexOutOfBoundsError(index, axis, size, op, src)
 
 
-def llvm_executable(tape: Tape) -> Compiled | None:
-    """The compiled program for `tape` where tapejit's LLVM lowering covers it and the library
-    code it calls is built (loaded or on disk), else None: nothing is compiled by numba."""
+def llvm_executable(tape: Tape, key: str) -> Compiled | None:
+    """The compiled program for `tape` (whose digest is `key`) where tapejit's LLVM lowering
+    covers it and the library code it calls is built, else None: nothing is compiled by
+    numba."""
     if config().codegen != "llvm" or not jit.SUPPORTED:
         return None
     try:
         with jit.no_builds():
-            return Compiled(tape, numba=False)
+            return Compiled(tape, numba=False, key=key)
     except (NotCovered, jit.NotBuilt):
         return None
 
@@ -219,25 +198,6 @@ def _checked(fn: Callable[..., Sequence[Any]], program: Compiled) -> Callable[..
 
 def _c_array(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, order="C")
-
-
-def direct_caller(runner: Any, positions: tuple[int, ...], leaves: Sequence[Any],
-                  n_args: int) -> DirectCall:
-    """`(fn, tail)`: `fn(*args, *tail)` are `runner`'s outputs for calls of `n_args` positional
-    arguments whose leaf k is argument `positions[k]`, each with the type, shape, dtype and
-    strides of `leaves[k]`. A compiled program's function is called directly (`direct_call`);
-    with TAPEJIT_VERIFY each such call is checked against the interpreter."""
-    if not isinstance(runner, Compiled):
-        return (lambda *args: runner([args[i] for i in positions])), ()
-    fn, tail = runner.direct_call(positions, leaves, n_args)
-    if not config().verify:
-        return fn, tail
-
-    def verified(*args: Any) -> Sequence[Any]:
-        outs = fn(*args, *tail)
-        verify(runner.tape, [args[i] for i in positions], [np.asarray(o) for o in outs])
-        return outs
-    return verified, ()
 
 
 # how far a compiled float output may be from the interpreter's: summation order and the

@@ -6,9 +6,9 @@
   "interpret".
 - `TAPEJIT_DISABLE_JIT=1`: run everything on the numpy interpreter.
 - `TAPEJIT_FIRST_CALL=compile`: a new numba program compiles on its first call. By default
-  ("interpret") a new program's first call runs on the numpy interpreter and the program
-  compiles on its second call (transforms/first_call.py `interpret_first`): a script that needs one
-  gradient never waits for numba.
+  ("interpret") a new program's first calls run on the numpy interpreter, as many as the
+  compile would about pay for, and the call after them compiles it (transforms/first_call.py
+  `interpreted_calls`): a script that needs one gradient never waits for a compile.
 - `TAPEJIT_VERIFY=1`: every call of a compiled program is checked against the numpy
   interpreter (compile.py `verify`): a debugging aid, and how the test suite runs.
 - `TAPEJIT_FAST_MATH=0`: generated loops call libm for exp, log, sin, ... instead of tapejit's
@@ -51,7 +51,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 _TRUE = ("1", "true", "yes", "on")
@@ -78,6 +78,13 @@ class Config:
     codegen: str = "llvm"
     library_dir: Path | None = None
     strict: bool = False
+
+    def building(self) -> Config:
+        """These settings less those that cannot change what a build stage makes (when a
+        program compiles, what is logged, whether calls are checked): what the disk memos
+        are keyed by, so that a program compiled under TAPEJIT_FIRST_CALL=compile loads in a
+        process with the default."""
+        return replace(self, first_call="", log="", verify=False)
 
 
 def _flag(name: str) -> bool:

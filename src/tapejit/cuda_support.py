@@ -27,7 +27,6 @@ from .avals import Aval, dtype_name
 from .config import config
 from .disk.store import load_module
 from .errors import ArgumentError, TapejitError
-from .program_text import dump
 from .interpret import apply_impl
 from .ir import Var
 
@@ -297,6 +296,7 @@ class CudaCompiled:
 
     def __init__(self, tape: Any) -> None:
         from .codegen.cuda import ENTRY, generate
+        from .program_text import dump
         require()
         self.tape = tape
         self.source, self.sizes, self.host_eqns = generate(tape, products() == "cublas")

@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .api import value_and_grad as _value_and_grad
-from .config import config
 from .disk.store import cache_root
 from .errors import ArgumentError, TapejitError, at_source, user_source
 from .pytree import flatten, tree_map, unflatten
@@ -111,12 +110,12 @@ def _client(client: Any, who: str) -> Any:
             user_source())) from None
 
 
-_calls: dict[tuple, int] = {}     # (transform, signature) -> its calls in this worker process
+_ready: set[tuple] = set()     # (transform, signature)s whose calls here run compiled code
 
 
 def _signature(fn: Any, args: tuple, kwargs: dict) -> tuple | None:
-    """The key `_compile_lock` counts calls of `fn` with arguments like these under (None:
-    `fn` is not a tapejit transform)."""
+    """The key `_compile_lock` knows calls of `fn` with arguments like these by (None: `fn`
+    is not a tapejit transform)."""
     if not hasattr(fn, "cache_info"):
         return None
     leaves = flatten((args, kwargs))[0]
@@ -125,16 +124,12 @@ def _signature(fn: Any, args: tuple, kwargs: dict) -> tuple | None:
 
 
 @contextlib.contextmanager
-def _compile_lock(key: tuple | None) -> Iterator[None]:
-    """Hold the machine's compile lock (a file lock in the disk cache) around the call of a
-    signature (`_signature`) that compiles (the first, or the second when first calls are
-    interpreted): the workers of one machine compile a program once, the others load it from
-    the disk cache."""
-    if key is None:
-        yield
-        return
-    n = _calls[key] = _calls.get(key, -1) + 1
-    if n != (0 if config().first_call == "compile" else 1):
+def _compile_lock(fn: Any, key: tuple | None) -> Iterator[None]:
+    """Hold the machine's compile lock (a file lock in the disk cache) around the calls of
+    `fn` of a signature (`_signature`) until one runs compiled code (a small program's first
+    calls run on the interpreter, and the call after them compiles): the workers of one
+    machine compile a program once, the others load it from the disk cache."""
+    if key is None or key in _ready:
         yield
         return
     try:
@@ -143,9 +138,12 @@ def _compile_lock(key: tuple | None) -> Iterator[None]:
     except (ImportError, OSError):              # no file locks here: compile side by side
         yield
         return
+    interpreted = fn.cache_info()["interpreted"]
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+    if fn.cache_info()["interpreted"] == interpreted:
+        _ready.add(key)
 
 
 def _reraise(e: Exception, where: str) -> None:
@@ -170,7 +168,7 @@ def _chunk(payload: _Payload, where: str, *data: Any) -> tuple[int, Any] | None:
     for start in range(0, max(rows, 1), block_rows):
         args, kwargs = payload.call_args([x[start:start + block_rows] for x in data])
         try:
-            with _compile_lock(_signature(payload.fn, args, kwargs)):
+            with _compile_lock(payload.fn, _signature(payload.fn, args, kwargs)):
                 out = payload.fn(*args, **kwargs)
         except Exception as e:
             _reraise(e, where)
@@ -346,13 +344,13 @@ def _batch(payload: _Payload, where: str, *parts: Any) -> Any:
     args, kwargs = payload.call_args(parts)
     try:
         if payload.option:
-            with _compile_lock(_signature(payload.fn, args, kwargs)):
+            with _compile_lock(payload.fn, _signature(payload.fn, args, kwargs)):
                 return payload.fn(*args, **kwargs)
         members = [payload.call_args([p[i] for p in parts]) for i in range(len(parts[0]))]
         key = _signature(payload.fn, *members[0])      # the members' arrays: rows alike
         outs = []
         for member_args, member_kwargs in members:
-            with _compile_lock(key):
+            with _compile_lock(payload.fn, key):
                 outs.append(payload.fn(*member_args, **member_kwargs))
         leaves = [flatten(o)[0] for o in outs]
         return unflatten(flatten(outs[0])[1], [np.stack(ls) for ls in zip(*leaves)])

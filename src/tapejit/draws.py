@@ -41,7 +41,7 @@ import numpy as np
 
 from . import guards, random
 from .avals import Aval
-from .compile import DirectCall, direct_caller
+from .backends import DirectCall, direct_caller
 from .config import config
 from .errors import ArgumentError, RandomnessError, at_source, user_source
 from .ir import Tape
@@ -88,7 +88,7 @@ def with_keys(generators: Sequence[Any], leaves: Sequence[Any]) -> Sequence[Any]
 
 
 def fast_caller(runner: Any, call: Any, generators: Sequence[Any]) -> DirectCall:
-    """compile.py's `direct_caller` `(fn, tail)` for the cache's fast path on calls like `call`
+    """backends.py's `direct_caller` `(fn, tail)` for the cache's fast path on calls like `call`
     (positional leaves): `fn(*args, *tail)` passes a new key from each generator after the
     arguments."""
     n = len(call.args)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from .api import JIT, VALUE_AND_GRAD
 from .transforms.arguments import check_argnums, fn_name
-from .compile import BACKENDS
+from .backends import BACKENDS
 from .errors import ArgumentError, at_source, user_source
 from .program_text import Explanation, build
 from .ir import Tape

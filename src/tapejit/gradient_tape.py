@@ -24,7 +24,7 @@ import numpy as np
 
 from .transforms.arguments import refuse_subclass
 from .avals import aval_of
-from .compile import check_backend
+from .backends import check_backend
 from .errors import (ArgumentError, DtypeError, TapejitError, at_source, user_source,
                      warn_at_user)
 from .interpret import inline

@@ -7,9 +7,10 @@ under the cache root and found again, in a new process, by a digest of all it wa
 
 `digest` covers the tape whole: every equation's op, inputs, outputs with their shapes and
 dtypes, params and user's source line (errors name it), sub-tapes, and the constants' bytes;
-then `extra` (the caller's options, keyed the same way), tapejit's settings (`config()`), the
-versions of Python and numpy, and tapejit's own source files (each one's path, size and
-modification time: an edited tapejit never reads a stale stage). A param or constant it cannot
+then `extra` (the caller's options, keyed the same way), tapejit's settings (those that can
+change what a stage makes: `Config.building`), the versions of Python and numpy, and tapejit's
+own source files (each one's path, size and modification time: an edited tapejit never reads
+a stale stage). A param or constant it cannot
 spell out exactly (a function, an object, an array of objects) or constants over CONST_BYTES
 in all (hashing them would cost what the stage saves) give no digest: the stage just runs.
 
@@ -55,7 +56,7 @@ def digest(tape: Tape, extra: Any = ()) -> str | None:
         return None
     h = hashlib.sha256(_stamp())
     try:
-        _feed(h, (tape, extra, repr(config())))
+        _feed(h, (tape, extra, repr(config().building())))
     except _Unkeyable:
         return None
     return h.hexdigest()[:40]
@@ -85,6 +86,17 @@ def remembered(stage: str, key: str | None, make: Callable[[], T]) -> T:
         except OSError:
             pass
     return made
+
+
+def kept(stage: str, key: str | None) -> bool:
+    """Whether a process kept what `stage` made for `key` (`remembered` checks the file's seal
+    when it reads it)."""
+    if key is None:
+        return False
+    try:
+        return (store.sealed_dir("memo", stage).path / key).is_file()
+    except OSError:
+        return False
 
 
 def hits() -> dict[str, int]:

@@ -134,7 +134,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     import tapejit as tj
     from ..disk import store
-    from ..compile import BACKENDS
+    from ..backends import BACKENDS
     from ..config import config
     settings = config()
     print(f"tapejit {tj.__version__} ({Path(tj.__file__).parent})")

@@ -126,10 +126,10 @@ def main(argv: Sequence[str] | None = None) -> float:
     print(f"digits: {len(y_train)} train / {len(y_test)} test images, MLP {SIZES}, "
           f"batch {args.batch_size}, {opt!r}")
 
-    # The first call traces and differentiates the step and compiles it (tapejit's LLVM
-    # lowering, or numba for what that does not cover: then the first call runs on the numpy
-    # interpreter and the second compiles), or loads it from the disk cache. Time both on
-    # their own (their results are dropped: training starts from `params`).
+    # The first call traces and differentiates the step and runs it on the numpy interpreter,
+    # as the next calls do until the compile would pay (cache_info's "interpreted"), or loads
+    # it from the disk cache. Time two on their own (their results are dropped: training
+    # starts from `params`).
     first_calls = []
     for _ in range(2):
         before, start = train_step.cache_info(), time.perf_counter()

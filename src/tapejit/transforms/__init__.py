@@ -13,7 +13,7 @@ record, as an op is one:
   programs shared between transforms of one function; residuals.py a program's second half;
 - arguments.py: a call's arguments (leaves, avals, names) and its `CacheKey`; traced.py: the
   function traced on them, the first half of the builder;
-- first_call.py: the first-call tier (interpret first, compile on the second call);
+- first_call.py: the first-call tier (interpret the first calls, compile when it pays);
 - outputs.py: output finishing; pickling.py: pickling for Dask.
 
 Below: tracing (trace.py, draws.py: numpy random draws), autodiff and its derived tapes

@@ -42,6 +42,11 @@ class CacheKey(NamedTuple):
     n_pos: int           # how many arguments were positional
     device: tuple = ()   # the CUDA device the program runs on
 
+    def sizeless(self) -> CacheKey:
+        """The key with each leaf's shape as its rank: signatures whose programs differ only
+        in sizes (which compiled code takes at run time) share it."""
+        return self._replace(avals=tuple((len(a.shape), a.dtype) for a in self.avals))
+
 
 def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
     """The aval of an argument leaf and whether it is weakly typed (a Python scalar)."""

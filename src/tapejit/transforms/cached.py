@@ -13,7 +13,7 @@ never subclassed. A call is looked up twice:
 - otherwise the record's `signature` makes the call (`arguments.split_args`) and its
   `CacheKey`, which finds the `Specialization`; on a miss the builder (builder.py) makes one,
   and the first-call tier (first_call.py) gives its runner and first outputs (on the numba
-  backend the first call is interpreted, the second compiles). The first call of a new
+  backend the first calls are interpreted, then one compiles). The first call of a new
   program runs under the transform's lock, so concurrent first calls trace and compile once.
 
 A program remembers which input leaves its function assigns into (`x[i] = v`); every call of it
@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..compile import check_backend, default_backend
+from ..backends import check_backend, default_backend
 from ..config import config
 from ..cuda_support import device_key
 from ..disk import store
@@ -52,7 +52,7 @@ from ..trace import current_trace, open_traces
 from . import pickling, sharing
 from .arguments import CacheKey, fn_name, miss_reason, refuse_aliasing
 from .builder import build
-from .first_call import PENDING, compile_and_run, start
+from .first_call import Pending, compile_and_run, start
 from .record import Specialization, Transform, VariantKey
 from .residuals import second_half
 from .variants import new_variant, variant
@@ -125,7 +125,7 @@ class CachedTransform:
         self._cleared = False
         self._static_at: dict[int, tuple[int, ...] | None] = {}
         # signature key -> guard tape's text -> that tape (its values choose the variant)
-        self._variants: dict[CacheKey, dict[str, Any]] = {}
+        self._variants: dict[CacheKey, OrderedDict[str, Any]] = {}
         _transforms.add(self)
 
     def __reduce__(self) -> tuple:
@@ -246,7 +246,7 @@ class CachedTransform:
             outs = program.run(with_keys(program.draws, call.leaves))
         finish = record.finish(self, program, call, False)
         result = finish(outs)
-        if fast_key is not None and record.fast_path and program.run is not PENDING \
+        if fast_key is not None and record.fast_path and not isinstance(program.run, Pending) \
                 and not program.guarded:
             fn, tail = fast_caller(program.run, call, program.draws)
             if program.assigned:
@@ -274,12 +274,12 @@ class CachedTransform:
     def lookup(self, key: CacheKey, call: Any, build: Callable[[], Specialization],
                ) -> tuple[Specialization, list[Any] | None]:
         """The program for `key`, and its outputs on `call` when this call made it (or
-        compiled it: the second call of a program whose first ran on the interpreter)."""
+        compiled it: the call after those a program ran on the interpreter)."""
         base, key = key, variant(self._variants, self._cache, key, call.leaves)
         program = self._cache.get(key)
         if program is not None and program.assigned:
             refuse_aliasing(call.leaves, program.assigned, call.names, self.label())
-        if program is not None and program.run is not PENDING:
+        if program is not None and not isinstance(program.run, Pending):
             try:
                 self._cache.move_to_end(key)
             except KeyError:
@@ -290,7 +290,11 @@ class CachedTransform:
             program = self._cache.get(key)
             if program is not None:
                 self._info["hits"] += 1
-                if program.run is not PENDING:
+                run = program.run
+                if not isinstance(run, Pending):
+                    return program, None
+                if run.take():            # still on the interpreter: _call_slow runs it
+                    self._info["interpreted"] += 1
                     return program, None
                 runner, outs = compile_and_run(program.tape, with_keys(program.draws, call.leaves),
                                                default_backend(self.backend), self._info,
@@ -309,7 +313,8 @@ class CachedTransform:
             if guards:
                 key = new_variant(self._variants, self._cache, base, *guards[0], self.label())
             runner, outs = start(program.tape, with_keys(drawn, call.leaves),
-                                 default_backend(self.backend), self._info, self.label())
+                                 default_backend(self.backend), self._info, self.label(),
+                                 self._compiled_at_other_sizes(base))
             program = dataclasses.replace(program, run=runner, names=tuple(call.names),
                                           assigned=tuple(assigned), guarded=bool(guards),
                                           draws=tuple(drawn))
@@ -320,6 +325,13 @@ class CachedTransform:
         if warn:
             self._warn_retrace()
         return program, outs
+
+    def _compiled_at_other_sizes(self, key: CacheKey) -> bool:
+        """Whether a program of `key` but for its sizes runs compiled code (most likely this)."""
+        sizeless = key.sizeless()
+        return any(getattr(p.run, "codegen", None) and sizeless == (
+            k.signature if isinstance(k, VariantKey) else k).sizeless()
+            for k, p in list(self._cache.items()))
 
     def _evict(self) -> None:
         while len(self._cache) > self.max_programs:
@@ -371,6 +383,12 @@ def transform_of(key: tuple, make: Callable[[], CachedTransform]) -> CachedTrans
                 _functions.popitem(last=False)
         _functions.move_to_end(key)
         return transform
+
+
+def calls_interpreted() -> int:
+    """The calls of this process's transforms that ran on the interpreter so far (first-call
+    tier): a benchmark warms a function up until a call adds none, then times compiled code."""
+    return sum(t._info["interpreted"] for t in list(_transforms))
 
 
 def clear_cache() -> int:

@@ -64,7 +64,7 @@ class Specialization:
 
     tape: Tape
     aux: TreeDef | None
-    run: Any = None           # a compile.py runner | PENDING; None when built in a trace
+    run: Any = None           # a compile.py runner | first_call.Pending; None in a trace
     out: TreeDef | None = None
     names: tuple[str, ...] = ()
     assigned: tuple[int, ...] = ()   # the input leaves the function assigns into
