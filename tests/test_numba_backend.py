@@ -193,7 +193,7 @@ def test_a_program_numba_cannot_compile_runs_on_the_interpreter(monkeypatch):
 
 def test_numba_is_the_default_backend(monkeypatch):
     from tapejit import config
-    from tapejit.compile import default_backend
+    from tapejit.backends import default_backend
     monkeypatch.delenv("TAPEJIT_BACKEND", raising=False)
     monkeypatch.delenv("TAPEJIT_DISABLE_JIT", raising=False)
     config.reload()
