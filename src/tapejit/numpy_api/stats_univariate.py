@@ -4,9 +4,11 @@ A `Family` holds one distribution's formulas on the standardized variable z = (x
 scale (continuous) or k - loc (discrete), mostly scipy's own `_logpdf`, `_cdf`, ...: the
 methods (`rules`) wrap them in scipy's rules. Parameters that fail the family's check (its
 `_argcheck`, and scale > 0) and NaN quantiles give NaN; quantiles outside the support give
-the method's value there (-inf logpdf, 0 pdf, 0 or 1 cdf, ...); everything broadcasts.
-Where an entry is not inside the support, the formula is computed at a point inside it
-instead (`inner`, `safe`) and its result discarded: its gradient is 0, never 0 * inf = NaN.
+the method's value there (-inf logpdf, 0 pdf, 0 or 1 cdf, ...); everything broadcasts, and
+what depends on the parameters alone is computed at their own shape (a scalar df's
+gammaln once, not per entry). Where an entry is not inside the support, the formula is
+computed at a point inside it instead (`inner`, and for a discrete family the shapes `safe`)
+and its result discarded: its gradient is 0, never 0 * inf = NaN.
 Results are in the arguments' float dtype (scipy's are float64 for float32 arguments).
 numpy_api/stats.py puts these rules into scipy.stats' classes.
 """
@@ -205,12 +207,12 @@ FILLS = {"logpdf": (-INF, -INF), "pdf": (0.0, 0.0), "cdf": (0.0, 1.0), "logcdf":
          "sf": (1.0, 0.0), "logsf": (0.0, -INF)}
 
 
-def _broadcast(*xs: Any) -> list[Any]:
+def _common(*xs: Any) -> list[Any]:
     """The arguments in their common float dtype (numpy's promotion, Python scalars weak;
-    float64 for integers), broadcast to one shape."""
+    float64 for integers), each of its own shape."""
     dtype = compute_dtype(np.add, xs, common=True)
     dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
-    return list(np.broadcast_arrays(*(cast(asarray(x), dtype) for x in xs)))
+    return [cast(asarray(x), dtype) for x in xs]
 
 
 def _inside(family: Family, method: str, z: Any, lo: Any, hi: Any) -> Any:
@@ -228,19 +230,23 @@ def _inside(family: Family, method: str, z: Any, lo: Any, hi: Any) -> Any:
 
 def _apply(family: Family, method: str, x: Any, shapes: tuple, loc: Any, scale: Any) -> Any:
     """`method` at x, with scipy's values outside the support and for invalid parameters."""
-    x, loc, scale, *shapes = _broadcast(x, loc, scale, *shapes)
-    ok = family.valid(*shapes) & (scale > 0)
-    z = (x - loc) / np.where(scale > 0, scale, 1)
+    x, loc, scale, *shapes = _common(x, loc, scale, *shapes)
+    valid = family.valid(*shapes)
+    ok = valid & (scale > 0)
+    scale = np.where(scale > 0, scale, 1)
+    z = (x - loc) / scale
     lo, hi = family.support(*shapes)
     inside = ok & _inside(family, method, z, lo, hi)
-    safe = [np.where(inside, v, s) for v, s in zip((z, scale, *shapes),
-                                                    (family.inner, 1.0, *family.safe))]
+    # the shapes where they are valid, kept at their own shape, but for a discrete family:
+    # there a valid p of 1 would give the discarded entries an infinite derivative
+    keep = inside if family.discrete else valid
+    shapes = [np.where(keep, v, s) for v, s in zip(shapes, family.safe)]
     formula = family.formulas["logpdf" if method == "pdf" else method]
-    value = formula(safe[0], *safe[2:])
+    value = formula(np.where(inside, z, family.inner), *shapes)
     if method == "logpdf":
-        value = value - np.log(safe[1])
+        value = value - np.log(scale)
     elif method == "pdf":
-        value = np.exp(value) / safe[1]
+        value = np.exp(value) / scale
     below, above = FILLS[method]
     upper = z >= hi
     out = np.where(inside, value, cast(asarray(np.where(upper, above, below)), x.dtype))
