@@ -84,9 +84,12 @@ def logsumexp(a: Any, axis: Any = None, b: Any = None, keepdims: bool = False,
     m = np.sum(np.where(at_max, terms, 0), axis=axes, keepdims=True)   # = b's sum at the max
     s = np.sum(np.where(at_max, 0, terms), axis=axes, keepdims=True)
     s = s / np.where(s == 0, 1, m)
-    negative = np.sign(s + 1) * np.sign(m) < 0
-    s = np.where(s < -1, -s - 2, s)
-    out = np.where(negative, math.nan, np.log1p(s) + np.log(np.abs(m)) + shift)
+    if b is None:              # every term positive: m >= 1 where the max is finite, s >= 0
+        out = np.log1p(s) + np.log(m) + shift
+    else:
+        negative = np.sign(s + 1) * np.sign(m) < 0
+        s = np.where(s < -1, -s - 2, s)
+        out = np.where(negative, math.nan, np.log1p(s) + np.log(np.abs(m)) + shift)
     out = np.where(np.isfinite(top), out, top)         # all -inf: -inf; inf or NaN: itself
     return out if keepdims else np.squeeze(out, axis=axes)
 

@@ -16,8 +16,9 @@ where does not depend on timing. A program whose calls run on the interpreter ha
 A program the numba backend cannot compile runs on the interpreter, with a warning, rather
 than failing. A compile still running after a second is announced on the `tapejit` logger
 (warning level, so Python's default handler prints it while the user waits);
-`TAPEJIT_LOG=info` reports every compile with its time. Both functions count what they did in the `counts` they are given (a transform's
-`cache_info()` counts: "interpreted", "compiles", "disk_loads").
+`TAPEJIT_LOG=info` reports every compile with its time. Both functions count what they did in
+the `counts` they are given (a transform's `cache_info()` counts: "interpreted", "compiles",
+"disk_loads").
 
 In the layers: above compile.py (the runners), below cached.py (the per-signature cache,
 which calls `start` on a miss).

@@ -24,7 +24,8 @@ MAX_VARIANTS = 32      # programs of one signature, chosen by the values they br
 
 
 def variant(variants: Mapping[CacheKey, collections.OrderedDict[str, Tape]],
-            cache: Mapping[Any, Any], key: CacheKey, leaves: Sequence[Any]) -> CacheKey | VariantKey:
+            cache: Mapping[Any, Any], key: CacheKey,
+            leaves: Sequence[Any]) -> CacheKey | VariantKey:
     """The cache key of the variant of signature `key` whose guards the call of `leaves`
     passes (the values its function branched on are this call's), else `key`. The guards
     that passed are tried first next time."""
@@ -45,7 +46,8 @@ def variant(variants: Mapping[CacheKey, collections.OrderedDict[str, Tape]],
 
 
 def new_variant(variants: dict[CacheKey, collections.OrderedDict[str, Tape]],
-                cache: Mapping[Any, Any], key: CacheKey, guards: Tape, values: tuple, label: str) -> VariantKey:
+                cache: Mapping[Any, Any], key: CacheKey, guards: Tape, values: tuple,
+                label: str) -> VariantKey:
     """Register a program of signature `key` that holds where `guards` give `values`; its
     cache key. Past MAX_VARIANTS, an error: the branches follow data."""
     guards = dce(guards)

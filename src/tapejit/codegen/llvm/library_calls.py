@@ -67,7 +67,15 @@ def return_if_failed(body: Any, node: ast.Call, results: Any) -> None:
 
 
 def _may_fail(module: Any, name: str) -> bool:
-    """Whether module function `name`, or one it calls, makes a library call."""
+    """Whether module function `name`, or one it calls, makes a library call (known once per
+    function: a call site of each asked again, and hmm_em's 165 walked their callees' trees
+    for 0.5 s)."""
+    if name not in module.may_fail:
+        module.may_fail[name] = _makes_library_calls(module, name)
+    return module.may_fail[name]
+
+
+def _makes_library_calls(module: Any, name: str) -> bool:
     seen, todo = set(), [name]
     while todo:
         fn = module.defs.get(todo.pop())

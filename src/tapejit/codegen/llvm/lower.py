@@ -58,6 +58,7 @@ class _Module:
         self.nests = 0
         self.metadata = 0           # metadata numbers used so far (scopes.py)
         self.defs: dict[str, ast.FunctionDef] = {}   # the module's other functions
+        self.may_fail: dict[str, bool] = {}   # function -> it makes a library call (library_calls)
         self.defined: dict = {}     # (name, argument kinds) -> (symbol, output layout)
         self.kernels: dict[str, tuple] = {}   # symbol -> the request that made it (`Lowered`)
 
