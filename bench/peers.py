@@ -348,10 +348,10 @@ def build_tapejit_numba(w: Workload) -> tuple[Callable, Callable | None, str]:
     config.reload()
     try:
         grad, objective, version = build_tapejit(w)
-        for _ in range(2):          # the first call may run on the interpreter
-            grad()
-            if objective is not None:
-                objective()
+        for fn in (grad, objective):     # the first calls may run on the interpreter
+            if fn is not None:
+                fn()
+                H.settle(fn)
     finally:
         if before is None:
             os.environ.pop("TAPEJIT_CODEGEN")

@@ -20,9 +20,9 @@ First compiled gradient: every such row runs in fresh child processes (`--childr
 median), each timing from just before its first call to after it returns (library imports
 done before: jax, and numba, which tapejit imports only when it first compiles), reporting its
 peak resident memory, imports included (VmHWM; see `peak_rss_mb`). A new program's first call
-may run on the interpreter (src/tapejit/transforms/first_call.py; programs with a loop compile
-on the first): a tapejit child calls again until `cache_info()` says a call compiled or loaded from
-disk, and that call is timed. Its cache dir (TAPEJIT_CACHE_DIR, NUMBA_CACHE_DIR inside) is
+run on the interpreter, and so may the next (src/tapejit/transforms/first_call.py: as many
+as the compile would about pay for): a tapejit child calls again until `cache_info()` says a
+call compiled or loaded from disk, and that call is timed. Its cache dir (TAPEJIT_CACHE_DIR, NUMBA_CACHE_DIR inside) is
   cold            a new empty one: the program and the math kernels of codegen/vmath.py compile
   kernels cached  a copy of one in which a warm-up child (a 10-step N-body plus sum(x ** 3))
                   ran: the math kernels load from disk, the program compiles (N-body rows)
@@ -208,21 +208,27 @@ def child(spec: dict) -> None:
 
 def first_compiled(vg: Callable[..., Any], args: tuple, library: str) -> tuple[list, Any]:
     """Call `vg` until a call ran compiled (JAX: the first; tapejit: the first that compiled or
-    loaded from disk, at most 2 calls): ([seconds, what ran] per call, the last result)."""
+    loaded from disk, after those its first-call tier runs on the interpreter): ([seconds,
+    what ran] of the first call and of that one; the result)."""
     if library == "jax":
         t0 = time.perf_counter()
         out = vg(*args)
         return [[time.perf_counter() - t0, "jit compile"]], out
     from tapejit.transforms.cached import what_ran
+    from tapejit.transforms.first_call import MAX_INTERPRETED_CALLS
     calls = []
-    for _ in range(2):
+    for call in range(1, MAX_INTERPRETED_CALLS + 2):
         before = dict(vg.cache_info())
         t0 = time.perf_counter()
         out = vg(*args)
         seconds = time.perf_counter() - t0
         after = dict(vg.cache_info())
-        calls.append([seconds, what_ran(before, after)])
-        if after["compiles"] + after["disk_loads"] > before["compiles"] + before["disk_loads"]:
+        compiled = (after["compiles"] + after["disk_loads"]
+                    > before["compiles"] + before["disk_loads"])
+        if call == 1 or compiled:
+            calls.append([seconds, what_ran(before, after) + (f", call {call}" if call > 2
+                                                              and compiled else "")])
+        if compiled:
             break
     return calls, out
 
