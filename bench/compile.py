@@ -9,7 +9,8 @@ script unpins itself unless TAPEJIT_BENCH_CPUS is set). Rounds take turns (each 
 workload once in every column), medians over the rounds.
 
 First call (trace + differentiate + compile + run; the interpreter start and imports are timed
-apart, the whole process too) of: the six workloads of bench/peers.py (elementwise, dispatch,
+apart, the whole process too; tapejit's imports include its compiler, `tapejit.compile`, which
+`import tapejit` itself leaves to the first compile) of: the six workloads of bench/peers.py (elementwise, dispatch,
 mlp, lennard_jones, gmm's gradient and gmm's objective under `tj.jit`), per-example gradients
 (`vmap(grad(loss), in_axes=(None, ..., 0, 0))` of bench/vmap.py's MLP, batch 1,024), a Gaussian
 process's negative log likelihood (`cholesky`, `solve`; 200 points) and 200 explicit Euler
@@ -197,6 +198,9 @@ def child_first(spec: dict) -> dict:
         lib, block = jax, jax.block_until_ready
     else:
         import tapejit as lib
+        import tapejit.compile  # noqa: F401  the compiler, which `import tapejit` leaves to the
+        #                        first compile (code generation, llvmlite): a library import,
+        #                        as `import jax` is; the whole process is timed too
         log = logging.getLogger("tapejit")
         log.setLevel(logging.DEBUG)         # tapejit sets its own level when it first logs
         log.addHandler(fallbacks := Fallbacks())
