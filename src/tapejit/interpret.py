@@ -1,9 +1,9 @@
 """The numpy interpreter: evaluates any tape op by op. It is the ground truth every compiled
 path is tested against, and the `"interpret"` backend.
 
-`evaluate` walks a tape with a given way of applying each eqn; `run` applies the ops' numpy
-implementations (`interpret` on a call's arguments), from a plan of the tape made once (its
-eqns' implementations, params and reads, and which values each drops); `inline` binds them
+`evaluate` walks a tape, from a plan of it made once (its eqns' implementations, params and
+reads, and which values each drops), applying each eqn's numpy implementation (`interpret` on
+a call's arguments) or a given way of applying it; `inline` binds them
 (a fused group's eqns one by one) (so on tracers it copies the tape into the current trace,
 keeping each eqn's source line: how a transform called inside a trace composes).
 """
@@ -22,27 +22,6 @@ from .trace import Tracer, bind_recorded, current_trace, recording_source
 
 def _lit_value(lit: Lit) -> Any:
     return lit.aval.dtype.type(lit.value)
-
-
-def evaluate(tape: Tape, args: Sequence[Any], apply: Callable[[Eqn, list[Any]], Any],
-             consts: Sequence[Any] | None = None) -> list[Any]:
-    env: dict[str, Any] = {v.name: a for v, a in zip(tape.invars, args)}
-    env.update((v.name, c) for v, c in zip(tape.constvars, tape.consts if consts is None
-                                           else consts))
-
-    def read(atom: Atom) -> Any:
-        return _lit_value(atom) if isinstance(atom, Lit) else env[atom.name]
-
-    drops = _drops(tape)
-    for eqn, dropped in zip(tape.eqns, drops):
-        result = apply(eqn, [read(a) for a in eqn.ins])
-        if OPS[eqn.op].multiple_results:
-            env.update((o.name, r) for o, r in zip(eqn.outs, result))
-        else:
-            env[eqn.outs[0].name] = result
-        for name in dropped:
-            env.pop(name, None)
-    return [read(o) for o in tape.outvars]
 
 
 def _drops(tape: Tape) -> list[tuple[str, ...]]:
@@ -71,7 +50,7 @@ class _Step(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """A tape ready to run on the interpreter (`run`)."""
+    """A tape ready to run on the interpreter (`evaluate`)."""
     tape: Tape
     steps: tuple[_Step, ...]
     outs: tuple[tuple[str | None, Any], ...]
@@ -107,21 +86,27 @@ def plan(tape: Tape) -> Plan:
     return made
 
 
-def run(tape: Tape, args: Sequence[Any], consts: Sequence[Any] | None = None,
-        planned: Plan | None = None) -> list[Any]:
-    """`evaluate(tape, args, apply_impl, consts)`, from the tape's plan."""
-    steps, outs = planned[1:] if planned is not None else plan(tape)[1:]
+def evaluate(tape: Tape, args: Sequence[Any],
+             apply: Callable[[Eqn, list[Any]], Any] | None = None,
+             consts: Sequence[Any] | None = None, planned: Plan | None = None) -> list[Any]:
+    """`tape`'s outputs on `args` (and `consts` for its constants), each eqn applied by
+    `apply(eqn, ins)`, by default its numpy implementation (an index out of range then names
+    the eqn's op and line), from the tape's plan (`planned`, where the caller keeps it)."""
+    steps, outs = (planned or plan(tape))[1:]
     env: dict[str | None, Any] = {v.name: a for v, a in zip(tape.invars, args)}
     env.update((v.name, c) for v, c in zip(tape.constvars, tape.consts if consts is None
                                            else consts))
     for step in steps:
         ins = [env[name] if name is not None else value for name, value in step.reads]
-        try:
-            result = step.impl(*ins, **step.kw)
-        except IndexOutOfBoundsError as err:
-            if err.op is not None:           # raised inside a sub-tape: located there
-                raise
-            raise err.located(step.eqn.op, step.eqn.src) from None
+        if apply is not None:
+            result = apply(step.eqn, ins)
+        else:
+            try:
+                result = step.impl(*ins, **step.kw)
+            except IndexOutOfBoundsError as err:
+                if err.op is not None:       # raised inside a sub-tape: located there
+                    raise
+                raise err.located(step.eqn.op, step.eqn.src) from None
         if step.multiple:
             env.update(zip(step.outs, result))
         else:
@@ -151,7 +136,7 @@ def interpret(tape: Tape, args: Sequence[Any], planned: Plan | None = None) -> l
     warnings are silenced: a joint tape may compute both sides of a select, as compiled code
     does."""
     with np.errstate(all="ignore"):
-        outs = run(tape, [np.asarray(a) for a in args], planned=planned)
+        outs = evaluate(tape, [np.asarray(a) for a in args], planned=planned)
     return [np.asarray(o, dtype=v.aval.dtype) for o, v in zip(outs, tape.outvars)]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..avals import Aval
 from ..batching import batched_body
 from ..errors import IRError
-from ..interpret import run
+from ..interpret import evaluate
 from ..ir import Eqn, Tape, Var, sub_tapes
 from ..ops import HOST, OPS, Kind, defop
 
@@ -40,7 +40,7 @@ def _shape(*avals: Aval, body: Tape) -> tuple[Aval, ...]:
 
 
 def _impl(*ins: Any, body: Tape) -> tuple:
-    return tuple(run(body, ins))
+    return tuple(evaluate(body, ins))
 
 
 def _vjp(cts: Any, outs: Any, *ins: Any, body: Tape) -> tuple:

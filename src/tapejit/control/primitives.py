@@ -39,7 +39,7 @@ import numpy as np
 from ..autodiff import INPUT, filled, vjp_tape
 from ..avals import Aval
 from ..errors import DtypeError, ShapeError, UnsupportedOperationError
-from ..interpret import inline, run
+from ..interpret import evaluate, inline
 from ..ops import HOST, Kind, defop
 from ..passes.bodies import unfuse
 from ..trace import current_trace
@@ -104,7 +104,7 @@ def _steps(n: int, reverse: bool) -> range:
 
 
 def _run(tape: Any, args: Sequence[Any]) -> list[Any]:
-    return run(tape, list(args))
+    return evaluate(tape, list(args))
 
 
 def _scan_impl(n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int, length: int | None,

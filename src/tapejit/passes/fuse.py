@@ -27,7 +27,7 @@ from ..avals import Aval
 from ..batching import batched_body
 from ..dims import Dim, Dims
 from ..errors import IRError
-from ..interpret import run
+from ..interpret import evaluate
 from ..ir import Eqn, Tape, Var, make_params
 from ..ops import OPS, Kind, defop, is_view, nest_reduction
 
@@ -46,7 +46,7 @@ def _shape(*avals: Aval, body: Any) -> tuple[Aval, ...]:
 
 
 def _impl(*ins: Any, body: Any) -> tuple:
-    return tuple(run(body, ins))
+    return tuple(evaluate(body, ins))
 
 
 def _vjp(cts: Any, outs: Any, *ins: Any, body: Any) -> tuple:

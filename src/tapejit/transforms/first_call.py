@@ -33,8 +33,8 @@ from typing import Any, NamedTuple, Sequence
 
 from ..backends import Interpreted
 from ..config import config
-from ..disk.memo import digest, kept
 from ..control import primitives as C
+from ..disk.memo import digest, kept
 from ..errors import warn_at_user
 from ..interpret import interpret, plan
 from ..ir import Eqn, Lit, Tape, sub_tapes
