@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit.interpret import interpret
+from tapejit.interpret import evaluate, interpret, plan
 from tapejit.passes import PIPELINE, cse, dce, optimize, simplify
 
 rng = np.random.default_rng(0)
@@ -24,6 +24,34 @@ def test_pipeline_preserves_results_and_types(name, fn, args):
     for before, after in zip(interpret(joint, args), interpret(optimized, args)):
         np.testing.assert_allclose(after, before, rtol=1e-14)
     assert len(optimized.eqns) <= len(joint.eqns)
+
+
+# a fused group whose body reuses the outer names, nests a group, and returns an input, a
+# repeated value and a literal
+_FUSED = """{ lambda x:f64[3] y:f64[3] .
+  let v1:f64[3] = neg y
+      v3:f64[3] a:f64[3] b:f64[3] c:f64[] d:f64[3] = fused[body=...] x v1
+        body = { lambda x:f64[3] y:f64[3] .
+                 let v1:f64[3] = sin x
+                     v3:f64[3] = mul v1 y
+                     v4:f64[3] e:f64[3] = fused[body=...] v3 x
+                       body = { lambda v3:f64[3] q:f64[3] .
+                                let v1:f64[3] = add v3 q
+                                in ( v1, q ) }
+                 in ( v4, x, v4, 2.0:f64[], e ) }
+      v5:f64[3] = mul v3 v1
+  in ( v5, a, b, c, d, v1 ) }"""
+
+
+def test_interpreter_runs_fused_groups_in_place():
+    tape = tj.parse_tape(_FUSED)
+    x, y = np.arange(3.0), np.full(3, 2.0)
+    group = np.sin(x) * -y + x
+    expected = [group * -y, x, group, 2.0, x, -y]
+    assert "fused" not in [step.eqn.op for step in plan(tape).steps[:4]]
+    for planned in plan(tape), plan(tape, in_place=False):
+        for got, want in zip(evaluate(tape, [x, y], planned=planned), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_pipeline_lists_named_pure_passes():

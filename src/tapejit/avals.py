@@ -6,6 +6,7 @@ This module also holds numpy's broadcasting rule, used by the elementwise shape 
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -34,7 +35,7 @@ class Aval(NamedTuple):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def is_float(self) -> bool:

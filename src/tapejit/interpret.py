@@ -2,8 +2,9 @@
 path is tested against, and the `"interpret"` backend.
 
 `evaluate` walks a tape, from a plan of it made once (its eqns' implementations, params and
-reads, and which values each drops), applying each eqn's numpy implementation (`interpret` on
-a call's arguments) or a given way of applying it; `inline` binds them
+reads, and which values each drops; a fused group's eqns in its place), applying each eqn's
+numpy implementation (`interpret` on a call's arguments) or a given way of applying it
+(then group by group); `inline` binds them
 (a fused group's eqns one by one) (so on tracers it copies the tape into the current trace,
 keeping each eqn's source line: how a transform called inside a trace composes).
 """
@@ -24,21 +25,6 @@ def _lit_value(lit: Lit) -> Any:
     return lit.aval.dtype.type(lit.value)
 
 
-def _drops(tape: Tape) -> list[tuple[str, ...]]:
-    """Per eqn, the values it is the last to read (dropped after it, so that their memory
-    serves later values)."""
-    last_read = {a.name: k for k, eqn in enumerate(tape.eqns) for a in eqn.ins
-                 if isinstance(a, Var)}
-    for o in tape.outvars:
-        if isinstance(o, Var):
-            last_read[o.name] = len(tape.eqns)
-    drops: list[list[str]] = [[] for _ in tape.eqns]
-    for name, k in last_read.items():
-        if k < len(tape.eqns):
-            drops[k].append(name)
-    return [tuple(d) for d in drops]
-
-
 class _Step(NamedTuple):
     eqn: Eqn
     impl: Callable[..., Any]
@@ -56,34 +42,93 @@ class Plan(NamedTuple):
     outs: tuple[tuple[str | None, Any], ...]
 
 
-# the plans of tapes without constants (loop bodies, fused groups), by id(tape): each keeps its
-# tape, so an id is never reused while its plan is here. A tape with constants (a program's,
-# which may hold the user's data) is planned by whoever runs it again (the runners).
-_PLANS: dict[int, Plan] = {}
+# the plans of tapes without constants (loop bodies, fused groups), by id(tape) and whether
+# fused groups run in place: each keeps its tape, so an id is never reused while its plan is
+# here. A tape with constants (a program's, which may hold the user's data) is planned by
+# whoever runs it again (the runners).
+_PLANS: dict[tuple[int, bool], Plan] = {}
 _PLAN_LIMIT = 512
 
-
-def _reads(atoms: Sequence[Atom]) -> tuple[tuple[str | None, Any], ...]:
-    return tuple((None, _lit_value(a)) if isinstance(a, Lit) else (a.name, None) for a in atoms)
+Read = tuple[str | None, Any]       # a value by name, or (None, a literal's or constant's value)
 
 
-def plan(tape: Tape) -> Plan:
-    """`tape`'s plan: its eqns' implementations, params and reads, and what each drops."""
-    made = _PLANS.get(id(tape))
+def _read(atom: Atom, names: Callable[[str], Read]) -> Read:
+    return (None, _lit_value(atom)) if isinstance(atom, Lit) else names(atom.name)
+
+
+def _flat(tape: Tape, names: Callable[[str], Read], outs: Sequence[str] = (), prefix: str = "",
+          group: Eqn | None = None) -> list[tuple[Any, ...]]:
+    """`tape`'s eqns as (eqn, impl, params, reads, outputs, multiple), a fused group's body's
+    eqns in its place: its inputs read what the group reads, its other values named under a
+    prefix of their own, its outputs named as the group's (`outs`; an output that is an
+    input, a literal or repeated is copied by name)."""
+    kept = list(zip(tape.outvars, outs))
+    made = {o.name for eqn in tape.eqns for o in eqn.outs}
+    named = {v.name: name for v, name in kept if isinstance(v, Var) and v.name in made}
+
+    def rename(name: str) -> str:
+        return named.get(name) or prefix + name
+    steps = []
+    for k, eqn in enumerate(tape.eqns):
+        reads = tuple(_read(a, lambda n: (rename(n), None) if n in made else names(n))
+                      for a in eqn.ins)
+        written = tuple(rename(o.name) for o in eqn.outs)
+        op = OPS[eqn.op]
+        if op.kind is Kind.FUSED:
+            body = eqn.kw["body"]
+            given = dict(zip((v.name for v in body.invars), reads))
+            given.update((v.name, (None, c)) for v, c in zip(body.constvars, body.consts))
+            steps += _flat(body, given.__getitem__, written, f"{prefix}{k}\x1f", eqn)
+        else:
+            steps.append((eqn, op.impl, eqn.kw, reads, written, op.multiple_results))
+    for v, name in kept:
+        if not (isinstance(v, Var) and named.get(v.name) == name):
+            source = _read(v, lambda n: (rename(n), None) if n in made else names(n))
+            steps.append((group, _same, {}, (source,), (name,), False))
+    return steps
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def plan(tape: Tape, in_place: bool = True) -> Plan:
+    """`tape`'s plan: its eqns' implementations, params and reads, and what each drops; with
+    `in_place`, a fused group's eqns run one by one in its place (the interpreter gains
+    nothing from the group, and each would cost a walk of its own)."""
+    made = _PLANS.get((id(tape), in_place))
     if made is not None and made.tape is tape:
         return made
-    made = Plan(tape, tuple(
-        _Step(eqn, OPS[eqn.op].impl, eqn.kw, _reads(eqn.ins), tuple(o.name for o in eqn.outs),
-              OPS[eqn.op].multiple_results, dropped)
-        for eqn, dropped in zip(tape.eqns, _drops(tape))), _reads(tape.outvars))
+    if in_place:
+        flat = _flat(tape, lambda n: (n, None))
+    else:
+        flat = [(eqn, OPS[eqn.op].impl, eqn.kw, _reads(eqn.ins), tuple(o.name for o in eqn.outs),
+                 OPS[eqn.op].multiple_results) for eqn in tape.eqns]
+    last = {name: k for k, (*_, reads, _outs, _m) in enumerate(flat) for name, _ in reads}
+    for o in tape.outvars:
+        if isinstance(o, Var):
+            last[o.name] = len(flat)
+    drops: list[list[str]] = [[] for _ in flat]
+    for name, k in last.items():
+        if name is not None and k < len(flat):
+            drops[k].append(name)
+    for k, (*_, outs, _m) in enumerate(flat):       # written, never read
+        drops[k] += [name for name in outs if name not in last]
+    made = Plan(tape, tuple(_Step(eqn, impl, kw, reads, outs, multiple, tuple(dropped))
+                            for (eqn, impl, kw, reads, outs, multiple), dropped
+                            in zip(flat, drops)), _reads(tape.outvars))
     if not tape.consts:
         if len(_PLANS) >= _PLAN_LIMIT:
             try:
                 del _PLANS[next(iter(_PLANS))]
             except (KeyError, RuntimeError, StopIteration):     # another thread's
                 pass
-        _PLANS[id(tape)] = made
+        _PLANS[(id(tape), in_place)] = made
     return made
+
+
+def _reads(atoms: Sequence[Atom]) -> tuple[Read, ...]:
+    return tuple(_read(a, lambda n: (n, None)) for a in atoms)
 
 
 def evaluate(tape: Tape, args: Sequence[Any],
@@ -92,7 +137,7 @@ def evaluate(tape: Tape, args: Sequence[Any],
     """`tape`'s outputs on `args` (and `consts` for its constants), each eqn applied by
     `apply(eqn, ins)`, by default its numpy implementation (an index out of range then names
     the eqn's op and line), from the tape's plan (`planned`, where the caller keeps it)."""
-    steps, outs = (planned or plan(tape))[1:]
+    steps, outs = (planned or plan(tape, in_place=apply is None))[1:]
     env: dict[str | None, Any] = {v.name: a for v, a in zip(tape.invars, args)}
     env.update((v.name, c) for v, c in zip(tape.constvars, tape.consts if consts is None
                                            else consts))
