@@ -19,13 +19,9 @@ from .integrate import odeint
 from .jacobians import hessian, jacfwd, jacobian, jacrev, jvp, jvp_cache_info
 from .split import linearize, vjp
 from .vmap import vmap
-from .gradient_tape import GradientTape, TapeError
-from .tape_sweeps import tape_cache_info
-from .variables import Variable
 from .transforms.cached import clear_cache
 from .threads import get_num_threads, set_num_threads
 from .explain import explain
-from .program_text import Explanation
 from .errors import CheckError, UncheckedError
 from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                      IndexOutOfBoundsError, IRError, RandomnessError, ShapeError, TapejitError,
@@ -33,7 +29,6 @@ from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, 
 from .errors import (IndexingError, IntegerOverflowError, LeakedTracerError, NotCallableError,
                      UnsupportedAttributeError)
 from .ir import Tape, print_tape
-from .parse import parse_tape
 from .typecheck import typecheck
 from .pytree import tree_map
 from . import random
@@ -41,12 +36,33 @@ from . import random
 __version__ = "0.1.0"
 
 
+# name -> (module, attribute): imported on first use (together 5 ms that a script without
+# them never pays). A name of a module of its own (tj.explain, tj.checkify) is imported at
+# once: importing that module would set the package's attribute to it.
+_LATER = {
+    "GradientTape": (".gradient_tape", "GradientTape"),
+    "TapeError": (".gradient_tape", "TapeError"),
+    "tape_cache_info": (".tape_sweeps", "tape_cache_info"),
+    "Variable": (".variables", "Variable"), "Explanation": (".program_text", "Explanation"),
+    "parse_tape": (".parse", "parse_tape"), "optimizers": (".optimizers", None),
+}
+
+
 def __getattr__(name: str) -> object:
-    """`tj.optimizers`, imported on first use (3 ms that a script without one never pays)."""
-    if name == "optimizers":
-        import importlib
-        return importlib.import_module(".optimizers", __name__)
-    raise AttributeError(f"module 'tapejit' has no attribute {name!r}")
+    """The names of `_LATER`, imported on first use (`tj.optimizers` is the module)."""
+    if name not in _LATER:
+        raise AttributeError(f"module 'tapejit' has no attribute {name!r}")
+    import importlib
+    module, attribute = _LATER[name]
+    found = importlib.import_module(module, __name__)
+    value = found if attribute is None else getattr(found, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LATER))
+
 
 __all__ = [
     "grad", "value_and_grad", "jit", "vjp", "make_tape", "clear_cache", "Tape", "typecheck",

@@ -16,7 +16,6 @@ below the dispatch (which asks `problem` and `device_key`) and the transforms (`
 from __future__ import annotations
 
 import importlib.util
-import logging
 import math
 import os
 from typing import Any, Sequence
@@ -75,6 +74,7 @@ def numba_cuda() -> Any:
     """numba.cuda, after `numpy_shim` (import it this way where no program was made yet)."""
     note = numpy_shim()
     if note is not None:
+        import logging
         logging.getLogger("tapejit").info("tapejit: %s", note)
     from numba import cuda
     return cuda

@@ -20,19 +20,21 @@ layers: above the transforms (it reads a transform's own record, settings and co
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .api import JIT, VALUE_AND_GRAD
 from .transforms.arguments import check_argnums, fn_name
 from .backends import BACKENDS
 from .errors import ArgumentError, at_source, user_source
-from .program_text import Explanation, build
 from .ir import Tape
 from .jacobians import JVP
 from .transforms.traced import collecting_rerolls
 from .pytree import TreeDef
 from .split import LINEARIZE, VJP
 from .transforms.cached import CachedTransform
+
+if TYPE_CHECKING:
+    from .program_text import Explanation
 
 
 def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: bool = True,
@@ -76,6 +78,7 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
         if given is not None:
             notes.append("cache of the transform: " + ", ".join(
                 f"{k}={v}" for k, v in t.cache_info().items()))
+        from .program_text import build     # (with code generation's schedule: 2 ms)
         return build(f"{fn_name(t.fn)}, {_what(t, key)}, backend {backend}", tapes, backend,
                      notes)
 

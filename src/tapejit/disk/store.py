@@ -36,9 +36,7 @@ import hashlib
 import importlib.util
 import linecache
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -76,7 +74,6 @@ class CacheEntry(NamedTuple):
 
 
 @functools.cache
-@functools.lru_cache(maxsize=None)
 def _tag() -> str:
     """The versions in the directory name: an upgrade never reads stale code."""
     from .. import __version__
@@ -141,6 +138,7 @@ def library_dir(*inner: str) -> Root:
 
 
 def _writable(folder: Path) -> bool:
+    import tempfile                 # (with shutil: 3 ms of `import tapejit` otherwise)
     try:
         tempfile.TemporaryFile(dir=folder).close()
         return True
@@ -218,6 +216,7 @@ def _publish(path: Path, data: bytes) -> None:
     if current == data:
         return
     damaged = current is not None
+    import tempfile
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -402,6 +401,7 @@ def cache_entries() -> list[CacheEntry]:
 def clear_cache() -> int:
     """Delete every program in the versioned cache directory; return how many there were
     (0 when the directory cannot be used: programs are then in memory only)."""
+    import shutil
     with _load_lock:
         _modules.clear()
         try:

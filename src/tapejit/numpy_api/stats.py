@@ -21,8 +21,6 @@ from typing import Any, Callable
 from ..errors import UnsupportedAttributeError, UnsupportedOperationError, at_source, user_source
 from ..guards import ON_FIRST_OPEN
 from ..trace import Tracer
-from . import stats_multivariate as M
-from . import stats_univariate as U
 
 # (distribution class, method) -> rule(dist, *args, **kwargs), once scipy.stats is imported
 RULES: dict[tuple[type, str], Callable[..., Any]] = {}
@@ -129,6 +127,7 @@ def _patch(cls: type, make: Callable[[Callable[..., Any], str], Callable[..., An
 
 def _register(st: Any) -> None:
     """RULES and _NAMES for scipy.stats' distributions."""
+    from . import stats_multivariate as M, stats_univariate as U     # (2 ms: with scipy only)
     for name, family in U.FAMILIES.items():
         cls = type(getattr(st, name))
         _NAMES[cls] = name
@@ -142,7 +141,7 @@ def _register(st: Any) -> None:
 def install() -> None:
     """Route scipy.stats' methods through RULES, once scipy.stats is imported."""
     st = sys.modules.get("scipy.stats")
-    if RULES or st is None or U.sc is None:
+    if RULES or st is None:
         return
     from scipy.stats import _distn_infrastructure as di, _multivariate as mv
     _register(st)

@@ -7,7 +7,6 @@ increasing order). The VJP of each side is another dot_general followed by a tra
 from __future__ import annotations
 
 import math
-import string
 
 import numpy as np
 
@@ -43,7 +42,7 @@ def _dot_impl(lhs, rhs, *, contract, batch):
     (lc, rc), (lb, rb) = contract, batch
     if not lb and lc == (lhs.ndim - 1,) and rc == (0,) and rhs.ndim <= 2:
         return np.dot(lhs, rhs)                            # plain matrix product: BLAS
-    letters = iter(string.ascii_letters)
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
     lsub = [next(letters) for _ in range(lhs.ndim)]
     rsub = [next(letters) for _ in range(rhs.ndim)]
     for a, b in zip(lc + lb, rc + rb):

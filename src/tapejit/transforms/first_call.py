@@ -25,11 +25,10 @@ which calls `start` on a miss).
 """
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from ..backends import Interpreted
 from ..config import config
@@ -38,6 +37,9 @@ from ..disk.memo import digest, kept
 from ..errors import warn_at_user
 from ..interpret import interpret, plan
 from ..ir import Eqn, Lit, Tape, sub_tapes
+
+if TYPE_CHECKING:
+    import logging
 
 
 
@@ -175,6 +177,7 @@ def _first_call(runner: Any, leaves: Sequence[Any], counts: dict[str, int],
     the hint to set TAPEJIT_LOG=info where the logger does not already report compiles)."""
     if getattr(runner, "codegen", None) is None:     # not a compile.Compiled
         return runner(leaves)
+    import logging
     program, log = runner.program, _logger()
     before = program.compiles, program.disk_loads
     what = _describe(name, runner.tape)
@@ -221,7 +224,9 @@ _configured: str | None = None
 
 def _logger() -> logging.Logger:
     """The `tapejit` logger, set up as `TAPEJIT_LOG` says (once per setting): "info" and
-    "debug" print it on stderr, "off" silences it, the default leaves it to the application."""
+    "debug" print it on stderr, "off" silences it, the default leaves it to the application.
+    (logging is imported here, at the first compile: 3 ms of `import tapejit` otherwise.)"""
+    import logging
     global _configured
     log, level = logging.getLogger("tapejit"), config().log
     if level != _configured:

@@ -6,7 +6,6 @@ per signature (and loads the compiled program from its disk cache).
 from __future__ import annotations
 
 import threading
-import uuid
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -26,6 +25,7 @@ def reduce(transform: Any) -> tuple:
     """`transform.__reduce__`: its class, a token and what it has in every process."""
     token = transform.__dict__.get("_token")
     if token is None:
+        import uuid                 # (1 ms of `import tapejit` otherwise)
         token = transform._token = uuid.uuid4().hex
         _by_token[token] = transform
     state = {k: v for k, v in transform.__dict__.items() if k not in PER_PROCESS}
