@@ -33,6 +33,7 @@ from tapejit import config
 from tapejit.codegen.cpu import generate
 from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm.emit import NotCovered
+from tapejit.codegen.llvm import lower as lowering
 from tapejit.codegen.llvm.lower import Lowered, lower
 from tapejit.compile import Compiled
 from hang import HANG_S
@@ -435,6 +436,35 @@ def test_chunk_partial_sums_vectorise_without_overlap_checks(settings):
     assert "_p[i0_0c, i1_0 * S[" in program.source    # the partials, at [c, i * n + j]
     nest = optimised_nests(program)[0]
     assert "vector.body" in nest and "found.conflict" not in nest, nest   # no overlap checks
+
+
+@pytest.mark.skipif(not jit.host()[0] or "avx" not in jit.host()[1],
+                    reason="gather and scatter features are x86's")
+def test_loops_without_math_kernels_compile_without_gathers_where_they_are_slow(
+        settings, monkeypatch):
+    """Where the host's gathers and scatters are slow (`lower.strided_features`: AMD's Zen), a
+    function that calls no math kernel carries the host's features and
+    `+prefer-no-gather,+prefer-no-scatter` (its strided loads and stores run as scalar or
+    shuffled code); one calling a kernel, whose table lookups gather, does not. Both compute
+    what the interpreter does."""
+    settings(PARALLEL_MIN_SIZE="4", NUM_THREADS="2")
+    features = jit.host()[1] + ",+prefer-no-gather,+prefer-no-scatter"
+    monkeypatch.setattr(lowering, "strided_features", lambda: features)
+    x = np.random.default_rng(10).standard_normal((30, 3))
+    pairs = lambda x: np.sum((x[:, None, :] - x[None, :, :]) * (x[:, None, :] + 0.375), axis=1)
+    smooth = lambda x: np.sum(np.exp(x[:, None, :] - x[None, :, :] * 0.625), axis=1)
+    marked = f'"target-features"="{features}"'
+    heads = {}
+    for name, fn, want in (("pairs", pairs, ((x[:, None] - x[None]) * (x[:, None] + 0.375)).sum(1)),
+                           ("smooth", smooth, np.exp(x[:, None] - x[None] * 0.625).sum(1))):
+        f = tj.jit(fn)
+        for _ in range(2):
+            np.testing.assert_allclose(f(x), want, rtol=1e-13)
+        heads[name] = lowered(runners(f)[0]).ir.split("\ndefine ")[1:]
+    assert all(marked in f.split("\n")[0] for f in heads["pairs"]), heads["pairs"]
+    smooth_ir = heads["smooth"]
+    calling = [f for f in smooth_ir if "call double @tj_lib_" in f]
+    assert calling and all(marked not in f.split("\n")[0] for f in calling), smooth_ir
 
 
 def test_a_chunk_reads_lengths_from_the_size_table(settings):
