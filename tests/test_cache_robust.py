@@ -12,6 +12,7 @@ import errno
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -102,7 +103,7 @@ def test_full_disk_when_publishing(env, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store.tempfile, "mkstemp", full)
+    monkeypatch.setattr(tempfile, "mkstemp", full)      # (store imports it when it writes)
     program = calls_warn_once(2.5, "No space left")
     assert program.compiles == 1 and nothing_outside(env)
 
