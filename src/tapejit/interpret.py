@@ -68,10 +68,12 @@ def _flat(tape: Tape, names: Callable[[str], Read], outs: Sequence[str] = (), pr
 
     def rename(name: str) -> str:
         return named.get(name) or prefix + name
+
+    def local(name: str) -> Read:
+        return (rename(name), None) if name in made else names(name)
     steps = []
     for k, eqn in enumerate(tape.eqns):
-        reads = tuple(_read(a, lambda n: (rename(n), None) if n in made else names(n))
-                      for a in eqn.ins)
+        reads = tuple(_read(a, local) for a in eqn.ins)
         written = tuple(rename(o.name) for o in eqn.outs)
         op = OPS[eqn.op]
         if op.kind is Kind.FUSED:
@@ -83,8 +85,7 @@ def _flat(tape: Tape, names: Callable[[str], Read], outs: Sequence[str] = (), pr
             steps.append((eqn, op.impl, eqn.kw, reads, written, op.multiple_results))
     for v, name in kept:
         if not (isinstance(v, Var) and named.get(v.name) == name):
-            source = _read(v, lambda n: (rename(n), None) if n in made else names(n))
-            steps.append((group, _same, {}, (source,), (name,), False))
+            steps.append((group, _same, {}, (_read(v, local),), (name,), False))
     return steps
 
 
