@@ -56,12 +56,12 @@ def _read(atom: Atom, names: Callable[[str], Read]) -> Read:
     return (None, _lit_value(atom)) if isinstance(atom, Lit) else names(atom.name)
 
 
-def _flat(tape: Tape, names: Callable[[str], Read], outs: Sequence[str] = (), prefix: str = "",
-          group: Eqn | None = None) -> list[tuple[Any, ...]]:
-    """`tape`'s eqns as (eqn, impl, params, reads, outputs, multiple), a fused group's body's
-    eqns in its place: its inputs read what the group reads, its other values named under a
-    prefix of their own, its outputs named as the group's (`outs`; an output that is an
-    input, a literal or repeated is copied by name)."""
+def _flat(tape: Tape, names: Callable[[str], Read], in_place: bool, outs: Sequence[str] = (),
+          prefix: str = "", group: Eqn | None = None) -> list[tuple[Any, ...]]:
+    """`tape`'s eqns as (eqn, impl, params, reads, outputs, multiple); with `in_place`, a
+    fused group's body's eqns in its place: its inputs read what the group reads, its other
+    values named under a prefix of their own, its outputs named as the group's (`outs`; an
+    output that is an input, a literal or repeated is copied by name)."""
     kept = list(zip(tape.outvars, outs))
     made = {o.name for eqn in tape.eqns for o in eqn.outs}
     named = {v.name: name for v, name in kept if isinstance(v, Var) and v.name in made}
@@ -76,11 +76,11 @@ def _flat(tape: Tape, names: Callable[[str], Read], outs: Sequence[str] = (), pr
         reads = tuple(_read(a, local) for a in eqn.ins)
         written = tuple(rename(o.name) for o in eqn.outs)
         op = OPS[eqn.op]
-        if op.kind is Kind.FUSED:
+        if in_place and op.kind is Kind.FUSED:
             body = eqn.kw["body"]
             given = dict(zip((v.name for v in body.invars), reads))
             given.update((v.name, (None, c)) for v, c in zip(body.constvars, body.consts))
-            steps += _flat(body, given.__getitem__, written, f"{prefix}{k}\x1f", eqn)
+            steps += _flat(body, given.__getitem__, True, written, f"{prefix}{k}\x1f", eqn)
         else:
             steps.append((eqn, op.impl, eqn.kw, reads, written, op.multiple_results))
     for v, name in kept:
@@ -93,6 +93,10 @@ def _same(x: Any) -> Any:
     return x
 
 
+def _named(name: str) -> Read:
+    return name, None
+
+
 def plan(tape: Tape, in_place: bool = True) -> Plan:
     """`tape`'s plan: its eqns' implementations, params and reads, and what each drops; with
     `in_place`, a fused group's eqns run one by one in its place (the interpreter gains
@@ -100,11 +104,7 @@ def plan(tape: Tape, in_place: bool = True) -> Plan:
     made = _PLANS.get((id(tape), in_place))
     if made is not None and made.tape is tape:
         return made
-    if in_place:
-        flat = _flat(tape, lambda n: (n, None))
-    else:
-        flat = [(eqn, OPS[eqn.op].impl, eqn.kw, _reads(eqn.ins), tuple(o.name for o in eqn.outs),
-                 OPS[eqn.op].multiple_results) for eqn in tape.eqns]
+    flat = _flat(tape, _named, in_place)
     last = {name: k for k, (*_, reads, _outs, _m) in enumerate(flat) for name, _ in reads}
     for o in tape.outvars:
         if isinstance(o, Var):
@@ -117,7 +117,8 @@ def plan(tape: Tape, in_place: bool = True) -> Plan:
         drops[k] += [name for name in outs if name not in last]
     made = Plan(tape, tuple(_Step(eqn, impl, kw, reads, outs, multiple, tuple(dropped))
                             for (eqn, impl, kw, reads, outs, multiple), dropped
-                            in zip(flat, drops)), _reads(tape.outvars))
+                            in zip(flat, drops)),
+                tuple(_read(v, _named) for v in tape.outvars))
     if not tape.consts:
         if len(_PLANS) >= _PLAN_LIMIT:
             try:
@@ -126,10 +127,6 @@ def plan(tape: Tape, in_place: bool = True) -> Plan:
                 pass
         _PLANS[(id(tape), in_place)] = made
     return made
-
-
-def _reads(atoms: Sequence[Atom]) -> tuple[Read, ...]:
-    return tuple(_read(a, lambda n: (n, None)) for a in atoms)
 
 
 def evaluate(tape: Tape, args: Sequence[Any],

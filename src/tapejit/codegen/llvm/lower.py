@@ -129,8 +129,10 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
         text = re.sub(r"@@F(\d+)@@", lambda m: str(position[int(m.group(1))]), text)
         return re.sub(r"@@W(\d+)@@", lambda m: str(first_w + int(m.group(1))), text)
     head = "\n".join(sorted(module.declarations)) + "\n\n"
-    scalar = [symbol for symbol, made in module.kernels.items() if made[0] == "scalar"]
-    functions = [_strided(f, scalar) for f in module.functions]
+    functions = module.functions
+    features = strided_features()
+    if features is not None and all(made[0] != "scalar" for made in module.kernels.values()):
+        functions = [_with_features(f, features) for f in functions]
     text = numbered(head + "\n\n".join(functions))
     parts = tuple(numbered(head + part) for part in _parts(functions))
     frames = tuple(module.frames[k] for k in order)
@@ -143,9 +145,11 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
 
 @functools.cache
 def strided_features() -> str | None:
-    """The host's features for code without math kernels, where gathers and scatters are
-    slower than the scalar or shuffled code LLVM would write instead (AMD's Zen cores: an
-    all-pairs Lennard-Jones gradient took 7.0 ms with them, 4.9 ms without); None elsewhere."""
+    """The host's features for a program that calls no math kernel, where gathers and
+    scatters are slower than the scalar or shuffled code LLVM would write instead (AMD's Zen
+    cores: an all-pairs Lennard-Jones gradient took 7.0 ms with them, 4.9 ms without); None
+    elsewhere. Every function of the program gets them or none does: LLVM inlines a function
+    only into one with the same features."""
     name, features = jit.host()
     if not name.startswith("znver") or llvm.llvm_version_info < (17,) \
             or os.environ.get("NUMBA_CPU_FEATURES") is not None:
@@ -153,12 +157,7 @@ def strided_features() -> str | None:
     return features + ",+prefer-no-gather,+prefer-no-scatter"
 
 
-def _strided(function: str, scalar: list[str]) -> str:
-    """`function`, compiled without gathers and scatters where the host's are slow and it
-    calls no math kernel (whose table lookups gather)."""
-    features = strided_features()
-    if features is None or any(f"@{symbol}(" in function for symbol in scalar):
-        return function
+def _with_features(function: str, features: str) -> str:
     header, brace, rest = function.partition(" {\n")
     return f'{header} "target-features"="{features}"{brace}{rest}'
 
