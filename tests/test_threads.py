@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numba
@@ -16,6 +17,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import tapejit as tj
 from tapejit import threads
+from tapejit.config import config
 from tapejit.codegen import blas
 from tapejit.compile import Compiled
 from hang import HANG_S
@@ -105,7 +107,7 @@ def _mlp_args(batch=256, width=256):     # batch == width: square products
 def test_calls_run_in_a_window_and_put_everything_back(monkeypatch):
     """Inside a windowed call: numba's threads are the budget, BLAS runs on one thread, the
     program's products read the budget; afterwards all is as before, after an error too."""
-    monkeypatch.setattr(threads, "others", lambda: 0)      # a quiet machine
+    monkeypatch.setattr(threads, "others", lambda numba_pool=False: 0)      # a quiet machine
     g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
     args = _mlp_args()
     g(*args)
@@ -171,12 +173,14 @@ def test_a_busy_machine_leaves_the_free_cores(cores):
 
 
 def test_the_running_tasks_are_read_at_most_once_per_interval(monkeypatch):
-    reads, running = [], [4]
+    reads, running, own = [], [4], [(2, 1)]   # 4 running: 2 of them ours, 1 tapejit's
     monkeypatch.setattr(threads, "_running", lambda: reads.append("loadavg") or running[0])
-    monkeypatch.setattr(threads, "_own_running", lambda: reads.append("own") or 1)
-    monkeypatch.setattr(threads, "_reading", (float("-inf"), 0, 0))    # no reading yet
+    monkeypatch.setattr(threads, "_own_running", lambda: reads.append("own") or own[0])
+    none = (0, 0)
+    monkeypatch.setattr(threads, "_reading", (float("-inf"), none, none))    # no reading yet
     assert threads.others() == 3 and reads == ["loadavg", "own"]
-    monkeypatch.setattr(threads, "_reading", (time.monotonic() - 0.1, 0, 0))    # quiet 0.1 s ago
+    assert threads.others(numba_pool=True) == 2     # this process's other thread not counted
+    monkeypatch.setattr(threads, "_reading", (time.monotonic() - 0.1, none, none))  # quiet
 
     def later():            # READ_EVERY_S after the last reading
         monkeypatch.setattr(threads, "_reading",
@@ -192,16 +196,55 @@ def test_the_running_tasks_are_read_at_most_once_per_interval(monkeypatch):
     later()
     running[0] = 2
     assert threads.others() == 0                                   # a blip again
-    assert threads._running() >= 1 and threads._own_running() >= 1     # this thread runs
+    every, ours = threads._own_running()
+    assert threads._running() >= 1 and every >= ours >= 1          # this thread runs
+
+
+def test_a_busy_thread_of_this_process_is_load_and_the_pool_is_not():
+    """OpenBLAS's workers spin for a while after a threaded numpy product: a thread of this
+    process that keeps a core busy (here numpy loops, which release the GIL) counts as load.
+    The runtime pool's threads are told apart by their name."""
+    f = tj.jit(lambda x: np.sum(np.sin(x) * x))
+    tj.set_num_threads(2)
+    try:
+        f(np.random.default_rng(0).random(4 * config().parallel_min_size))
+    finally:
+        tj.set_num_threads(None)
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as fh:
+                names.append(fh.read().strip())
+        except FileNotFoundError:       # a thread that has ended
+            pass
+    assert (os.cpu_count() or 1) < 2 or threads.POOL_NAME in names
+    time.sleep(0.25)            # an earlier test's OpenBLAS workers spin for about 0.1 s
+    quiet = min(every - ours for every, ours in (threads._own_running() for _ in range(5)))
+    stop, big = threading.Event(), np.ones(2_000_000)
+
+    def busy():
+        while not stop.is_set():
+            np.sin(big, out=big)
+    worker = threading.Thread(target=busy, daemon=True)
+    worker.start()
+    try:
+        seen = []
+        for _ in range(50):
+            seen.append(threads._own_running())
+            time.sleep(0.001)
+    finally:
+        stop.set()
+        worker.join()
+    assert max(every - ours for every, ours in seen) >= quiet + 1, (quiet, seen)
 
 
 def test_a_call_on_a_busy_machine_runs_on_one_thread(monkeypatch):
     g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
     args = _mlp_args()
-    monkeypatch.setattr(threads, "others", lambda: 0)
+    monkeypatch.setattr(threads, "others", lambda numba_pool=False: 0)
     quiet = g(*args)
     program = next(iter(g.__wrapped_transform__._cache.values())).run
-    monkeypatch.setattr(threads, "others", lambda: os.cpu_count())      # every core taken
+    monkeypatch.setattr(threads, "others", lambda numba_pool=False: os.cpu_count())  # all taken
     seen, window = [], threads.run
 
     def probed(fn, args, sizes, slot, numba_pool=True):

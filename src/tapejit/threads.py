@@ -38,10 +38,14 @@ On a busy machine the budget shrinks to the cores other processes leave free (`o
 parallel loop nest ends at a barrier where every thread waits for the slowest, and a thread
 the OS has descheduled for another process's time slice holds them all (numba's OpenMP
 threads spin while they wait). On 2 cores beside one CPU-bound process an MLP gradient took
-24 ms median and 93 ms at the 90th percentile on 2 threads, 21 ms on one idle core. `others`
-reads the tasks running or ready to run (/proc/loadavg) less this process's own
-(/proc/self/task), at most once per READ_EVERY_S, and takes the fewer of the last two
-readings; no /proc (macOS, Windows): no reading, the rule is off. An explicit setting
+24 ms median and 93 ms at the 90th percentile on 2 threads, 21 ms on one idle core. A
+thread of this process takes a core the same way: OpenBLAS's workers spin for about 0.1 s
+after a threaded numpy product, and a 2-thread gradient called in that time took as long as
+on one thread, or longer. `others` reads the tasks running or ready to run (/proc/loadavg)
+less the calling thread and the runtime pool's (named POOL_NAME; /proc/self/task), at most
+once per READ_EVERY_S, and takes the fewer of the last two readings; no /proc (macOS,
+Windows): no reading, the rule is off. A numba program's pool has threads tapejit cannot
+tell from the others: for it this process's threads are not counted. An explicit setting
 (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given. numba's threading layer and
 OpenMP's wait policy are left to numba and libgomp (measured against passive waiting, TBB,
 workqueue and the runtime's own pool in docs/performance.md "On a busy machine").
@@ -70,9 +74,12 @@ from .extensions import load_alone
 BLAS_THREADED = 4 * 65536
 
 READ_EVERY_S = 0.05     # a reading of the running tasks serves the calls of the next 50 ms
+POOL_NAME = "tapejit-pool"      # the runtime pool's threads' name (codegen/llvm/pool_ir.py)
 
 _explicit: int | None = None
-_reading = (float("-inf"), 0, 0)         # (time.monotonic() when read, that reading, others)
+# (time.monotonic() when read, that reading, others): each (other processes' tasks, this
+# process's threads but tapejit's)
+_reading: tuple[float, tuple[int, int], tuple[int, int]] = (float("-inf"), (0, 0), (0, 0))
 _lock = threading.Lock()
 _open = 0                                # windows open in this process (all threads)
 _held: dict[Any, int | None] = {}        # BLAS library -> its limit before the first window
@@ -95,9 +102,9 @@ def get_num_threads() -> int:
     return decide(**inputs())
 
 
-def inputs(blas: int | None | str = "read") -> dict[str, int | None]:
+def inputs(blas: int | None | str = "read", numba_pool: bool = False) -> dict[str, int | None]:
     """What the budget is decided from, now (`blas`: the BLAS libraries' limit, read from
-    them unless given)."""
+    them unless given; `numba_pool`: for a numba program, see `others`)."""
     numba = numba_ready()
     if blas == "read":
         blas = _blas_limit(list(_held.values()) if _open else
@@ -107,7 +114,7 @@ def inputs(blas: int | None | str = "read") -> dict[str, int | None]:
     return dict(explicit=_explicit or config().num_threads, pool=most,
                 numba_threads=numba.get_num_threads() if numba else most, cpus=cpus,
                 omp=config().omp_threads, blas=blas,  # type: ignore[dict-item]
-                cores=os.cpu_count() or 1, others=others())
+                cores=os.cpu_count() or 1, others=others(numba_pool))
 
 
 def decide(explicit: int | None, pool: int, numba_threads: int, cpus: int,
@@ -122,19 +129,22 @@ def decide(explicit: int | None, pool: int, numba_threads: int, cpus: int,
     return max(1, min(limits + [pool]))
 
 
-def others() -> int:
-    """How many tasks of other processes are running or waiting for a CPU: a reading at most
-    every READ_EVERY_S, the fewer of it and the one before if that is recent (a task seen once,
-    or a thread of ours caught between the two files, is a blip); 0 where /proc cannot be
-    read."""
+def others(numba_pool: bool = False) -> int:
+    """How many tasks besides tapejit's are running or waiting for a CPU: other processes',
+    and this process's other threads (OpenBLAS's workers spin for about 0.1 s after a threaded
+    numpy product); for a numba program (`numba_pool`), whose pool's threads cannot be told
+    from the others, other processes' only. A reading at most every READ_EVERY_S, the fewer of
+    it and the one before if that is recent (a task seen once, or a thread of ours caught
+    between the two files, is a blip); 0 where /proc cannot be read."""
     global _reading
     now = time.monotonic()
     if now - _reading[0] >= READ_EVERY_S:
         running = _running()
-        seen = max(0, running - _own_running()) if running > 1 else 0
+        seen = _elsewhere(running) if running > 1 else (0, 0)
         recent = now - _reading[0] < 4 * READ_EVERY_S
-        _reading = (now, seen, min(seen, _reading[1]) if recent else seen)
-    return _reading[2]
+        _reading = (now, seen, tuple(map(min, seen, _reading[1])) if recent else seen)
+    processes, threads = _reading[2]
+    return processes if numba_pool else processes + threads
 
 
 def _running() -> int:
@@ -147,23 +157,33 @@ def _running() -> int:
         return 1
 
 
-def _own_running() -> int:
-    """This process's threads running or ready to run (numba's idle threads spin for a while
-    after a loop nest: they are counted there, they are not other processes' load). Read only
-    when something else runs: 6-20 us a thread."""
+def _elsewhere(running: int) -> tuple[int, int]:
+    """Of `running` tasks (the machine's, this thread included): those of other processes,
+    and this process's threads running besides this one and the runtime pool's."""
+    every, ours = _own_running()
+    return max(0, running - every), every - ours
+
+
+def _own_running() -> tuple[int, int]:
+    """This process's threads running or ready to run: all of them, and those of them that are
+    this thread or the runtime pool's (named POOL_NAME). Read only when something else runs:
+    6-20 us a thread."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
-        return 1                        # this thread
-    count = 0
+        return 1, 1                     # this thread
+    me, every, ours = str(threading.get_native_id()), 0, 0
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/stat", "rb") as fh:
                 stat = fh.read()
         except OSError:                 # the thread has ended
             continue
-        count += stat[stat.rindex(b")") + 2:][:1] == b"R"
-    return count
+        end = stat.rindex(b")")
+        if stat[end + 2:end + 3] == b"R":
+            every += 1
+            ours += task == me or stat[stat.index(b"(") + 1:end] == POOL_NAME.encode()
+    return every, ours
 
 
 def windowed(parallel: bool, largest_product: int) -> bool:
@@ -190,7 +210,7 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any, slot:
                     lib.set_num_threads(1)
         _open += 1
     try:
-        given = inputs(_blas_limit([_held[lib] for lib in libraries]))
+        given = inputs(_blas_limit([_held[lib] for lib in libraries]), numba_pool)
         n = decide(**given)
         sizes[slot] = n
         if numba is None:
@@ -223,7 +243,7 @@ def _first_window(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: 
     try:
         return fn(*args)
     finally:
-        if decide(**inputs(blas=None)) > 1:
+        if decide(**inputs(blas=None, numba_pool=True)) > 1:
             _import_numba()
 
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import platform
 import string
+import sys
+
+from ...threads import POOL_NAME    # each pool thread's name (Linux: threads.py tells them apart)
 
 EXPORTS = ("tj_rt_parallel_for", "tj_rt_pool_size", "tj_rt_forked")
 ITEMS = 4096        # a job's items at most (a larger job's chunks are run in runs of them)
-SPINS = 100000      # pauses a waiting thread spins for before it sleeps (1.3 ms here)
+SPINS = 100000      # pauses a waiting thread spins for while a program runs (1.3 ms here)
+IDLE_SPINS = 2000   # pauses it spins for once no program runs (26 us here): then it sleeps
 SYNC = 128          # bytes kept for a pthread mutex or condition (glibc: 40, 48; macOS: 64)
 # a spinning thread's pause instruction, by architecture
 _PAUSES = {"x86_64": ("declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"),
@@ -26,6 +30,7 @@ _PARALLEL_FOR = """
 @tj_rt_busy = internal global i32 0     ; 1 while a job runs on the pool
 @tj_rt_workers = internal global i64 0  ; threads started (reset in a forked child)
 @tj_rt_ready = internal global i32 0    ; the lock and conditions are initialised
+@tj_rt_calls = internal global i64 0            ; program calls running (tj_rt_call counts them)
 @tj_rt_lock = internal global [$SYNC x i8] zeroinitializer, align 16
 @tj_rt_wake = internal global [$SYNC x i8] zeroinitializer, align 16   ; a new epoch
 @tj_rt_done = internal global [$SYNC x i8] zeroinitializer, align 16   ; left reached 0
@@ -141,10 +146,11 @@ define void @tj_rt_forked() {
   ret void
 }
 
-; a worker: waits for a new epoch (spinning, then asleep), runs items of its job, again
+; a worker: named, waits for a new epoch (spinning, then asleep), runs items of its job, again
 define internal ptr @tj_rt_worker(ptr %arg) {
 entry:
   %first = ptrtoint ptr %arg to i64
+  $NAME_THREAD
   br label %wait
 wait:
   %seen = phi i64 [%first, %entry], [%epoch, %work]
@@ -158,7 +164,10 @@ spin:
 pause:
   $PAUSE
   %k.next = add i64 %k, 1
-  %patient = icmp slt i64 %k.next, $SPINS
+  %calls = load atomic i64, ptr @tj_rt_calls monotonic, align 8
+  %running = icmp ne i64 %calls, 0
+  %spins = select i1 %running, i64 $SPINS, i64 $IDLE_SPINS
+  %patient = icmp slt i64 %k.next, %spins
   br i1 %patient, label %spin, label %sleep
 sleep:
   call i32 @pthread_mutex_lock(ptr @tj_rt_lock)
@@ -292,9 +301,18 @@ define internal i64 @tj_rt_bound(i64 %c, i64 %n, i64 %chunks) {
 
 
 def source() -> str:
-    """The parallel loops' IR text, with the host's pause instruction."""
+    """The parallel loops' IR text, with the host's pause instruction (and, on Linux, the
+    threads' name)."""
     machine = platform.machine().lower()
     declare, pause = _PAUSES.get({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine),
                                  ("", ""))
-    return string.Template(_PARALLEL_FOR).substitute(
-        ITEMS=ITEMS, SPINS=SPINS, SYNC=SYNC, PAUSE=pause, PAUSE_DECLARE=declare)
+    name, naming = "", ""
+    if sys.platform.startswith("linux"):        # glibc: pthread_setname_np(pthread_t, name)
+        name = (f'@tj_rt_name = private unnamed_addr constant [{len(POOL_NAME) + 1} x i8] '
+                f'c"{POOL_NAME}\\00"\n'
+                "declare i64 @pthread_self()\ndeclare i32 @pthread_setname_np(i64, ptr)\n")
+        naming = ("%self = call i64 @pthread_self()\n"
+                  "  %named = call i32 @pthread_setname_np(i64 %self, ptr @tj_rt_name)")
+    return name + string.Template(_PARALLEL_FOR).substitute(
+        ITEMS=ITEMS, SPINS=SPINS, IDLE_SPINS=IDLE_SPINS, SYNC=SYNC, PAUSE=pause,
+        PAUSE_DECLARE=declare, NAME_THREAD=naming)

@@ -73,7 +73,7 @@ run:
   %none.fresh = icmp eq i64 %fresh, 0
   br i1 %none.fresh, label %call, label %make
 call:
-  call void %program(ptr %table, ptr %sizes)
+  call void @tj_rt_run(ptr %program, ptr %table, ptr %sizes)
   call void @Py_IncRef(ptr @_Py_NoneStruct)
   ret ptr @_Py_NoneStruct
 make:
@@ -109,7 +109,7 @@ keep:
   %more.fresh = icmp ult i64 %j.next, %fresh
   br i1 %more.fresh, label %new, label %call.made
 call.made:
-  call void %program(ptr %table, ptr %sizes)
+  call void @tj_rt_run(ptr %program, ptr %table, ptr %sizes)
   ret ptr %made
 undo:
   call void @Py_DecRef(ptr %made)
@@ -133,6 +133,14 @@ not_array:
   %r.2 = call ptr (ptr, ptr, ...) @PyErr_Format(ptr %error.2, ptr @not_array, ptr %name.2,
                                                 i64 %position, i64 %count, ptr %type)
   ret ptr null
+}
+
+; a program's call, counted in @tj_rt_calls while it runs (the pool's threads spin long only then)
+define internal void @tj_rt_run(ptr %program, ptr %table, ptr %sizes) {
+  %before = atomicrmw add ptr @tj_rt_calls, i64 1 monotonic
+  call void %program(ptr %table, ptr %sizes)
+  %after = atomicrmw sub ptr @tj_rt_calls, i64 1 release
+  ret void
 }
 
 declare i32 @PyType_IsSubtype(ptr, ptr)
