@@ -144,6 +144,38 @@ def test_calls_run_in_a_window_and_put_everything_back(monkeypatch):
     assert (numba.get_num_threads(), _blas_threads()) == before
 
 
+def test_a_call_on_one_thread_for_this_process_s_threads_lets_blas_thread(monkeypatch):
+    """A call of the llvm generator's that runs on one thread only because this process's
+    other threads run (OpenBLAS's workers, spinning after a numpy product) leaves BLAS its
+    threads for its products; one that other processes keep to one thread holds BLAS to one,
+    as does the user's setting. Afterwards all is as before."""
+    lib = threads._program_blas()[0]
+    before, users, cores = lib.get_num_threads(), 2, 2      # a 2-core machine, BLAS threaded
+    for name in ("_cpus", "pool"):
+        monkeypatch.setattr(threads, name, lambda: cores)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    lib.set_num_threads(users)
+    seen = []
+
+    def window(processes, own):
+        monkeypatch.setattr(threads, "others",
+                            lambda numba_pool=False: processes + (0 if numba_pool else own))
+        sizes = np.zeros(1, np.int64)
+        threads.run(lambda: seen.append((int(sizes[0]), lib.get_num_threads())) or (), (),
+                    sizes, 0, numba_pool=False)
+        return seen.pop()
+    assert window(0, cores) == (1, users)           # only this process's threads: lent
+    assert window(cores, 0) == (1, 1)               # other processes: held to one
+    assert window(0, 0) == (tj.get_num_threads(), 1)    # our pool's blocks: held to one
+    tj.set_num_threads(1)
+    try:
+        assert window(0, cores) == (1, 1)           # the user's setting: held to one
+    finally:
+        tj.set_num_threads(None)
+        assert lib.get_num_threads() == users
+        lib.set_num_threads(before)
+
+
 def test_small_programs_need_no_window():
     g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
     g(*_mlp_args(batch=16, width=64))      # products of 65,536 multiply-adds

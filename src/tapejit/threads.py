@@ -45,7 +45,9 @@ on one thread, or longer. `others` reads the tasks running or ready to run (/pro
 less the calling thread and the runtime pool's (named POOL_NAME; /proc/self/task), at most
 once per READ_EVERY_S, and takes the fewer of the last two readings; no /proc (macOS,
 Windows): no reading, the rule is off. A numba program's pool has threads tapejit cannot
-tell from the others: for it this process's threads are not counted. An explicit setting
+tell from the others: for it this process's threads are not counted. A call of the llvm
+generator's kept to one thread by this process's threads alone leaves BLAS its threads
+(`_lends_blas`): OpenBLAS's spinning workers then do its products. An explicit setting
 (`tj.set_num_threads`, TAPEJIT_NUM_THREADS) is used as given. numba's threading layer and
 OpenMP's wait policy are left to numba and libgomp (measured against passive waiting, TBB,
 workqueue and the runtime's own pool in docs/performance.md "On a busy machine").
@@ -214,7 +216,8 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any, slot:
         n = decide(**given)
         sizes[slot] = n
         if numba is None:
-            return fn(*args)
+            return _lending_blas(fn, args, libraries) if n == 1 and _lends_blas(given) \
+                else fn(*args)
         before = given["numba_threads"]
         if n != before:
             numba.set_num_threads(n)
@@ -231,6 +234,31 @@ def run(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any, slot:
                     if n is not None and n > 1:
                         lib.set_num_threads(n)
                 _held.clear()
+
+
+def _lends_blas(given: dict[str, int | None]) -> bool:
+    """Whether a call of the llvm generator's on one thread lets BLAS thread its products: it
+    runs on one only because this process's other threads run, and no tapejit setting says
+    one. Those threads are most likely OpenBLAS's own workers, spinning after a threaded
+    numpy product: a product wakes them at no cost."""
+    return not given["explicit"] and decide(**{**given, "others": others(numba_pool=True)}) > 1
+
+
+def _lending_blas(fn: Callable[..., Sequence[Any]], args: Sequence[Any],
+                  libraries: list[Any]) -> Sequence[Any]:
+    """`fn(*args)` with the BLAS libraries at the thread counts the window held back (where
+    this is the only window open), held to one thread again after it if another opened."""
+    with _lock:
+        lent = [lib for lib in libraries if _open == 1 and (_held.get(lib) or 0) > 1]
+        for lib in lent:
+            lib.set_num_threads(_held[lib])
+    try:
+        return fn(*args)
+    finally:
+        with _lock:
+            if _open > 1:
+                for lib in lent:
+                    lib.set_num_threads(1)
 
 
 def _first_window(fn: Callable[..., Sequence[Any]], args: Sequence[Any], sizes: Any,
