@@ -42,7 +42,7 @@ threads spin while they wait). On 2 cores beside one CPU-bound process an MLP gr
 thread of this process takes a core the same way: OpenBLAS's workers spin for about 0.1 s
 after a threaded numpy product, and a 2-thread gradient called in that time took as long as
 on one thread, or longer. `others` reads the tasks running or ready to run (/proc/loadavg)
-less the calling thread and the runtime pool's (named POOL_NAME; /proc/self/task), at most
+less the calling thread and tapejit's own (named "tapejit-..."; /proc/self/task), at most
 once per READ_EVERY_S, and takes the fewer of the last two readings; no /proc (macOS,
 Windows): no reading, the rule is off. A numba program's pool has threads tapejit cannot
 tell from the others: for it this process's threads are not counted. A call of the llvm
@@ -76,7 +76,11 @@ from .extensions import load_alone
 BLAS_THREADED = 4 * 65536
 
 READ_EVERY_S = 0.05     # a reading of the running tasks serves the calls of the next 50 ms
-POOL_NAME = "tapejit-pool"      # the runtime pool's threads' name (codegen/llvm/pool_ir.py)
+# the names of tapejit's own threads, which the busy rule does not count: the runtime pool's
+# (codegen/llvm/pool_ir.py) and the full tier's compile thread, at a lower priority
+# (codegen/llvm/program.py)
+POOL_NAME, TIER_NAME = "tapejit-pool", "tapejit-tier"
+_OURS = (POOL_NAME.encode(), TIER_NAME.encode())
 
 _explicit: int | None = None
 # (time.monotonic() when read, that reading, others): each (other processes' tasks, this
@@ -168,7 +172,7 @@ def _elsewhere(running: int) -> tuple[int, int]:
 
 def _own_running() -> tuple[int, int]:
     """This process's threads running or ready to run: all of them, and those of them that are
-    this thread or the runtime pool's (named POOL_NAME). Read only when something else runs:
+    this thread or tapejit's own (named in `_OURS`). Read only when something else runs:
     6-20 us a thread."""
     try:
         tasks = os.listdir("/proc/self/task")
@@ -184,8 +188,18 @@ def _own_running() -> tuple[int, int]:
         end = stat.rindex(b")")
         if stat[end + 2:end + 3] == b"R":
             every += 1
-            ours += task == me or stat[stat.index(b"(") + 1:end] == POOL_NAME.encode()
+            ours += task == me or stat[stat.index(b"(") + 1:end] in _OURS
     return every, ours
+
+
+def name_thread(name: str) -> None:
+    """Give the calling thread `name` where the OS keeps one per thread (Linux's
+    prctl(PR_SET_NAME), at most 15 bytes): one of `_OURS` makes the busy rule pass it over."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).prctl(15, name.encode()[:15])
+        except (OSError, AttributeError):
+            pass
 
 
 def windowed(parallel: bool, largest_product: int) -> bool:

@@ -34,6 +34,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from ... import threads
 from ...config import config
 from ...disk.store import OBJECTS
 from . import jit, runtime
@@ -290,10 +291,13 @@ def _tier_thread() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _lower_priority() -> None:
+    """The full tier's thread: a lower priority than the threads running programs, and a name
+    the busy rule passes over (threads.py: the calls may use every core beside it)."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     except (AttributeError, OSError):     # no per-thread priority here: as it is
         pass
+    threads.name_thread(threads.TIER_NAME)
 
 
 def _spare_cpu() -> bool:
