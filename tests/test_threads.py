@@ -236,7 +236,7 @@ def test_a_busy_thread_of_this_process_is_load_and_the_pool_is_not():
     """OpenBLAS's workers spin for a while after a threaded numpy product: a thread of this
     process that keeps a core busy (here numpy loops, which release the GIL) counts as load.
     tapejit's own threads are told apart by their names: the runtime pool's, and the full
-    tier's compile thread (at a lower priority than the calls)."""
+    tier's compile thread (which runs on idle CPUs only)."""
     f = tj.jit(lambda x: np.sum(np.sin(x) * x))
     tj.set_num_threads(2)
     try:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from tapejit import threads
 from tapejit.transforms import sharing
 from tapejit.codegen.llvm import jit
 from tapejit.codegen.llvm import program as programs
@@ -220,3 +221,22 @@ def test_on_one_cpu_the_full_tier_compiles_at_once(monkeypatch):
         assert g.cache_info()["quick_tier"] == 0
         _, entry = programs._unpack(jit.read_cached(programs._FOLDER, key))
         assert entry.again == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_full_tier_compiles_on_an_idle_cpu_only():
+    """The tier thread is named for the busy rule (threads.py) and runs only where a CPU is
+    idle: calls beside it keep every core."""
+    settle()
+    tids = [t for t in os.listdir("/proc/self/task")
+            if _comm(t) == threads.TIER_NAME]
+    assert len(tids) == 1
+    assert os.sched_getscheduler(int(tids[0])) == os.SCHED_IDLE
+
+
+def _comm(task):
+    try:
+        with open(f"/proc/self/task/{task}/comm") as fh:
+            return fh.read().strip()
+    except FileNotFoundError:          # a thread that has ended
+        return None

@@ -77,7 +77,7 @@ BLAS_THREADED = 4 * 65536
 
 READ_EVERY_S = 0.05     # a reading of the running tasks serves the calls of the next 50 ms
 # the names of tapejit's own threads, which the busy rule does not count: the runtime pool's
-# (codegen/llvm/pool_ir.py) and the full tier's compile thread, at a lower priority
+# (codegen/llvm/pool_ir.py) and the full tier's compile thread, which runs on idle CPUs only
 # (codegen/llvm/program.py)
 POOL_NAME, TIER_NAME = "tapejit-pool", "tapejit-tier"
 _OURS = (POOL_NAME.encode(), TIER_NAME.encode())
