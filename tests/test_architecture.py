@@ -35,7 +35,7 @@ LAYER_DOC = pathlib.Path(__file__).parents[1] / "docs" / "how-it-works.md"
 # bottom first; a module imports only modules of its own layer or below
 LAYERS = [
     ("base", ["errors", "avals", "config", "pytree", "pages", "extensions", "threads", "ir",
-              "disk", "parse"]),
+              "disk", "parse", "garbage"]),
     ("ops", ["ops"]),
     ("tracing", ["trace", "recording", "typecheck", "interpret", "dims", "numpy_api", "guards",
                  "random"]),

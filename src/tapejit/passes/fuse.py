@@ -256,9 +256,12 @@ def loop_of(body: Tape, dims: Names) -> Loop:
 def _join(groups: list[Loop | Eqn], eqn: Eqn, domain: tuple[Dim, ...],
           producer: dict[str, int]) -> int:
     """Put `eqn` in a loop it fits (or a new one): the one computing most of its inputs, else
-    the latest. Return that group's index."""
+    the latest. Return that group's index. Only the groups from the last one computing an
+    input on can hold it (`_fits`): the others are not looked at."""
     best, best_outer, best_affinity = None, None, -1
-    for index in range(len(groups) - 1, -1, -1):
+    first = max((producer[a.name] for a in eqn.ins
+                 if isinstance(a, Var) and a.name in producer), default=0)
+    for index in range(len(groups) - 1, first - 1, -1):
         loop = groups[index]
         if not isinstance(loop, Loop):
             continue

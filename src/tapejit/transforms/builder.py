@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..garbage import pausing_collection
 from ..passes import optimize
 from ..ir import Tape
 from .traced import Stages, derived, rerolled, trace_flat
@@ -24,6 +25,7 @@ from .arguments import CacheKey
 from .record import Specialization, Traced
 
 
+@pausing_collection
 def build(t: Any, call: Any, key: CacheKey, stages: Stages | None = None) -> Specialization:
     """The optimized program of transform `t` for `call` (its signature `key`)."""
     record = t.record
