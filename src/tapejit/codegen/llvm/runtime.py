@@ -20,16 +20,17 @@ per machine and cached by jit.py; no numba import):
   and on no more than `tj_rt_pool_size` (`threads.pool()`, set when the runtime loads). The
   pool's threads are POSIX threads started by the first call that needs them: no numba
   import, no Python; on Linux they are named `tapejit-pool` (threads.py counts the process's
-  other running threads as load). A job is published with one atomic word (`ticket`: its epoch, its items,
-  the next item); the waiting threads spin for a while (`SPINS` pause instructions while a
-  program runs, counted by `tj_rt_call`; `IDLE_SPINS` once none does), then sleep
-  on a condition; each takes items while there are any, the caller too, and the caller returns
-  once the last is finished. A call made while another call's job runs (a chunk's own parallel
-  loop, or a second Python thread calling with the GIL released) runs its chunks on its own
-  thread. A forked child starts its own threads (`os.register_at_fork`). The caller's GIL stays
-  held: a program's table, size table and workspace serve all its calls, and the GIL keeps two
-  Python threads from running one program at once. The module is never unloaded: a pool
-  thread may spin in it until the process ends.
+  other running threads as load). A job is published with one atomic word (`ticket`: its
+  epoch, its items, the next item); the waiting threads spin for a while (`SPINS` pause
+  instructions while a program runs, counted by `tj_rt_call`; `IDLE_SPINS` once none does),
+  then sleep on a condition; each takes items while there are any, the caller too, and the
+  caller returns once the last is finished. A call made while another call's job runs (a
+  chunk's own parallel loop, or a second Python thread calling with the GIL released) runs
+  its chunks on its own thread. A forked child starts its own threads
+  (`os.register_at_fork`). The caller's GIL stays held: a program's table, size table and
+  workspace serve all its calls, and the GIL keeps two Python threads from running one
+  program at once. The module is never unloaded: a pool thread may spin in it until the
+  process ends.
 
 Generated modules `declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)`: importing this module
 registers it with jit.py (`add_external`: a program that uses it loads the runtime), and
