@@ -1,5 +1,6 @@
-"""Python's cyclic garbage collector is paused while a program is built (garbage.py) and put
-back as it was: nested, across threads, after an error, and where the user disabled it."""
+"""Python's cyclic garbage collector is paused while a program is built and its code generated
+(garbage.py) and put back as it was: nested, across threads, after an error, and where the
+user disabled it."""
 import gc
 import threading
 
@@ -18,7 +19,7 @@ def collector_enabled():
     (gc.enable if was else gc.disable)()
 
 
-def test_paused_while_a_program_is_built_and_run_the_first_time():
+def test_paused_while_a_program_is_built():
     seen = []
 
     def f(x):
@@ -66,3 +67,31 @@ def test_a_collector_the_user_disabled_stays_disabled():
         pass
     tj.jit(lambda x: x * 2.0)(np.ones(2))
     assert not gc.isenabled()
+
+
+
+def test_code_generation_and_lowering_pause_it(monkeypatch, tmp_path):
+    from tapejit.codegen import cpu
+    from tapejit.codegen.llvm import lower
+    from tapejit.config import reload
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path))     # nothing from disk: compiled
+    reload()
+    seen = []
+
+    def probing(inner):
+        def probe(*args, **kwargs):
+            seen.append(gc.isenabled())
+            return inner(*args, **kwargs)
+        return probe
+    for module, name in ((cpu, "plan"), (lower, "_finish")):      # called inside each
+        monkeypatch.setattr(module, name, probing(getattr(module, name)))
+    f = tj.jit(lambda x: np.sin(x) * 2.0 + x)
+    x = np.linspace(0.0, 1.0, 5)
+    try:
+        for _ in range(3):                   # past any calls on the interpreter: compiled
+            np.testing.assert_allclose(f(x), np.sin(x) * 2.0 + x, rtol=1e-12)
+    finally:
+        monkeypatch.undo()
+        reload()
+    assert f.cache_info()["compiles"] == 1
+    assert len(seen) >= 2 and not any(seen) and gc.isenabled()

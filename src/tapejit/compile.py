@@ -45,6 +45,7 @@ from .cuda_support import CudaCompiled
 from .disk.memo import digest, remembered
 from .disk.store import load_module, program_hash
 from .errors import ArgumentError, CompiledMismatchError, IndexOutOfBoundsError
+from .garbage import pausing_collection
 from .program_text import dump
 from .interpret import interpret
 from .ir import Tape
@@ -147,6 +148,7 @@ class Compiled:
         return IndexOutOfBoundsError(index, axis, size, op, src)
 
 
+@pausing_collection
 def llvm_executable(tape: Tape, key: str) -> Compiled | None:
     """The compiled program for `tape` (whose digest is `key`) where tapejit's LLVM lowering
     covers it and the library code it calls is built, else None: nothing is compiled by
@@ -230,8 +232,10 @@ def verify(tape: Tape, leaves: Sequence[Any], outs: Sequence[np.ndarray]) -> Non
                 f"it with tj.explain's output; backend=\"interpret\" gives the right result.")
 
 
+@pausing_collection
 def executable(tape: Tape, backend: str) -> Interpreted | Compiled | CudaCompiled:
-    """The runner of `tape` on `backend`."""
+    """The runner of `tape` on `backend` (made with the garbage collector paused: garbage.py;
+    numba compiles a numba program at its first call, with it on)."""
     if backend == "interpret":
         return Interpreted(tape)
     if backend == "numba":

@@ -35,7 +35,6 @@ from ..config import config
 from ..control import primitives as C
 from ..disk.memo import digest, kept
 from ..errors import warn_at_user
-from ..garbage import pausing_collection
 from ..interpret import interpret, plan
 from ..ir import Eqn, Lit, Tape, sub_tapes
 
@@ -131,7 +130,6 @@ def _trips(eqn: Eqn) -> int | None:
     return int(count.value) if eqn.op != C.while_.name and isinstance(count, Lit) else None
 
 
-@pausing_collection
 def start(tape: Tape, leaves: Sequence[Any], backend: str, counts: dict[str, int],
           name: str, resized: bool = False) -> tuple[Any, list[Any]]:
     """The runner for a new program of the function `name` on `backend`, and its outputs on
@@ -152,7 +150,6 @@ def start(tape: Tape, leaves: Sequence[Any], backend: str, counts: dict[str, int
     return compile_and_run(tape, leaves, backend, counts, name)
 
 
-@pausing_collection
 def compile_and_run(tape: Tape, leaves: Sequence[Any], backend: str, counts: dict[str, int],
                     name: str) -> tuple[Any, list[Any]]:
     """The backend's runner for a program and its outputs on `leaves`. A program the numba
