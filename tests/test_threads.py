@@ -177,6 +177,35 @@ def test_a_call_on_one_thread_for_this_process_s_threads_lets_blas_thread(monkey
         lib.set_num_threads(before)
 
 
+def test_a_compiled_gradient_with_blas_lent_matches_the_interpreter(monkeypatch):
+    """The compiled MLP gradient (square products, batch == width), first and second call,
+    run with BLAS lent (this process's threads alone keep it to one thread): the products in
+    one block each, threaded by BLAS, give the interpreter's result."""
+    lib = threads._program_blas()[0]
+    before = lib.get_num_threads()
+    for name in ("_cpus", "pool"):
+        monkeypatch.setattr(threads, name, lambda: 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "others", lambda numba_pool=False: 0 if numba_pool else 2)
+    lent, lending = [], threads._lending_blas
+    monkeypatch.setattr(threads, "_lending_blas",
+                        lambda fn, args, libs: lent.append(1) or lending(fn, args, libs))
+    lib.set_num_threads(2)
+    try:
+        g = tj.grad(_mlp, argnums=(0, 1))
+        args = _mlp_args()
+        outs = [g(*args), g(*args)]
+    finally:
+        lib.set_num_threads(before)
+    info = g.cache_info()                       # compiled code (or its copy on disk) ran
+    assert info["compiles"] + info["disk_loads"] == 1 and info["interpreted"] == 0
+    assert len(lent) == 2
+    want = tj.grad(_mlp, argnums=(0, 1), backend="interpret")(*args)
+    for got in outs:
+        for x, y in zip(got, want):
+            np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+
+
 def test_small_programs_need_no_window():
     g = tj.grad(_mlp, argnums=(0, 1), backend="numba")
     g(*_mlp_args(batch=16, width=64))      # products of 65,536 multiply-adds

@@ -261,9 +261,10 @@ def _lends_blas(given: dict[str, int | None]) -> bool:
 def _lending_blas(fn: Callable[..., Sequence[Any]], args: Sequence[Any],
                   libraries: list[Any]) -> Sequence[Any]:
     """`fn(*args)` with the BLAS libraries at the thread counts the window held back (where
-    this is the only window open), held to one thread again after it if another opened."""
+    this is the only window open), held to one thread again after it if another opened (that
+    window's products may run on BLAS's threads until then: as fast, only not held)."""
     with _lock:
-        lent = [lib for lib in libraries if _open == 1 and (_held.get(lib) or 0) > 1]
+        lent = [lib for lib in libraries if (_held.get(lib) or 0) > 1] if _open == 1 else []
         for lib in lent:
             lib.set_num_threads(_held[lib])
     try:
