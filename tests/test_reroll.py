@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
 
 import tapejit as tj
 from tapejit import autodiff, config
-from tapejit.control import primitives as C
+from tapejit.control import primitives as C, repeats
 from tapejit.control.reroll import reroll
 from tapejit.interpret import interpret
 from tapejit.passes import PIPELINE
@@ -482,6 +483,48 @@ def test_tracing_and_rerolling_is_linear_in_steps():
     calls(100)                      # (first-use work: imports, lazily built tables)
     # 10x the steps: linear work makes ~10x the calls, quadratic 100x
     assert calls(10_000) < 12 * calls(1_000)
+
+
+def large_consts_per_step(x):
+    """Each step makes a constant over SMALL_CONST bytes: equal ones (2.0), then ones that
+    differ (i), then zeros whose sign differs (1/c tells them apart)."""
+    n = x.size * 120
+    for _ in range(5):
+        x = step(x) + np.mean(np.full(n, 2.0)) * x
+    for i in range(5):
+        x = step(x) + np.mean(np.full(n, float(i))) * x
+    for i in range(5):
+        x = step(x) + np.mean(1.0 / np.full(n, -0.0 if i % 2 else 0.0).clip(-1, 1)) * 1e-300 * x
+    return np.sum(x)
+
+
+def test_large_constants_per_step_equal_unrolled():
+    assert 600 * 8 > repeats.SMALL_CONST
+    got = tj.value_and_grad(large_consts_per_step, backend="interpret")(X)
+    assert_trees_close(got, unrolled_value_and_grad(large_consts_per_step, X))
+
+
+def test_a_data_array_is_not_copied_to_find_steps():
+    """Minibatches of 32 MB of data at a traced step number (the data a constant of the
+    tape, captured as a view at each step): the first call, traced, re-rolled and run, never
+    copies the data (the re-roll's index finds the views equal by where their elements
+    are)."""
+    data = np.random.default_rng(0).standard_normal((4096, 1024))
+
+    def walk(x, i):
+        for _ in range(6):
+            x = step(x) + np.sum(data[i * 2:(i + 1) * 2, :5], axis=0) * x
+        return np.sum(x)
+    vg = tj.value_and_grad(walk, backend="interpret")
+    tracemalloc.start()
+    try:
+        got = vg(X, 3)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert vg.cache_info()["rerolled"] == 1
+    assert peak < data.nbytes // 8
+    assert_trees_close(got, unrolled_value_and_grad(walk, X, 3))
 
 
 # ---- settings and reports ------------------------------------------------------------------------

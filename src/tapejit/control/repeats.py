@@ -23,6 +23,7 @@ from ..ops import layout as L
 
 MIN_STEPS = 3       # the least number of steps re-rolled
 MIN_SAVED = 16      # the least number of eqns a re-roll removes
+SMALL_CONST = 4096  # bytes: a constant compared by a key of its bytes
 SLICE, RESHAPE = L.slice_.name, L.reshape.name
 
 
@@ -121,14 +122,34 @@ class Index:
 
 
 def _first_equal_consts(tape: Tape) -> dict[str, Var]:
-    """(A constant of a tape traced inside another trace may be that trace's tracer: kept.)"""
+    """Each constant's first equal one, equal to the bit. A constant of up to SMALL_CONST
+    bytes is keyed by its bytes; a larger one (a data array the loop reads: copying MNIST's
+    376 MB took 0.35 s of a trace) is compared only with the earlier ones of its dtype and
+    shape, first by where its elements are. (A constant of a tape traced inside another
+    trace may be that trace's tracer: kept.)"""
     first: dict[tuple, Var] = {}
+    large: dict[tuple, list[tuple[Var, np.ndarray]]] = defaultdict(list)
     same = {}
     for var, value in zip(tape.constvars, tape.consts):
-        if isinstance(value, np.ndarray):
-            key = (value.dtype.str, value.shape, value.tobytes())
-            same[var.name] = first.setdefault(key, var)
+        if not isinstance(value, np.ndarray):
+            continue
+        kind = (value.dtype.str, value.shape)
+        if value.nbytes <= SMALL_CONST:
+            same[var.name] = first.setdefault((*kind, value.tobytes()), var)
+            continue
+        twins = large[kind]
+        same[var.name] = next((v for v, c in twins if _same_memory(c, value)
+                               or c.tobytes() == value.tobytes()), var)
+        if same[var.name] is var:
+            twins.append((var, value))
     return same
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` and `b` (of one dtype and shape) are views of the same elements (a trace
+    captures a fresh view of a data array at each `data[i]`)."""
+    return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                      and a.strides == b.strides)
 
 
 def _sig_id(eqn: Eqn, ids: dict[Any, int], moving: bool) -> int:
