@@ -2,7 +2,8 @@
 the right data pointers and refuses anything but `count` ndarrays without crashing; and
 `tj_rt_parallel_for` visits every index once, in the chunks it promises, on the runtime's own
 pool, concurrently, on no more threads than its chunks, beside numba's own parallel functions,
-from two Python threads at once, from inside a chunk and in a forked child. Test programs
+from two Python threads at once, from inside a chunk and in a forked child; and the allocator
+hands a freed large block to the next allocation of its size, within its limit. Test programs
 are small IR modules compiled here with llvmlite, calling the runtime as generated programs
 do (by symbol)."""
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 from tapejit.codegen.llvm import runtime
+from tapejit.codegen.llvm.alloc_ir import HEADER, LARGE
 from tapejit.codegen.llvm.pool_ir import ITEMS
 from hang import HANG_S
 
@@ -543,3 +545,96 @@ def test_a_jit_program_runs_its_chunks_through_the_trampoline(pool, n, chunks):
     call(data, sums)
     bounds = [k * n // chunks for k in range(chunks + 1)]
     np.testing.assert_allclose(sums, [data[lo:hi].sum() for lo, hi in zip(bounds, bounds[1:])])
+
+
+# ---- the allocator (alloc_ir.py) -------------------------------------------------------------
+@pytest.fixture
+def allocator():
+    """tj_rt_alloc and tj_rt_free, with the cache empty before and after."""
+    code = runtime.ensure().code
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int64)(code.address("tj_rt_alloc"))
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(code.address("tj_rt_free"))
+    runtime.release_memory()
+    yield alloc, free
+    runtime.release_memory()
+
+
+@pytest.fixture
+def small_limit():
+    """The cache limited to three blocks of 4 * LARGE bytes."""
+    limit = ctypes.c_int64.from_address(runtime.ensure().code.address("tj_rt_cache_limit"))
+    saved, limit.value = limit.value, 3 * (4 * LARGE + HEADER)
+    yield
+    limit.value = saved
+
+
+def test_a_large_block_freed_is_the_next_allocation_of_its_size(allocator):
+    alloc, free = allocator
+    n = 4 * LARGE
+    a = alloc(n)
+    ctypes.memset(a, 7, n)
+    free(a)
+    assert runtime.cached_bytes() == n + HEADER
+    other = alloc(n + 8)                    # another size: a block of its own
+    assert other != a and runtime.cached_bytes() == n + HEADER
+    again = alloc(n)
+    assert again == a and runtime.cached_bytes() == 0
+    assert ctypes.string_at(again, 4) == b"\x07" * 4     # the same memory, as it was left
+    free(again)
+    free(other)
+    assert runtime.cached_bytes() == 2 * n + 8 + 2 * HEADER
+    runtime.release_memory()
+    assert runtime.cached_bytes() == 0
+
+
+def test_small_blocks_and_null_go_to_libc(allocator):
+    alloc, free = allocator
+    for n in (0, 1, 100, LARGE - HEADER - 1):
+        p = alloc(n)
+        assert p and p % 16 == 0
+        ctypes.memset(p, 1, n)
+        free(p)
+    free(None)
+    assert runtime.cached_bytes() == 0
+
+
+def test_a_free_past_the_limit_empties_the_cache_first(allocator, small_limit):
+    alloc, free = allocator
+    n, block = 4 * LARGE, 4 * LARGE + HEADER
+    kept = [alloc(n) for _ in range(4)]
+    for p in kept[:3]:
+        free(p)
+    assert runtime.cached_bytes() == 3 * block
+    free(kept[3])                          # the cache emptied, then this one kept
+    assert runtime.cached_bytes() == block
+    assert alloc(n) == kept[3]
+    huge = alloc(4 * block)                # larger than the limit: never cached
+    free(huge)
+    assert runtime.cached_bytes() == 0
+
+
+def test_threads_allocating_at_once_keep_the_cache_consistent(allocator, small_limit):
+    alloc, free = allocator
+    sizes = [k * LARGE for k in (1, 2, 3, 4)]
+    failures = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(2000):
+            n = int(rng.choice(sizes))
+            p = alloc(n)
+            if not p:
+                failures.append(n)
+                continue
+            ctypes.memset(p, seed, 64)
+            ctypes.memset(p + n - 64, seed, 64)
+            if ctypes.string_at(p, 1) != bytes([seed]):
+                failures.append(p)
+            free(p)
+    workers = [threading.Thread(target=work, args=(k + 1,)) for k in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(HANG_S)
+    assert not failures and not any(w.is_alive() for w in workers)
+    assert 0 < runtime.cached_bytes() <= 3 * (4 * LARGE + HEADER)

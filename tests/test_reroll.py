@@ -485,23 +485,27 @@ def test_tracing_and_rerolling_is_linear_in_steps():
     assert calls(10_000) < 12 * calls(1_000)
 
 
-def large_consts_per_step(x):
+def large_consts_per_step(x, flip=True):
     """Each step makes a constant over SMALL_CONST bytes: equal ones (2.0), then ones that
-    differ (i), then zeros whose sign differs (1/c tells them apart)."""
+    differ (i), then zeros whose sign differs (arctan2 tells them apart: +-pi)."""
     n = x.size * 120
-    for _ in range(5):
-        x = step(x) + np.mean(np.full(n, 2.0)) * x
-    for i in range(5):
-        x = step(x) + np.mean(np.full(n, float(i))) * x
-    for i in range(5):
-        x = step(x) + np.mean(1.0 / np.full(n, -0.0 if i % 2 else 0.0).clip(-1, 1)) * 1e-300 * x
+    for _ in range(4):
+        x = step(x) + 0.1 * np.mean(np.full(n, 2.0)) * x
+    for i in range(4):
+        x = step(x) + 0.1 * np.mean(np.full(n, float(i))) * x
+    for i in range(4):
+        signs = np.full(n, -0.0 if flip and i % 2 else 0.0)
+        x = step(x) + 0.1 * np.mean(np.arctan2(signs, -1.0 - np.sum(x * x))) * x
     return np.sum(x)
 
 
 def test_large_constants_per_step_equal_unrolled():
     assert 600 * 8 > repeats.SMALL_CONST
+    value = large_consts_per_step(X)
+    assert np.isfinite(value) and value != large_consts_per_step(X, flip=False)
     got = tj.value_and_grad(large_consts_per_step, backend="interpret")(X)
     assert_trees_close(got, unrolled_value_and_grad(large_consts_per_step, X))
+    np.testing.assert_allclose(got[0], value, rtol=1e-12)
 
 
 def test_a_data_array_is_not_copied_to_find_steps():

@@ -118,3 +118,23 @@ def test_random_programs_agree_when_split(tiny_segments, k):
     program = generate(selfcheck.program_seed(20, k))
     failure, _ = selfcheck.check(program, 1234 + k)
     assert failure is None or failure.kind == "unsupported", failure.text()
+
+
+def test_segments_reuse_their_buffers_and_agree_call_after_call(tiny_segments):
+    """A segment's arrays (no frames: the runtime's allocator makes them) of 160 kB come back
+    from the allocator's cache in the next call, holding the last call's values: each call
+    still computes what the interpreter does, on new inputs and again on the first."""
+    from tapejit.codegen.llvm import runtime
+    fn = lambda p: np.sum(euler(p, 4) ** 2)      # noqa: E731
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(0.2, 0.9, (3, 20_000)) for _ in range(2)]
+    compiled = tj.value_and_grad(fn, backend="numba")
+    reference = tj.value_and_grad(fn, backend="interpret")
+    runtime.release_memory()
+    for p in inputs + inputs[:1]:
+        got, want = compiled(p), reference(p)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+    assert runtime.cached_bytes() >= 20_000 * 8
+    tj.clear_cache()
+    assert runtime.cached_bytes() == 0

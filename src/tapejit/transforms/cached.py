@@ -7,9 +7,9 @@ never subclassed. A call is looked up twice:
   (or static) and there are no keyword arguments, a cheap key (each argument's type, shape,
   dtype and strides; static values) finds the entry an earlier call of that key made: it calls
   the runner as `direct_caller` (compile.py) prepared it for that key (a compiled program's
-  numba function directly; new keys of its numpy random draws passed after the arguments,
-  draws.py), and builds the result with everything about the signature precomputed. (Strides
-  are in the key so that whether an array needs a copy is known per entry, not per call.)
+  function directly; new keys of its numpy random draws after the arguments, draws.py), and
+  builds the result with all about the signature precomputed (strides are in the key: whether
+  an array needs a copy is known per entry, not per call).
 - otherwise the record's `signature` makes the call (`arguments.split_args`) and its
   `CacheKey`, which finds the `Specialization`; on a miss the builder (builder.py) makes one,
   and the first-call tier (first_call.py) gives its runner and first outputs (on the numba
@@ -25,8 +25,8 @@ Transforms of one plain function with the same options share their programs whil
 the same things by name (sharing.py). Inside another transform's trace nothing is cached: the
 tape is inlined. A transform keeps at most `max_programs` programs (least recently used go
 first) and warns (`TapejitWarning`) when it has been re-traced more than `RETRACE_WARNING`
-times. `cache_info()` reports what happened, `clear_cache()` empties every transform's cache
-and the disk cache. A transform pickles for Dask as pickling.py says.
+times. `cache_info()` reports what happened, `clear_cache()` empties every transform's cache,
+the memory compiled programs keep and the disk cache. A transform pickles as pickling.py says.
 """
 from __future__ import annotations
 
@@ -63,8 +63,7 @@ RETRACE_WARNING = 8    # re-traces of one transform before it warns
 _transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
 _STATIC = object()     # marks a static argument's part of a fast key
 # argument types the fast path takes (anything else goes through split_args)
-_FAST_SCALARS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32,
-                           np.bool_])
+_FAST_SCALARS = frozenset([float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_])
 
 
 def what_ran(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -368,9 +367,8 @@ _functions_lock = threading.Lock()
 
 def transform_of(key: tuple, make: Callable[[], CachedTransform]) -> CachedTransform:
     """The cached transform for `key` (kind, function, options): `jvp(f, ...)` called again
-    traces and compiles only for a new signature, like `jit(f)` called again. The least
-    recently used go first; a function that cannot be a key (unhashable) gets a new transform
-    each call."""
+    traces and compiles only for a new signature. The least recently used go first; a
+    function that cannot be a key (unhashable) gets a new transform each call."""
     try:
         hash(key)
     except TypeError:
@@ -392,9 +390,11 @@ def calls_interpreted() -> int:
 
 
 def clear_cache() -> int:
-    """Empty the program cache of every transform in this process and the disk cache of
-    compiled programs; return how many programs were on disk."""
+    """Empty every transform's program cache, the memory compiled programs keep for their
+    next call and the disk cache; return how many programs were on disk."""
+    from ..codegen.llvm import runtime
     sharing.forget()
     for transform in list(_transforms):
         transform.clear()
+    runtime.release_memory()
     return store.clear_cache()

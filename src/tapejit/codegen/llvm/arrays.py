@@ -1,7 +1,8 @@
 """Array values in one function of the loop language: names bound to buffers, array variables
 read back from their slots, views (`a[i]` with fewer indices than axes), reshapes, copies and
 allocations: `np.empty`/`zeros`/`full` at the entry's top level with a shape known up front
-are frames the caller allocates (lower.py `Lowered`); others are `malloc`ed and freed at the end
+are frames the caller allocates (lower.py `Lowered`); others come from the runtime's allocator
+(`tj_rt_alloc`, alloc_ir.py: its cache keeps them for the next call) and are freed at the end
 of their loop's iteration or of the function.
 
 An array name assigned once is bound at lowering time to its buffer (views share their buffer's
@@ -182,7 +183,7 @@ class Arrays(Expressions):
                 raise NotCovered("an array allocated inside an if")
             count = self._count(dims)
             nbytes = self.fn.op(f"mul i64 {count}, {np.dtype(dtype).itemsize}")
-            ptr = self.fn.op(f"call ptr @malloc(i64 {nbytes})")
+            ptr = self.fn.op(f"call ptr @tj_rt_alloc(i64 {nbytes})")
             if self.loops:
                 self.loops[-1][2].append(ptr)
             else:

@@ -233,7 +233,7 @@ class Body(Ownership):
         self.depth -= 1
         self.loops.pop()
         for ptr in allocated:
-            f.do(f"call void @free(ptr {ptr})")
+            f.do(f"call void @tj_rt_free(ptr {ptr})")
         f.branch(latch)
         f.start(latch)
         f.do(f"{nxt} = add i64 {i}, {step}")

@@ -122,7 +122,7 @@ def release(body: Any, results: Results) -> None:
             owned = f.op(f"load i64, ptr {_cell(f, results.cells, out.cell + 1)}")
             keep = f.op(f"icmp eq i64 {owned}, 0")
             address = f.op(f"select i1 {keep}, i64 0, i64 {ptr}")
-            f.do(f"call void @free(ptr {f.op(f'inttoptr i64 {address} to ptr')})")
+            f.do(f"call void @tj_rt_free(ptr {f.op(f'inttoptr i64 {address} to ptr')})")
 
 
 def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...]]:

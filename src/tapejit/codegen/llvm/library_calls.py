@@ -105,7 +105,7 @@ def _leave_where(body: Any, cond: str, code: Scalar | None = None, skip: Any = N
             f.do(f"store i64 {f.op(f'select i1 {first}, i64 {value}, i64 {now}')}, ptr {at}")
     for _, _, allocated in body.loops:
         for ptr in allocated:
-            f.do(f"call void @free(ptr {ptr})")
+            f.do(f"call void @tj_rt_free(ptr {ptr})")
     body.free_owned(skip)
     f.do("ret void")
     f.terminated = True

@@ -33,7 +33,7 @@ from .jit import NEST, PART
 from ..writer import ENTRY
 
 ENTRY_SYMBOL = "tj_entry"
-_DECLARATIONS = ("declare ptr @malloc(i64)", "declare void @free(ptr)",
+_DECLARATIONS = ("declare noalias ptr @tj_rt_alloc(i64)", "declare void @tj_rt_free(ptr)",
                  "declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)")
 
 

@@ -163,7 +163,7 @@ class Ownership(Arrays):
                 for results in self.results:
                     found = functions.adopt(self, results, old, drop, found)
             free = f.op(f"and i1 {drop}, {f.op(f'xor i1 {found}, true')}")
-            f.do(f"call void @free(ptr {f.op(f'select i1 {free}, ptr {old}, ptr null')})")
+            f.do(f"call void @tj_rt_free(ptr {f.op(f'select i1 {free}, ptr {old}, ptr null')})")
             lines[at:at + 1] = f.lines
             f.lines, f.terminated = lines, terminated
 
@@ -211,9 +211,9 @@ class Ownership(Arrays):
         for var in [v for v in self.env.values() if isinstance(v, ArrayVar)]:
             owned = f.op(f"load i1, ptr {var.owned}")
             ptr = f.op(f"load ptr, ptr {var.ptr}")
-            f.do(f"call void @free(ptr {f.op(f'select i1 {owned}, ptr {ptr}, ptr null')})")
+            f.do(f"call void @tj_rt_free(ptr {f.op(f'select i1 {owned}, ptr {ptr}, ptr null')})")
         for results in self.results:
             if results is not skip:
                 functions.release(self, results)
         for ptr in self.mallocs.values():
-            f.do(f"call void @free(ptr {ptr})")
+            f.do(f"call void @tj_rt_free(ptr {ptr})")

@@ -79,7 +79,7 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
     inside: dict[str, str] = {}    # reduction -> its partial sums' address, in the chunk
     for k in reductions:
         size = f.op(f"mul i64 {chunks}, {outer.env[k].dtype.itemsize}")
-        partials[k] = f.op(f"call ptr @malloc(i64 {size})")
+        partials[k] = f.op(f"call ptr @tj_rt_alloc(i64 {size})")
         inside[k] = cell(partials[k], "ptr")
     inner.nonnegative = set(outer.nonnegative) | {name}
 
@@ -135,7 +135,7 @@ def _combine(outer: Any, local: Local, partials: str, chunks: str) -> None:
         total = f.op(f"{add} {ty} {f.op(f'load {ty}, ptr {local.slot}')}, {part}")
         f.do(f"store {ty} {total}, ptr {local.slot}")
     outer.counted(constant(0, I64), Scalar(chunks, I64), body)
-    f.do(f"call void @free(ptr {partials})")
+    f.do(f"call void @tj_rt_free(ptr {partials})")
 
 
 def _length(inner: Any, d: Scalar, cell: Any) -> Scalar:

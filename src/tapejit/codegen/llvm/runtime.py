@@ -32,9 +32,15 @@ per machine and cached by jit.py; no numba import):
   program at once. The module is never unloaded: a pool thread may spin in it until the
   process ends.
 
-Generated modules `declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)`: importing this module
-registers it with jit.py (`add_external`: a program that uses it loads the runtime), and
-`ensure` with `llvmlite.binding.add_symbol` (and lists it in `Runtime.symbols`).
+- `tj_rt_alloc(n)` and `tj_rt_free(ptr)`, the allocator of generated code: large buffers go
+  back into a cache that the next call's allocations of the same sizes take again
+  (alloc_ir.py), of at most `CACHE_BYTES` (an eighth of the machine's memory, 1 GiB at most);
+  `release_memory()` empties it.
+
+Generated modules `declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)` and the allocator's
+functions: importing this module registers them with jit.py (`add_external`: a program that
+uses one loads the runtime), and `ensure` with `llvmlite.binding.add_symbol` (and lists them
+in `Runtime.symbols`).
 """
 from __future__ import annotations
 
@@ -48,12 +54,13 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from ... import threads
-from . import jit, pool_ir
+from . import alloc_ir, jit, pool_ir
 from .runtime_ir import (ARRAY_DATA, ARRAY_TYPE, EXPORTS, NEW_FROM_DESCR, OB_TYPE, W_COUNT,
                          W_ENTRY, W_ERROR, W_FRESH, W_NAME, W_NDARRAY, W_SIZES, W_SPECS,
                          W_TABLE, WORDS, source)
 
 METH_FASTCALL = 0x0080
+CALLED = ("tj_rt_parallel_for", "tj_rt_alloc", "tj_rt_free")   # what generated code calls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +75,10 @@ class Runtime:
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
+# the allocator's cache holds at most this many bytes: an eighth of the machine's memory,
+# 1 GiB at most (HIPS convnet's gradient allocates 430 MB in each call)
+CACHE_BYTES = min(1 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8) \
+    if hasattr(os, "sysconf") else 1 << 28
 
 
 def ensure() -> Runtime:
@@ -89,17 +100,19 @@ def _compile() -> Runtime:
                  "PyTuple_SetItem"):
         llvm.add_symbol(name, ctypes.cast(getattr(api, name), ctypes.c_void_p).value)
     llvm.add_symbol("_Py_NoneStruct", id(None))
-    ir = source() + pool_ir.source()
+    ir = source() + pool_ir.source() + alloc_ir.source()
     obj, _ = jit.cached_bytes("runtime", ir, lambda: _object(ir))
-    code = jit.Program(obj, EXPORTS + pool_ir.EXPORTS)
-    symbols = {"tj_rt_parallel_for": code.address("tj_rt_parallel_for")}
+    code = jit.Program(obj, EXPORTS + pool_ir.EXPORTS + alloc_ir.EXPORTS)
+    symbols = {name: code.address(name) for name in CALLED}
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
     runtime = Runtime(code, code.address("tj_rt_call"), symbols)
     _set(runtime, "tj_rt_pool_size", threads.pool())
     _set(runtime, "tj_rt_new_array", _numpy_api()[NEW_FROM_DESCR])
+    _set(runtime, "tj_rt_cache_limit", CACHE_BYTES)
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(code))     # never freed (the docstring)
-    os.register_at_fork(after_in_child=ctypes.CFUNCTYPE(None)(code.address("tj_rt_forked")))
+    for forked in ("tj_rt_forked", "tj_rt_cache_forked"):
+        os.register_at_fork(after_in_child=ctypes.CFUNCTYPE(None)(code.address(forked)))
     return runtime
 
 
@@ -139,7 +152,21 @@ def _set(runtime: Runtime, variable: str, value: int) -> None:
     ctypes.c_void_p.from_address(runtime.code.address(variable)).value = value
 
 
-jit.add_external("tj_rt_parallel_for", lambda: ensure().symbols["tj_rt_parallel_for"])
+for _name in CALLED:
+    jit.add_external(_name, lambda name=_name: ensure().symbols[name])
+
+
+def release_memory() -> None:
+    """Give the allocator's cached blocks back to libc (where the runtime is loaded)."""
+    if _runtime is not None:
+        ctypes.CFUNCTYPE(None)(_runtime.code.address("tj_rt_cache_clear"))()
+
+
+def cached_bytes() -> int:
+    """The bytes the allocator's cache holds (0 where the runtime is not loaded)."""
+    if _runtime is None:
+        return 0
+    return ctypes.c_int64.from_address(_runtime.code.address("tj_rt_cached")).value
 
 
 class _Context(np.ndarray):
