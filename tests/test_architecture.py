@@ -44,7 +44,7 @@ LAYERS = [
     ("codegen", ["codegen"]),
     ("control flow", ["control", "custom", "integrate"]),
     ("compile", ["program_text", "backends", "compile", "cuda_support"]),
-    ("draws", ["draws"]),
+    ("draws", ["draws", "draw_methods"]),
     ("transforms", ["transforms"]),
     ("public", ["api", "jacobians", "split", "vmap", "tape_sweeps", "checkify", "explain",
                 "variables", "eager", "optimizers", "gradient_tape", "dask", "__init__"]),

@@ -7,15 +7,17 @@ every call. So while `grad`, `value_and_grad` or `jit` traces a function (a `Rec
 numpy `RandomState` and `Generator` it reads by name where it can be swapped
 (`guards.swappable`: its globals, closure cells and default arguments, and those of the user's
 functions it reaches; the attributes of a bound method's object; a static argument) is a
-`Recorder`, put back after the trace (also when it raises). A
-recorder's draws are tj.random's ops (random.py) on `fold_in(key, k)`, k the draw's index in
-the trace, and `key` a uint32[2] input of the program, one per generator drawn from, after
-the argument leaves. Each call takes those keys from the generators themselves (`with_keys`:
-`randint(0, 2**32, size=2, dtype=uint32)`), so a generator advances once per call and each
-call draws new numbers: numpy's distributions, not numpy's numbers.
+`Recorder`, put back after the trace (also when it raises). A recorder's draw is a `_Site`:
+the numpy call that makes its numbers (`rs.normal(mu, s, n)`: `rs.standard_normal(n)`, then
+`mu + s * z` traced, as numpy computes it), whose values are a slice of an input of the
+program, one flat buffer per generator and dtype, after the argument leaves (a Python loop of
+draws reads rows of it, so it re-rolls). Each call makes every site's numpy call on the
+generator itself, in the order the trace made them (`with_draws`): the generator advances as
+numpy's code would, and the numbers are numpy's for that seed.
 
 Where it cannot work, `RandomnessError` names the generator, the method and the line: a
-method the recorder does not offer; a draw under `vmap` (each example would need draws of its
+method the recorder does not offer, or a draw whose numbers depend on a traced value (integer
+bounds, `choice`'s probabilities); a draw under `vmap` (each example would need draws of its
 own) or in a control-flow body (traced once, run many times); the transforms whose programs
 take no keys (jacobian, hessian, jvp, ...: `guards.check_generators` sees the generator's
 state change); and everything under TAPEJIT_STRICT=1. A generator made inside the function
@@ -24,7 +26,7 @@ from a seed gives the same numbers on every call in numpy too: it stays a consta
 In the layers: on random.py, guards.py and compile.py; below the transforms package, where
 transforms/traced.py opens a `Recording` around each trace and the per-signature cache
 (transforms/cached.py) says which transform builds (`collecting`) and adds the keys to each
-call (`with_keys`, `fast_caller`).
+call (`with_draws`, `fast_caller`).
 """
 from __future__ import annotations
 
@@ -35,31 +37,45 @@ import functools
 import inspect
 import re
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from . import guards, random
+from . import guards
 from .avals import Aval
 from .backends import DirectCall, direct_caller
 from .config import config
-from .errors import ArgumentError, RandomnessError, at_source, user_source
-from .ir import Tape
-from .trace import Trace, Tracer, current_trace, lift, var_of
+from .draw_methods import GENERATOR, LEGACY
+from .errors import RandomnessError, at_source, user_source
+from .ir import Eqn, Src, Tape, Var, make_params
+from .ops import layout as L
+from .passes.rewrite import fresh_names
+from .trace import Trace, Tracer, current_trace, var_of
 
-KEYED = frozenset({"grad", "value_and_grad", "jit"})  # transforms whose programs take keys
+KEYED = frozenset({"grad", "value_and_grad", "jit"})  # transforms whose programs take draws
 _GENERATORS = (np.random.Generator, np.random.RandomState)
-_KEY = Aval((2,), np.dtype(np.uint32))
 _BODY = ("in a body tapejit traces once and runs many times (tj.fori_loop, scan, while_loop, "
          "cond, checkpoint, a custom_vjp rule), where it would be the same draw every time")
+
+
+class _Site(NamedTuple):
+    """One draw of a call: `generator.<method>(*args)`, its numbers at `offset` of the call's
+    buffer `buffer` (of `dtype`)."""
+    generator: Any
+    method: str
+    args: tuple
+    buffer: int
+    offset: int
+    size: int
+    dtype: np.dtype
 
 
 @dataclasses.dataclass
 class _Collector:
     label: str                  # `grad(f)`, for messages
-    keyed: bool                 # its programs take keys
+    keyed: bool                 # its programs take draws
     batched: bool               # vmap
-    drawn: list[Any] = dataclasses.field(default_factory=list)  # generators, key order
+    drawn: list[_Site] = dataclasses.field(default_factory=list)  # in the trace's order
 
 
 _collector: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
@@ -69,8 +85,8 @@ _collector: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
 @contextlib.contextmanager
 def collecting(transform: Any) -> Iterator[list[Any]]:
     """Within: programs are built for `transform` (a transforms.cached.CachedTransform; its
-    record's name says whether its programs take keys). Yields the generators whose keys the
-    program built takes, in order (after the argument leaves)."""
+    record's name says whether its programs take draws). Yields the draws of the program
+    built, in order (its buffers are inputs after the argument leaves)."""
     name = transform.record.name
     found = _Collector(transform.label(), name in KEYED, name == "vmap")
     token = _collector.set(found)
@@ -80,29 +96,38 @@ def collecting(transform: Any) -> Iterator[list[Any]]:
         _collector.reset(token)
 
 
-def with_keys(generators: Sequence[Any], leaves: Sequence[Any]) -> Sequence[Any]:
-    """A call's leaves, then a new key from each generator (each advances once)."""
-    if not generators:
+def with_draws(sites: Sequence[_Site], leaves: Sequence[Any]) -> Sequence[Any]:
+    """A call's leaves, then its draws' buffers."""
+    if not sites:
         return leaves
-    return [*leaves, *(_new_key(gen) for gen in generators)]
+    return [*leaves, *_drawn(sites)]
 
 
-def fast_caller(runner: Any, call: Any, generators: Sequence[Any]) -> DirectCall:
+def _buffers(sites: Sequence[_Site]) -> list[np.ndarray]:
+    """The sites' buffers, empty (a site's offset is past the one before it in its buffer)."""
+    ends = {site.buffer: (site.offset + site.size, site.dtype) for site in sites}
+    return [np.empty(*ends[k]) for k in range(len(ends))]
+
+
+def _drawn(sites: Sequence[_Site]) -> list[np.ndarray]:
+    """Each site's numpy call on its generator, in order, into its buffer."""
+    buffers = _buffers(sites)
+    for site in sites:
+        buffers[site.buffer][site.offset:site.offset + site.size] = np.ravel(
+            getattr(site.generator, site.method)(*site.args))
+    return buffers
+
+
+def fast_caller(runner: Any, call: Any, sites: Sequence[_Site]) -> DirectCall:
     """backends.py's `direct_caller` `(fn, tail)` for the cache's fast path on calls like `call`
-    (positional leaves): `fn(*args, *tail)` passes a new key from each generator after the
-    arguments."""
+    (positional leaves): `fn(*args, *tail)` passes the call's draws after the arguments."""
     n = len(call.args)
-    if not generators:
+    if not sites:
         return direct_caller(runner, call.dynamic, call.leaves, n)
-    keys = [np.zeros(2, np.uint32)] * len(generators)
-    fn, tail = direct_caller(runner, (*call.dynamic, *range(n, n + len(keys))),
-                             [*call.leaves, *keys], n + len(keys))
-    return (lambda *args: fn(*args[:n], *map(_new_key, generators), *args[n:])), tail
-
-
-def _new_key(gen: Any) -> np.ndarray:
-    draw = gen.integers if isinstance(gen, np.random.Generator) else gen.randint
-    return draw(0, 2 ** 32, size=2, dtype=np.uint32)
+    buffers = _buffers(sites)
+    fn, tail = direct_caller(runner, (*call.dynamic, *range(n, n + len(buffers))),
+                             [*call.leaves, *buffers], n + len(buffers))
+    return (lambda *args: fn(*args[:n], *_drawn(sites), *args[n:])), tail
 
 
 class _Thread(threading.local):
@@ -126,9 +151,9 @@ class Recording:
         self.parent, self.top, self.locked = current_trace(), None, False
         self.saved: list[tuple[Callable[[Any], None], Any]] = []
         self.traces: dict[Trace, str | None] = {}   # trace -> why it may not draw (None: may)
-        self.keys: dict[int, Tracer] = {}           # id(generator) -> its key's tracer
-        self.order: list[Any] = []
-        self.count = 0
+        self.sites: list[tuple[_Site, Var, Src | None]] = []   # each draw, its var and line
+        self.buffers: dict[tuple[int, np.dtype], tuple[str, np.dtype]] = {}   # name, dtype
+        self.ends: list[int] = []                   # each buffer's length so far
 
     @property
     def refusal(self) -> str:
@@ -199,8 +224,8 @@ class Recording:
         """The trace of the function opened (again: a retry starts afresh)."""
         top = _active.recording
         if top is self:
-            self.top, self.traces, self.keys, self.order, self.count = trace, {trace: None}, \
-                {}, [], 0
+            self.top, self.traces, self.sites, self.buffers, self.ends = \
+                trace, {trace: None}, [], {}, []
         elif top is not None and self.parent is not None:
             batched = self.collector is not None and self.collector.batched
             reason = top.traces.get(self.parent, _BODY)
@@ -209,19 +234,34 @@ class Recording:
                                  else reason)
 
     def keyed(self, tape: Tape) -> Tape:
-        """The traced tape taking the keys of the generators drawn from, after its inputs."""
-        if not self.order:
+        """The traced tape taking its draws' buffers after its inputs, each draw a slice of
+        its buffer (reshaped) at the tape's start."""
+        if not self.sites:
             return tape
-        self.collector.drawn[:] = self.order
-        keys = tuple(var_of(self.keys[id(gen)]) for gen in self.order)
-        return dataclasses.replace(tape, invars=tape.invars + keys)
+        self.collector.drawn[:] = [site for site, _, _ in self.sites]
+        fresh = fresh_names(tape, "_")
+        buffers = [Var(fresh(name), Aval((end,), dtype))
+                   for end, (name, dtype) in zip(self.ends, self.buffers.values())]
+        eqns = []
+        for site, var, src in self.sites:
+            flat = Var(fresh("drawn"), Aval((site.size,), site.dtype))
+            eqns.append(Eqn(L.slice_.name, (buffers[site.buffer],), (flat,), make_params(
+                {"start": (site.offset,), "limit": (site.offset + site.size,),
+                 "step": (1,)}), src))
+            eqns.append(Eqn(L.reshape.name, (flat,), (var,),
+                            make_params({"shape": var.aval.shape}), src))
+        start = None if tape.reverse_start is None else tape.reverse_start + len(eqns)
+        return dataclasses.replace(tape, invars=tape.invars + tuple(buffers),
+                                   eqns=tuple(eqns) + tuple(tape.eqns), reverse_start=start)
 
     def live(self) -> bool:
         """Whether this thread is tracing the function (elsewhere recorders are generators)."""
         return _active.recording is self
 
-    def key(self, recorder: "Recorder", method: str) -> Any:
-        """The key of this draw of `recorder`'s generator (the trace's k-th draw)."""
+    def take(self, recorder: "Recorder", method: str, call: str, args: tuple,
+             shape: tuple[int, ...], dtype: Any) -> Tracer:
+        """The numbers of `recorder`'s generator's `call(*args)`, drawn anew on every call
+        of the program (`recorder.method` was called): a tracer of `shape` and `dtype`."""
         trace = current_trace()
         reason = self.traces.get(trace, _BODY) if trace is not None else _BODY
         if reason is not None:
@@ -229,13 +269,19 @@ class Recording:
                 f"`{recorder.name}.{method}(...)` draws from a numpy random generator "
                 f"{reason}. Draw it outside, or with tj.random from a key passed in.",
                 user_source()))
-        gen = recorder.generator
-        if id(gen) not in self.keys:
-            ident = re.sub(r"\W", "_", recorder.name)
-            self.keys[id(gen)] = self.top.new_tracer(_KEY, f"key_{ident}")
-            self.order.append(gen)
-        self.count += 1
-        return random.fold_in(self.keys[id(gen)], self.count - 1)
+        gen, dtype = recorder.generator, np.dtype(dtype)
+        ident = re.sub(r"\W", "_", recorder.name)
+        if (id(gen), dtype) not in self.buffers:
+            suffix = "" if dtype == np.float64 else f"_{dtype.name}"
+            self.buffers[(id(gen), dtype)] = (f"draws_{ident}{suffix}", dtype)
+            self.ends.append(0)
+        k = list(self.buffers).index((id(gen), dtype))
+        offset, size = self.ends[k], int(np.prod(shape, dtype=np.int64))
+        self.ends[k] += size
+        tracer = self.top.new_tracer(Aval(tuple(shape), dtype), f"drawn_{ident}")
+        self.sites.append((_Site(gen, call, args, k, offset, size, dtype), var_of(tracer),
+                           user_source()))
+        return tracer
 
 
 def _argument(fn: Callable[..., Any], i: int) -> str:
@@ -246,28 +292,22 @@ def _argument(fn: Callable[..., Any], i: int) -> str:
         return f"argument {i}"
 
 
-def _size(size: Any) -> tuple[int, ...]:
-    if size is None:
-        return ()
-    return tuple(size) if isinstance(size, (tuple, list)) else (size,)
-
-
 class Recorder:
     """A numpy RandomState or Generator as the traced function sees it: its drawing methods
-    record tj.random's ops; on another thread, or once the trace is over, it is the generator
-    (every method and attribute)."""
+    (draw_methods.py) record draws (`Recording.take`); on another thread, or once the trace
+    is over, it is the generator (every method and attribute)."""
 
     def __init__(self, recording: Recording, generator: Any, name: str) -> None:
         self.recording, self.generator, self.name = recording, generator, name
-        self.offered = _GENERATOR if isinstance(generator, np.random.Generator) else _LEGACY
+        self.offered = GENERATOR if isinstance(generator, np.random.Generator) else LEGACY
 
     def __getattr__(self, method: str) -> Any:
         real = getattr(self.generator, method)
         if not self.recording.live():
             return real
         if method in self.offered:
-            return lambda *args, **kwargs: self.offered[method](
-                self.recording.key(self, method), *args, **kwargs)
+            return functools.partial(self.offered[method],
+                                     functools.partial(self.recording.take, self, method))
         kind = "Generator" if isinstance(self.generator, np.random.Generator) else "RandomState"
         raise RandomnessError(at_source(
             f"`{self.name}.{method}` (a numpy {kind}) is called while tapejit traces the "
@@ -280,70 +320,11 @@ class Recorder:
 _DRAWN = (*_GENERATORS, Recorder)     # a generator, or one a trace swapped
 
 
-def _normal(key: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
-    shape = np.broadcast_shapes(np.shape(loc), np.shape(scale)) if size is None else size
-    return loc + scale * random.normal(key, _size(shape))
-
-
-def _uniform(key: Any, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
-    shape = np.broadcast_shapes(np.shape(low), np.shape(high)) if size is None else size
-    return low + (high - low) * random.uniform(key, _size(shape))
-
-
-def _randint(key: Any, low: Any, high: Any = None, size: Any = None, dtype: Any = np.int64,
-             endpoint: bool = False) -> Any:
-    low, high = (0, low) if high is None else (low, high)
-    high = high + endpoint
-    if not isinstance(low, Tracer) and not isinstance(high, Tracer) and np.any(
-            np.asarray(high) <= np.asarray(low)):
-        raise ArgumentError(at_source(f"randint/integers: low >= high ({low!r} >= {high!r} "
-                                      f"with high exclusive), as numpy says", user_source()))
-    return random.randint(key, _size(size), low, high, dtype)
-
-
-def _choice(key: Any, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:
-    items = None if np.ndim(a) == 0 and not isinstance(a, Tracer) else lift(a)
-    n, shape = (int(a) if items is None else items.shape[0]), _size(size)
-    if replace:
-        index = (random.randint(key, shape, 0, n) if p is None else
-                 random.categorical(key, np.log(p), shape=shape))
-    elif p is None and int(np.prod(shape)) <= n:
-        index = np.reshape(random.permutation(key, n)[:int(np.prod(shape))], shape)
-    else:
-        raise RandomnessError(at_source(
-            "choice(replace=False) is recorded only without p and for a size up to the "
-            "population's", user_source()))
-    return index if items is None else items[index]
-
-
-def _permutation(key: Any, x: Any, axis: int = 0) -> Any:
-    return random.permutation(key, x, axis)
-
-
-_LEGACY: dict[str, Callable[..., Any]] = {
-    "randn": lambda key, *shape: random.normal(key, shape),
-    "rand": lambda key, *shape: random.uniform(key, shape),
-    "standard_normal": lambda key, size=None: random.normal(key, _size(size)),
-    "random_sample": lambda key, size=None: random.uniform(key, _size(size)),
-    "normal": _normal, "uniform": _uniform, "randint": _randint, "choice": _choice,
-    "permutation": lambda key, x: random.permutation(key, x),
-}
-_LEGACY["random"] = _LEGACY["random_sample"]
-_GENERATOR: dict[str, Callable[..., Any]] = {
-    "standard_normal": lambda key, size=None, dtype=np.float64: random.normal(
-        key, _size(size), dtype),
-    "random": lambda key, size=None, dtype=np.float64: random.uniform(key, _size(size), dtype),
-    "normal": _normal, "uniform": _uniform, "choice": _choice, "permutation": _permutation,
-    "integers": lambda key, low, high=None, size=None, dtype=np.int64, endpoint=False:
-        _randint(key, low, high, size, dtype, endpoint),
-}
-
-
 def _module_draw(name: str) -> Callable[..., Any] | None:
     """numpy.random's function `name` drawing from numpy's global RandomState, where the
     trace on this thread records draws and offers it (guards.DRAWS)."""
     recording = _active.recording
-    if recording is None or not recording.live() or name not in _LEGACY:
+    if recording is None or not recording.live() or name not in LEGACY:
         return None
     return getattr(Recorder(recording, np.random.mtrand._rand, "numpy.random"), name)
 

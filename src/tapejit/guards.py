@@ -17,7 +17,7 @@ user's code again on every step) is open, also:
 - numpy.random: a draw made while tracing would be a constant of the tape, so every call
   would reuse the same numbers (dropout, noise injection), silently. Where the trace records
   draws (draws.py, through `DRAWS`: grad, value_and_grad and jit) it is recorded from numpy's
-  global RandomState with a key per call; elsewhere it is an error (`RandomnessError`) that
+  global RandomState, drawn anew by each call; elsewhere it is an error (`RandomnessError`) that
   points to tj.random's explicit keys (random.py).
 - array constructors given a traced size (`np.ones(n)`, `np.arange(n)`, ...): numpy raises its
   own TypeError, which says nothing about tracing. It is a `ConcretizationError` naming the

@@ -43,7 +43,7 @@ from ..backends import check_backend, default_backend
 from ..config import config
 from ..cuda_support import device_key
 from ..disk import store
-from ..draws import collecting, fast_caller, with_keys
+from ..draws import collecting, fast_caller, with_draws
 from ..errors import require_callable, warn_at_user
 from ..interpret import inline
 from .traced import collecting_rerolls
@@ -242,7 +242,7 @@ class CachedTransform:
             return record.finish(self, program, call, True)(inline(program.tape, call.leaves))
         program, outs = self.lookup(key, call, lambda: self._built(call, key))
         if outs is None:
-            outs = program.run(with_keys(program.draws, call.leaves))
+            outs = program.run(with_draws(program.draws, call.leaves))
         finish = record.finish(self, program, call, False)
         result = finish(outs)
         if fast_key is not None and record.fast_path and not isinstance(program.run, Pending) \
@@ -295,7 +295,7 @@ class CachedTransform:
                 if run.take():            # still on the interpreter: _call_slow runs it
                     self._info["interpreted"] += 1
                     return program, None
-                runner, outs = compile_and_run(program.tape, with_keys(program.draws, call.leaves),
+                runner, outs = compile_and_run(program.tape, with_draws(program.draws, call.leaves),
                                                default_backend(self.backend), self._info,
                                                self.label())
                 program = self._cache[key] = dataclasses.replace(program, run=runner)
@@ -311,7 +311,7 @@ class CachedTransform:
             refuse_aliasing(call.leaves, assigned, call.names, self.label())
             if guards:
                 key = new_variant(self._variants, self._cache, base, *guards[0], self.label())
-            runner, outs = start(program.tape, with_keys(drawn, call.leaves),
+            runner, outs = start(program.tape, with_draws(drawn, call.leaves),
                                  default_backend(self.backend), self._info, self.label(),
                                  self._compiled_at_other_sizes(base))
             program = dataclasses.replace(program, run=runner, names=tuple(call.names),

@@ -69,7 +69,7 @@ class Specialization:
     names: tuple[str, ...] = ()
     assigned: tuple[int, ...] = ()   # the input leaves the function assigns into
     guarded: bool = False            # one of several variants: its guards choose it per call
-    draws: tuple = ()                # the generators whose keys each call adds (draws.py)
+    draws: tuple = ()                # the draws each call makes, in order (draws.py)
     second: Any = None               # the cache of the program run on the residuals
     from_inputs: tuple[int, ...] = ()
     meta: Any = None                 # what the tape transform told the finisher (Traced.meta)
