@@ -19,13 +19,13 @@ Where it cannot work, `RandomnessError` names the generator, the method and the 
 method the recorder does not offer, or a draw whose numbers depend on a traced value (integer
 bounds, `choice`'s probabilities); a draw under `vmap` (each example would need draws of its
 own) or in a control-flow body (traced once, run many times); the transforms whose programs
-take no keys (jacobian, hessian, jvp, ...: `guards.check_generators` sees the generator's
+take no draws (jacobian, hessian, jvp, ...: `guards.check_generators` sees the generator's
 state change); and everything under TAPEJIT_STRICT=1. A generator made inside the function
 from a seed gives the same numbers on every call in numpy too: it stays a constant.
 
-In the layers: on random.py, guards.py and compile.py; below the transforms package, where
+In the layers: on draw_methods.py, guards.py and compile.py; below the transforms package, where
 transforms/traced.py opens a `Recording` around each trace and the per-signature cache
-(transforms/cached.py) says which transform builds (`collecting`) and adds the keys to each
+(transforms/cached.py) says which transform builds (`collecting`) and adds the draws to each
 call (`with_draws`, `fast_caller`).
 """
 from __future__ import annotations
