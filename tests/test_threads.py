@@ -144,6 +144,18 @@ def test_calls_run_in_a_window_and_put_everything_back(monkeypatch):
     assert (numba.get_num_threads(), _blas_threads()) == before
 
 
+@pytest.fixture
+def no_omp_limit(monkeypatch):
+    """OMP_NUM_THREADS unset, as tapejit's settings read it (Dask's nanny sets it to 1 in this
+    process's environment; a limit of 1 is a user's setting that holds BLAS to one thread)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    tj.config.reload()
+    yield
+    monkeypatch.undo()
+    tj.config.reload()
+
+
+@pytest.mark.usefixtures("no_omp_limit")
 def test_a_call_on_one_thread_for_this_process_s_threads_lets_blas_thread(monkeypatch):
     """A call of the llvm generator's that runs on one thread only because this process's
     other threads run (OpenBLAS's workers, spinning after a numpy product) leaves BLAS its
@@ -177,6 +189,7 @@ def test_a_call_on_one_thread_for_this_process_s_threads_lets_blas_thread(monkey
         lib.set_num_threads(before)
 
 
+@pytest.mark.usefixtures("no_omp_limit")
 def test_a_compiled_gradient_with_blas_lent_matches_the_interpreter(monkeypatch):
     """The compiled MLP gradient (square products, batch == width), first and second call,
     run with BLAS lent (this process's threads alone keep it to one thread): the products in
