@@ -503,9 +503,14 @@ def test_large_constants_per_step_equal_unrolled():
     assert 600 * 8 > repeats.SMALL_CONST
     value = large_consts_per_step(X)
     assert np.isfinite(value) and value != large_consts_per_step(X, flip=False)
+    want = unrolled_value_and_grad(large_consts_per_step, X)
     got = tj.value_and_grad(large_consts_per_step, backend="interpret")(X)
-    assert_trees_close(got, unrolled_value_and_grad(large_consts_per_step, X))
+    assert_trees_close(got, want)
     np.testing.assert_allclose(got[0], value, rtol=1e-12)
+    compiled = tj.value_and_grad(large_consts_per_step, backend="numba")
+    for _ in range(2):                                  # first and later calls
+        assert_trees_close(compiled(X), want)
+    assert compiled.cache_info()["rerolled"] == 3                 # its three loops
 
 
 def test_a_data_array_is_not_copied_to_find_steps():
@@ -528,7 +533,11 @@ def test_a_data_array_is_not_copied_to_find_steps():
         tracemalloc.stop()
     assert vg.cache_info()["rerolled"] == 1
     assert peak < data.nbytes // 8
-    assert_trees_close(got, unrolled_value_and_grad(walk, X, 3))
+    want = unrolled_value_and_grad(walk, X, 3)
+    assert_trees_close(got, want)
+    compiled = tj.value_and_grad(walk, backend="numba")
+    for _ in range(2):                                  # first and later calls
+        assert_trees_close(compiled(X, 3), want)
 
 
 # ---- settings and reports ------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from .ops import layout as L
 from .passes.rewrite import fresh_names
 from .trace import Trace, Tracer, current_trace, var_of
 
-KEYED = frozenset({"grad", "value_and_grad", "jit"})  # transforms whose programs take draws
+DRAWING = frozenset({"grad", "value_and_grad", "jit"})  # transforms whose programs take draws
 _GENERATORS = (np.random.Generator, np.random.RandomState)
 _BODY = ("in a body tapejit traces once and runs many times (tj.fori_loop, scan, while_loop, "
          "cond, checkpoint, a custom_vjp rule), where it would be the same draw every time")
@@ -73,7 +73,7 @@ class _Site(NamedTuple):
 @dataclasses.dataclass
 class _Collector:
     label: str                  # `grad(f)`, for messages
-    keyed: bool                 # its programs take draws
+    drawing: bool               # its programs take draws
     batched: bool               # vmap
     drawn: list[_Site] = dataclasses.field(default_factory=list)  # in the trace's order
 
@@ -88,7 +88,7 @@ def collecting(transform: Any) -> Iterator[list[Any]]:
     record's name says whether its programs take draws). Yields the draws of the program
     built, in order (its buffers are inputs after the argument leaves)."""
     name = transform.record.name
-    found = _Collector(transform.label(), name in KEYED, name == "vmap")
+    found = _Collector(transform.label(), name in DRAWING, name == "vmap")
     token = _collector.set(found)
     try:
         yield found.drawn
@@ -152,8 +152,9 @@ class Recording:
         self.saved: list[tuple[Callable[[Any], None], Any]] = []
         self.traces: dict[Trace, str | None] = {}   # trace -> why it may not draw (None: may)
         self.sites: list[tuple[_Site, Var, Src | None]] = []   # each draw, its var and line
-        self.buffers: dict[tuple[int, np.dtype], tuple[str, np.dtype]] = {}   # name, dtype
-        self.ends: list[int] = []                   # each buffer's length so far
+        self.buffers: dict[tuple[int, np.dtype], int] = {}    # (id(generator), dtype) -> k
+        self.names: list[str] = []                  # each buffer's name
+        self.ends: list[int] = []                   # and its length so far
 
     @property
     def refusal(self) -> str:
@@ -161,7 +162,7 @@ class Recording:
         if config().strict:
             return " (TAPEJIT_STRICT=1 keeps this an error)"
         found = self.collector
-        if found is None or found.keyed:
+        if found is None or found.drawing:
             return ""
         if found.batched:
             return f" Under {found.label} it is refused: each example would need draws of its own."
@@ -172,7 +173,7 @@ class Recording:
         found = self.collector
         static = [(i, gen) for i, gen in enumerate(self.call.args)
                   if i not in self.call.dynamic and isinstance(gen, _GENERATORS)]
-        if self.parent is not None or found is None or not found.keyed or config().strict:
+        if self.parent is not None or found is None or not found.drawing or config().strict:
             self.checked = [(_argument(self.fn, i), gen, guards.generator_state(gen))
                             for i, gen in static]
         else:
@@ -224,8 +225,8 @@ class Recording:
         """The trace of the function opened (again: a retry starts afresh)."""
         top = _active.recording
         if top is self:
-            self.top, self.traces, self.sites, self.buffers, self.ends = \
-                trace, {trace: None}, [], {}, []
+            self.top, self.traces, self.sites, self.buffers, self.names, self.ends = \
+                trace, {trace: None}, [], {}, [], []
         elif top is not None and self.parent is not None:
             batched = self.collector is not None and self.collector.batched
             reason = top.traces.get(self.parent, _BODY)
@@ -233,7 +234,7 @@ class Recording:
                                  f"need draws of its own" if batched and reason is None
                                  else reason)
 
-    def keyed(self, tape: Tape) -> Tape:
+    def taking_draws(self, tape: Tape) -> Tape:
         """The traced tape taking its draws' buffers after its inputs, each draw a slice of
         its buffer (reshaped) at the tape's start."""
         if not self.sites:
@@ -241,7 +242,7 @@ class Recording:
         self.collector.drawn[:] = [site for site, _, _ in self.sites]
         fresh = fresh_names(tape, "_")
         buffers = [Var(fresh(name), Aval((end,), dtype))
-                   for end, (name, dtype) in zip(self.ends, self.buffers.values())]
+                   for name, end, (_, dtype) in zip(self.names, self.ends, self.buffers)]
         eqns = []
         for site, var, src in self.sites:
             flat = Var(fresh("drawn"), Aval((site.size,), site.dtype))
@@ -271,11 +272,10 @@ class Recording:
                 user_source()))
         gen, dtype = recorder.generator, np.dtype(dtype)
         ident = re.sub(r"\W", "_", recorder.name)
-        if (id(gen), dtype) not in self.buffers:
-            suffix = "" if dtype == np.float64 else f"_{dtype.name}"
-            self.buffers[(id(gen), dtype)] = (f"draws_{ident}{suffix}", dtype)
+        k = self.buffers.setdefault((id(gen), dtype), len(self.buffers))
+        if k == len(self.ends):
+            self.names.append(f"draws_{ident}" + ("" if dtype == np.float64 else f"_{dtype.name}"))
             self.ends.append(0)
-        k = list(self.buffers).index((id(gen), dtype))
         offset, size = self.ends[k], int(np.prod(shape, dtype=np.int64))
         self.ends[k] += size
         tracer = self.top.new_tracer(Aval(tuple(shape), dtype), f"drawn_{ident}")

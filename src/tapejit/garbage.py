@@ -5,10 +5,11 @@ objects and almost no cycles: reference counting frees them, while the collector
 700 allocations, walks the objects that live on (the tapes kept, the caches) each time.
 Paused, HIPS autograd's hmm_em example ran in 9.8-10.2 s against 11.4-11.9 s (A/B, fresh
 caches); with the collector off, its derivation took 0.56 s against 1.08 s and its code
-generation 0.15 s against 0.65 s; `import tapejit` took 42 ms against 46 ms (medians of 15). Any garbage the build
-left in cycles is collected by the first collection after it. numba's compiler (the numba
-backend) makes garbage in cycles: it runs with the collector on (paused, a 13-layer MLP
-gradient's first compile took 38 MB more memory at its peak, and no less time).
+generation 0.15 s against 0.65 s; `import tapejit` took 42 ms against 46 ms (medians of
+15). Any garbage the build left in cycles is collected by the first collection after it.
+numba's compiler (the numba backend) makes garbage in cycles: it runs with the collector on
+(paused, a 13-layer MLP gradient's first compile took 38 MB more memory at its peak, and no
+less time).
 
 `collection_paused()` (a `with` block) and `pausing_collection` (a decorator) nest and may be
 entered by several threads at once: the collector is disabled by the first to enter and

@@ -145,7 +145,7 @@ def trace_flat(fn: Callable[..., Any], call: CallArgs, has_aux: bool = False,
         generators = guards.generator_states(fn) + drawn.checked
         tape = trace_to_tape(flat_fn, call.avals, call.names, call.weak, _evaluator(call))
     guards.check_generators(generators, fn_name(fn), fn_source(fn), drawn.refusal)
-    return dce(drawn.keyed(tape)), structure["out"], structure["aux"]
+    return dce(drawn.taking_draws(tape)), structure["out"], structure["aux"]
 
 
 def _evaluator(call: CallArgs) -> Callable[[Tape], np.ndarray | None] | None:

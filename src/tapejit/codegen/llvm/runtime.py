@@ -75,10 +75,19 @@ class Runtime:
 
 _lock = threading.Lock()
 _runtime: Runtime | None = None
-# the allocator's cache holds at most this many bytes: an eighth of the machine's memory,
-# 1 GiB at most (HIPS convnet's gradient allocates 430 MB in each call)
-CACHE_BYTES = min(1 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8) \
-    if hasattr(os, "sysconf") else 1 << 28
+
+
+def _cache_bytes() -> int:
+    """An eighth of the machine's memory, 1 GiB at most (256 MiB where it cannot be read)."""
+    try:
+        return min(1 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8)
+    except (AttributeError, ValueError, OSError):
+        return 1 << 28
+
+
+# the bytes the allocator's cache holds at most (HIPS convnet's gradient allocates 430 MB in
+# each call)
+CACHE_BYTES = _cache_bytes()
 
 
 def ensure() -> Runtime:
