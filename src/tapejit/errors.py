@@ -7,11 +7,11 @@ and say what to do instead.
 """
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
 import sys
-import sysconfig
 import warnings
 from typing import Any
 
@@ -133,7 +133,15 @@ def user_source() -> tuple[str, int] | None:
 
 
 _INTERNAL: dict[object, bool] = {}   # code object -> whether it is tapejit's or numpy's
-_LIBRARY_DIRS = tuple({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
+
+
+@functools.cache
+def library_dirs(standard: bool = False) -> tuple[str, ...]:
+    """Where installed libraries live, and with `standard` the standard library (read when
+    first asked: sysconfig takes 1 ms to import)."""
+    import sysconfig
+    keys = ("purelib", "platlib") + (("stdlib", "platstdlib") if standard else ())
+    return tuple({sysconfig.get_paths()[key] for key in keys})
 
 
 def library_error(what: str, aval: object) -> ConcretizationError | None:
@@ -141,7 +149,7 @@ def library_error(what: str, aval: object) -> ConcretizationError | None:
     numpy's), called by the user's code, needs as a number or a numpy array: that call named,
     at the user's line. None where the user's own code needs it."""
     frame, inner, outer = sys._getframe(1), None, None
-    while frame is not None and frame.f_code.co_filename.startswith(_SKIP + _LIBRARY_DIRS):
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP + library_dirs()):
         if not frame.f_code.co_filename.startswith(_SKIP):
             inner, outer = inner or frame, frame
         frame = frame.f_back

@@ -43,14 +43,14 @@ import functools
 import inspect
 import os
 import sys
-import sysconfig
 import threading
 import types
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .errors import ConcretizationError, RandomnessError, at_source, user_source
+from .errors import (ConcretizationError, RandomnessError, at_source, library_dirs,
+                     user_source)
 from .recording import Constant, buffer_sites
 from .trace import Tracer, lift, set_open_hooks
 
@@ -66,9 +66,6 @@ SIZED: dict[str, tuple[tuple[int, str], ...]] = {
 CONSTRUCTORS = (*SIZED, "array", "asarray", "asanyarray")
 # constructor name -> (does this call hold traced values?, the rule that records it)
 TRACED: dict[str, tuple[Callable[..., bool], Callable[..., Any]]] = {}
-# where installed libraries and the standard library live
-_LIBRARIES = tuple({path for key, path in sysconfig.get_paths().items()
-                    if key in ("purelib", "platlib", "stdlib", "platstdlib")})
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _HINTS = {"arange": " For a traced start or step with a fixed length n, write "
                     "`start + step * np.arange(n)`."}
@@ -106,7 +103,7 @@ def caller_source() -> tuple[str, int] | None:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(_LIBRARIES + (_PACKAGE, "<__array_function__")):
+        if not name.startswith(library_dirs(True) + (_PACKAGE, "<__array_function__")):
             return name, frame.f_lineno
         frame = frame.f_back
     return None
@@ -154,7 +151,7 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         lowering = TRACED.get(name)
         if lowering is not None and lowering[0](*args, **kwargs) and \
-                not sys._getframe(1).f_code.co_filename.startswith(_LIBRARIES):
+                not sys._getframe(1).f_code.co_filename.startswith(library_dirs(True)):
             return lowering[1](*args, **kwargs)
         for position, keyword in sizes if _depth.traces else ():
             given = args[position] if position < len(args) else kwargs.get(keyword)
@@ -277,7 +274,7 @@ def _by_name(fn: Any, seen: set[int]) -> Iterator[tuple[str, Any, Put | None]]:
         places += [(f"self.{name}", value, None, True) for name, value in vars(owner).items()]
         fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is not None and not code.co_filename.startswith(_LIBRARIES + (_PACKAGE,)):
+    if code is not None and not code.co_filename.startswith(library_dirs(True) + (_PACKAGE,)):
         names, read = getattr(fn, "__globals__", {}), _global_names(code)
         places += [(name, value, functools.partial(names.__setitem__, name), True)
                    if name in read else (name, value, None, False)
@@ -302,7 +299,8 @@ def in_library(value: Any) -> bool:
     module = value if isinstance(value, types.ModuleType) else \
         sys.modules.get(getattr(value, "__module__", ""))
     path = getattr(module, "__file__", None)
-    return module is not None and (path is None or path.startswith(_LIBRARIES + (_PACKAGE,)))
+    return module is not None and (
+        path is None or path.startswith(library_dirs(True) + (_PACKAGE,)))
 
 
 def _global_names(code: Any) -> set[str]:
