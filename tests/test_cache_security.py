@@ -406,15 +406,49 @@ def test_checks_happen_at_load_never_per_call(base, monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a: checks.append(name) or real(*a))
 
+    monkeypatch.setattr(trust, "_CHECKED", {})             # as a new process loads it
     counted(trust, "_walk")
     counted(numba_files, "unseal")
     loaded = store.CachedModule(program.source, "entry", program.digest, program.path)
-    assert loaded(2.0) == 40.0 and loaded.disk_loads == 1   # as a new process loads it
+    assert loaded(2.0) == 40.0 and loaded.disk_loads == 1
     assert "_walk" in checks and "unseal" in checks
     at_load = len(checks)
     for i in range(100):
         assert loaded(float(i)) == 20.0 * i
     assert len(checks) == at_load
+
+
+def test_a_process_checks_again_what_changed(tmp_path, monkeypatch):
+    """A path checked before is not walked again while nothing on it changed; a directory on
+    the way (above the base too) or the key changed, replaced or removed is checked again,
+    and refused where it must be."""
+    base = tmp_path / "a" / "base"
+    root = trust.open_root(base, tag())
+    walks: list[tuple] = []
+    real = trust._walk
+    monkeypatch.setattr(trust, "_walk", lambda *a: walks.append(a) or real(*a))
+    assert trust.open_root(base, tag()) == root and trust.checked_dir(base, tag()) == root.path
+    assert len(walks) == 1                     # checked_dir: a walk of its own, once
+    (root.path / "written").write_bytes(b"x")     # the cache's own writes change nothing
+    assert trust.open_root(base, tag()) == root and len(walks) == 1
+    os.chmod(tmp_path / "a", 0o777)
+    for check in (lambda: trust.open_root(base, tag()), lambda: trust.checked_dir(base, tag())):
+        with pytest.raises(trust.UntrustedCacheError, match="/a is writable by other users"):
+            check()
+    os.chmod(tmp_path / "a", 0o700)
+    assert trust.open_root(base, tag()) == root
+    os.chmod(base / "key", 0o644)
+    with pytest.raises(trust.UntrustedCacheError, match="key"):
+        trust.open_root(base, tag())
+    (base / "key").unlink()                    # a new key: read, not the one remembered
+    assert trust.open_root(base, tag()).key not in (root.key, None)
+    shutil.rmtree(root.path)                   # made again
+    assert trust.checked_dir(base, tag()) == root.path and root.path.is_dir()
+    os.rename(root.path, tmp_path / "moved")
+    (tmp_path / "elsewhere").mkdir(mode=0o777)
+    os.symlink(tmp_path / "elsewhere", root.path)
+    with pytest.raises(trust.UntrustedCacheError, match="is a symbolic link"):
+        trust.checked_dir(base, tag())
 
 
 def test_cli_names_a_refused_cache_dir(tmp_path):

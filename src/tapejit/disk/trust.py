@@ -18,7 +18,10 @@ other member), unless sticky like /tmp (nobody else can rename or remove the use
 The base and every directory under it must belong to the user and not be writable by group or
 others; missing ones are created 0o700, and those under the base are made 0o700. Nobody but
 the user and root can then change anything on the path, so the paths checked stay safe to use.
-A refusal raises `UntrustedCacheError`, naming the directory and what to do.
+A refusal raises `UntrustedCacheError`, naming the directory and what to do. A process
+remembers what it checked: the next check of a path compares each directory on it, and the
+key file, with what the walk found (`os.lstat`: device, inode, owner, group, mode; the
+key's size and time too), and walks again where anything differs.
 
 Files. A key of 32 random bytes lives in `<base>/key`, created 0o600 (O_EXCL|O_NOFOLLOW, then
 hard-linked into place, so no process reads half a key); on every read it must be a regular
@@ -140,24 +143,54 @@ def _walk(base: Path, inner: tuple[str, ...]) -> tuple[int, int, Path]:
         raise
 
 
+# (base, inner, with the key) -> (the directory, the paths a later check compares: each
+# directory from it up to `/` [and the key file], their identities, the key)
+_CHECKED: dict[tuple[Path, tuple[str, ...], bool], tuple[Path, tuple, tuple, bytes | None]] = {}
+
+
+def _identity(path: str) -> tuple | None:
+    """What changes when a directory or file is replaced, or its owner or mode changes (and a
+    file's contents: its size and time; a directory's change with every file written)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    seen = st.st_dev, st.st_ino, st.st_uid, st.st_gid, st.st_mode
+    return seen if stat.S_ISDIR(st.st_mode) else (*seen, st.st_size, st.st_mtime_ns)
+
+
+def _checked(base: Path, inner: tuple[str, ...], with_key: bool) -> tuple[Path, bytes | None]:
+    """The walk's directory (and the key, `with_key`), from this process's memory where
+    nothing on the way changed since it checked them."""
+    remembered = _CHECKED.get((base, inner, with_key))
+    if remembered is not None:
+        path, compared, identities, key = remembered
+        if tuple(map(_identity, compared)) == identities:
+            return path, key
+    base_fd, fd, path = _walk(base, inner)
+    key = None
+    try:
+        if with_key:
+            key = _read_key(base_fd, path.parent / KEY_NAME)
+    finally:
+        os.close(fd)
+        if base_fd != fd:
+            os.close(base_fd)
+    key_file = (path.parent / KEY_NAME,) if with_key else ()
+    compared = tuple(map(str, (path, *path.parents, *key_file)))
+    _CHECKED[(base, inner, with_key)] = (path, compared, tuple(map(_identity, compared)), key)
+    return path, key
+
+
 def checked_dir(base: Path, *inner: str) -> Path:
     """The directory `base/inner...`, created if missing, after checking it and every
     directory on the way (the module docstring); raises UntrustedCacheError or OSError."""
-    base_fd, fd, path = _walk(base, inner)
-    os.close(fd)
-    if base_fd != fd:
-        os.close(base_fd)
-    return path
+    return _checked(Path(os.path.abspath(base)), inner, False)[0]
 
 
 def open_root(base: Path, tag: str) -> Root:
     """The versioned directory `base/tag`, checked, and the user's key."""
-    base_fd, fd, path = _walk(base, (tag,))
-    os.close(fd)
-    try:
-        key = _read_key(base_fd, path.parent / KEY_NAME)
-    finally:
-        os.close(base_fd)
+    path, key = _checked(Path(os.path.abspath(base)), (tag,), True)
     return Root(path, key)
 
 
