@@ -200,8 +200,7 @@ class Recording:
         """`guards.swappable`'s places of `types`, and the attributes of a bound method's
         object (`tj.grad(model.loss)` reading `self.rng`): `(name, value, put)`."""
         places = guards.swappable(self.fn, types)
-        owner = getattr(inspect.unwrap(self.fn), "__self__", None)
-        attributes = getattr(owner, "__dict__", None)
+        attributes = getattr(guards.bound_object(inspect.unwrap(self.fn)), "__dict__", None)
         if isinstance(attributes, dict):
             places += [(f"self.{name}", value, functools.partial(attributes.__setitem__, name))
                        for name, value in list(attributes.items()) if isinstance(value, types)]

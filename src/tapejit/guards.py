@@ -269,10 +269,10 @@ def _by_name(fn: Any, seen: set[int]) -> Iterator[tuple[str, Any, Put | None]]:
         return
     seen.add(id(fn))
     places: list[tuple[str, Any, Put | None, bool]] = []     # ..., whether to follow it
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and hasattr(owner, "__dict__"):
+    owner = bound_object(fn)
+    if owner is not None:
         places += [(f"self.{name}", value, None, True) for name, value in vars(owner).items()]
-        fn = getattr(fn, "__func__", fn)
+        fn = fn.__func__
     code = getattr(fn, "__code__", None)
     if code is not None and not code.co_filename.startswith(library_dirs(True) + (_PACKAGE,)):
         names, read = getattr(fn, "__globals__", {}), _global_names(code)
@@ -291,6 +291,14 @@ def _by_name(fn: Any, seen: set[int]) -> Iterator[tuple[str, Any, Put | None]]:
         yield name, value, put
         if follow and callable(value) and not isinstance(value, _GENERATORS):
             yield from _by_name(value, seen)
+
+
+def bound_object(fn: Any) -> Any:
+    """The object of a bound method of the user's (`model.loss`), where it has attributes;
+    else None (a builtin function's `__self__` is its module: `tj.grad(np.dot)` does not read
+    numpy's namespace by name)."""
+    owner = fn.__self__ if isinstance(fn, types.MethodType) else None
+    return owner if hasattr(owner, "__dict__") else None
 
 
 def in_library(value: Any) -> bool:
