@@ -347,3 +347,16 @@ def test_what_a_transformed_function_reads_by_name():
     a, b = np.array([1.0, 2.0]), np.array([3.0, 5.0])
     np.testing.assert_allclose(tj.grad(np.dot)(a, b), b)
     np.testing.assert_allclose(tj.grad(model.loss)(a), 2 * model.scale * a)
+
+
+def test_retraces_on_branch_values_warn_with_the_fix_for_branches():
+    def scaled(x):
+        return x[1] * int(x[0])
+
+    jitted = tj.jit(scaled)
+    with pytest.warns(tj.TapejitWarning) as caught:
+        for k in range(11):
+            assert jitted(np.array([k, 2.0])) == 2.0 * k
+    said = [str(w.message) for w in caught if "was traced" in str(w.message)]
+    assert len(said) == 1 and "branched on" in said[0] and "tj.cond" in said[0]
+    assert "pad batches" not in said[0]

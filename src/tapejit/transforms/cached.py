@@ -55,10 +55,11 @@ from .builder import build
 from .first_call import Pending, compile_and_run, start
 from .record import Specialization, Transform, VariantKey
 from .residuals import second_half
-from .variants import new_variant, variant
+from .variants import MAX_VARIANTS, new_variant, variant
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
+_BRANCHED = "a value the function branched on (an `if`, int(), an index) changed"
 
 _transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
 _STATIC = object()     # marks a static argument's part of a fast key
@@ -345,19 +346,23 @@ class CachedTransform:
         if self.record.new_signature:
             return self.record.new_signature
         if key in self._variants:
-            return "a value the function branched on (an `if`, int(), an index) changed"
+            return _BRANCHED
         last_key, last = next(reversed(self._cache.items()))   # the most recently used
         if isinstance(last_key, VariantKey):
             last_key = last_key.signature
         return miss_reason(last_key, last.names, key, names)
 
     def _warn_retrace(self) -> None:
+        fix = (f"Each set of values it branched on is a program of its own (at most "
+               f"{MAX_VARIANTS} a signature): where the branches follow the data, write them "
+               f"with np.where, tj.cond or tj.while_loop, one program for every value."
+               if self._last_miss == _BRANCHED else
+               "Every new pytree structure, leaf shape or dtype, or static argument value "
+               "traces again: pass changing numbers as arguments rather than static_argnums, "
+               "and keep shapes to a few sizes (pad batches).")
         warn_at_user(
             f"{fn_name(self.fn)} was traced {self._info['traces']} times ({self._retraces} "
-            f"re-traces since its first call); the last because {self._last_miss}. Every new "
-            f"pytree structure, leaf shape or dtype, or static argument value traces again: pass "
-            f"changing numbers as arguments rather than static_argnums, and keep shapes to a "
-            f"few sizes (pad batches).")
+            f"re-traces since its first call); the last because {self._last_miss}. {fix}")
 
 
 MAX_FUNCTIONS = 64    # jvp, vjp and linearize transforms kept (per function and options)
