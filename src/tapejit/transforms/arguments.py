@@ -292,6 +292,12 @@ def check_float_inputs(what: str, call: CallArgs, wrt: Sequence[int]) -> None:
                 f"with functools.partial).", user_source()))
 
 
+# the fix where calls trace again often for a new signature (cached.py's warning)
+SIGNATURE_FIX = ("Every new pytree structure, leaf shape or dtype, or static argument value "
+                 "traces again: pass changing numbers as arguments rather than static_argnums, "
+                 "and keep shapes to a few sizes (pad batches).")
+
+
 def miss_reason(old: CacheKey, old_names: Sequence[str], new: CacheKey,
                 new_names: Sequence[str]) -> str:
     """Why `new` missed: what differs from `old`, naming the leaves whose shape or dtype

@@ -50,16 +50,15 @@ from .traced import collecting_rerolls
 from ..recording import collecting_assignments, collecting_guards
 from ..trace import current_trace, open_traces
 from . import pickling, sharing
-from .arguments import CacheKey, fn_name, miss_reason, refuse_aliasing
+from .arguments import SIGNATURE_FIX, CacheKey, fn_name, miss_reason, refuse_aliasing
 from .builder import build
 from .first_call import Pending, compile_and_run, start
 from .record import Specialization, Transform, VariantKey
 from .residuals import second_half
-from .variants import MAX_VARIANTS, new_variant, variant
+from .variants import BRANCHED, BRANCHES_FIX, new_variant, variant
 
 MAX_PROGRAMS = 64      # programs kept per transform (least recently used are dropped)
 RETRACE_WARNING = 8    # re-traces of one transform before it warns
-_BRANCHED = "a value the function branched on (an `if`, int(), an index) changed"
 
 _transforms: "weakref.WeakSet[CachedTransform]" = weakref.WeakSet()
 _STATIC = object()     # marks a static argument's part of a fast key
@@ -346,20 +345,14 @@ class CachedTransform:
         if self.record.new_signature:
             return self.record.new_signature
         if key in self._variants:
-            return _BRANCHED
+            return BRANCHED
         last_key, last = next(reversed(self._cache.items()))   # the most recently used
         if isinstance(last_key, VariantKey):
             last_key = last_key.signature
         return miss_reason(last_key, last.names, key, names)
 
     def _warn_retrace(self) -> None:
-        fix = (f"Each set of values it branched on is a program of its own (at most "
-               f"{MAX_VARIANTS} a signature): where the branches follow the data, write them "
-               f"with np.where, tj.cond or tj.while_loop, one program for every value."
-               if self._last_miss == _BRANCHED else
-               "Every new pytree structure, leaf shape or dtype, or static argument value "
-               "traces again: pass changing numbers as arguments rather than static_argnums, "
-               "and keep shapes to a few sizes (pad batches).")
+        fix = BRANCHES_FIX if self._last_miss == BRANCHED else SIGNATURE_FIX
         warn_at_user(
             f"{fn_name(self.fn)} was traced {self._info['traces']} times ({self._retraces} "
             f"re-traces since its first call); the last because {self._last_miss}. {fix}")

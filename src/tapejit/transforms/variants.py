@@ -21,6 +21,11 @@ from .arguments import CacheKey
 from .record import VariantKey
 
 MAX_VARIANTS = 32      # programs of one signature, chosen by the values they branched on
+# why a call traced again, and the fix where it happens often (cached.py's warning)
+BRANCHED = "a value the function branched on (an `if`, int(), an index) changed"
+BRANCHES_FIX = (f"Each set of values it branched on is a program of its own (at most "
+                f"{MAX_VARIANTS} a signature): where the branches follow the data, write them "
+                f"with np.where, tj.cond or tj.while_loop, one program for every value.")
 
 
 def variant(variants: Mapping[CacheKey, collections.OrderedDict[str, Tape]],
