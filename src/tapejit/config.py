@@ -60,6 +60,7 @@ _FALSE = ("0", "false", "no", "off")
 
 @dataclass(frozen=True)
 class Config:
+    """The settings read from the environment (the module docstring lists its variables)."""
     cache_dir: Path
     disable_jit: bool = False
     backend: str = "numba"

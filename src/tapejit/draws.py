@@ -72,6 +72,7 @@ class _Site(NamedTuple):
 
 @dataclasses.dataclass
 class _Collector:
+    """The draws of the program being built for one transform (`collecting`)."""
     label: str                  # `grad(f)`, for messages
     drawing: bool               # its programs take draws
     batched: bool               # vmap

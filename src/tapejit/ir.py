@@ -43,6 +43,7 @@ class Var(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class Lit:
+    """A literal operand: a Python scalar of its aval's dtype, written into the tape."""
     value: Any  # a Python scalar: bool, int or float
     aval: Aval
 
@@ -97,6 +98,8 @@ def sub_tapes(eqn: Eqn) -> list[tuple[str, "Tape"]]:
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class Tape:
+    """A program: its inputs, its eqns in order, its outputs and its constants (vars and
+    values)."""
     invars: tuple[Var, ...]
     eqns: tuple[Eqn, ...]
     outvars: tuple[Atom, ...]

@@ -121,6 +121,8 @@ MAPPED = "mapped"      # `batch=MAPPED`: batching runs it in a compiled loop ove
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Op:
+    """A primitive's whole record (`defop`): its numpy implementation, shape and VJP rules,
+    and how each pass and backend treats it."""
     name: str
     kind: Kind
     impl: Callable[..., Any]
