@@ -14,9 +14,11 @@ sides. Examples that take over 120 s under autograd run with fewer iterations on
 
 Prints, per example: ran or the error (its first line and the line of the example it names),
 final objective both ways and their relative difference, wall time both ways (the script's
-run, imports of autograd/tapejit included; the interpreter's start excluded), and tapejit's
-compiles (count, total and longest time, from the `tapejit` logger at TAPEJIT_LOG=info) and
-traces (cache_info of every transform the shim made). Then a markdown table and ratio lines.
+run, imports of autograd/tapejit included; the interpreter's start excluded; with `--repeats
+N`, examples under SHORT_S on both sides run N times on each side, interleaved, and give
+medians), and tapejit's compiles (count, total and longest time, from the `tapejit` logger at
+TAPEJIT_LOG=info) and traces (cache_info of every transform the shim made). Then a markdown
+table and ratio lines.
 Both libraries (tapejit, the shim, HIPS autograd) are byte-compiled first, as `pip install`
 leaves them: an environment with PYTHONDONTWRITEBYTECODE set would otherwise compile
 tapejit's modules from source in every run (0.29 s against 0.11 s for `import tapejit`).
@@ -36,6 +38,7 @@ import _harness  # noqa: E402,F401  (the CPU setting; see README)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -87,6 +90,7 @@ REDUCED: dict[str, tuple[str, list[tuple[str, str]]]] = {
          'options={"maxiter": 200})')]),
 }
 MNIST = {"convnet", "generative_adversarial_net", "neural_net", "variational_autoencoder"}
+SHORT_S = 2.0     # examples this short on both sides run `--repeats` times each (`repeated`)
 
 
 # -- the child: one example, one library -------------------------------------------------------
@@ -182,9 +186,10 @@ def _where(err: BaseException, path: Path) -> str:
 
 
 # -- the parent --------------------------------------------------------------------------------
-def run_one(name: str, mode: str, examples: Path, reduced: bool, timeout: float) -> dict:
+def run_one(name: str, mode: str, examples: Path, reduced: bool, timeout: float,
+            extra_env: dict | None = None) -> dict:
     """One example in a fresh process (cwd: a temporary folder, for the files it writes)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg", **(extra_env or {}))
     if mode == "tapejit":
         env["TAPEJIT_LOG"] = "info"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode,
@@ -202,6 +207,28 @@ def run_one(name: str, mode: str, examples: Path, reduced: bool, timeout: float)
     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return {"ok": False, "error": f"process died (rc {done.returncode}): {tail}"[:200],
             "where": "", "wall_s": None, "objective": None}
+
+
+def repeated(name: str, ag: dict, tj: dict, examples: Path, reduced: bool, timeout: float,
+             repeats: int) -> tuple[dict, dict]:
+    """`ag` and `tj` (an example's first runs) with the median wall and CPU times of `repeats`
+    runs on each side, interleaved: a 20 ms script's single run moves by half with the
+    machine's load. tapejit's later runs each get a fresh cache directory (the example's
+    programs new to them, as to the first run) and the first run's library of kernels."""
+    from tapejit.config import config
+    library = {"TAPEJIT_LIBRARY_DIR": str(config().library_dir or config().cache_dir)}
+    runs: dict[str, list[dict]] = {"autograd": [ag], "tapejit": [tj]}
+    for _ in range(repeats - 1):
+        for mode, made in runs.items():
+            with tempfile.TemporaryDirectory() as cache:
+                extra = dict(library, TAPEJIT_CACHE_DIR=cache) if mode == "tapejit" else {}
+                made.append(run_one(name, mode, examples, reduced, timeout, extra))
+
+    def median(made: list[dict]) -> dict:
+        done = [r for r in made if r["ok"]]
+        return dict(made[0], runs=len(done), wall_s=statistics.median(r["wall_s"] for r in done),
+                    cpu_s=statistics.median(r["cpu_s"] for r in done))
+    return median(runs["autograd"]), median(runs["tapejit"])
 
 
 def byte_compile() -> None:
@@ -237,6 +264,7 @@ def table(rows: list[tuple[str, dict, dict]], reduced: bool) -> str:
         ratio = (tj["wall_s"] / ag["wall_s"] if ag["ok"] and tj["ok"] else None)
         notes = [REDUCED[name][0]] if reduced and name in REDUCED else []
         notes += ["synthetic MNIST"] if name in MNIST else []
+        notes += [f"median of {tj['runs']} runs each"] if tj.get("runs", 1) > 1 else []
         lines.append(
             f"| {name} | {_status(ag)} | {_status(tj)} | {fmt(ag.get('objective'), '.10g')} / "
             f"{fmt(tj.get('objective'), '.10g')} | "
@@ -281,7 +309,7 @@ def main() -> None:
                         help="run every example with its published iteration counts")
     parser.add_argument("--markdown", help="also write the table to this file (run_all.py)")
     parser.add_argument("--repeats", type=int, default=1,
-                        help="ignored: each example runs once on each side (run_all.py)")
+                        help=f"runs on each side of the examples under {SHORT_S:g} s (medians)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -300,6 +328,9 @@ def main() -> None:
     for name in names:
         ag, tj = [run_one(name, m, examples, not args.as_published, args.timeout)
                   if args.mode in ("both", m) else skipped for m in ("autograd", "tapejit")]
+        if args.repeats > 1 and ag["ok"] and tj["ok"] and max(ag["wall_s"], tj["wall_s"]) < SHORT_S:
+            ag, tj = repeated(name, ag, tj, examples, not args.as_published, args.timeout,
+                              args.repeats)
         print(f"{name}: autograd {_status(ag)} {fmt(ag.get('wall_s'), '.2f')} s, objective "
               f"{fmt(ag.get('objective'), '.10g')}; tapejit {_status(tj)} "
               f"{fmt(tj.get('wall_s'), '.2f')} s, objective {fmt(tj.get('objective'), '.10g')}, "
