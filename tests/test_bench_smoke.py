@@ -184,13 +184,14 @@ def test_autograd_examples_runner_on_programs_written_like_hips_examples() -> No
     examples = Path(__file__).resolve().parent / "autograd_examples"
     proc = subprocess.run([sys.executable, str(BENCH / "autograd_examples.py"), "--examples",
                            str(examples), "--only", "fit_line,series_sum", "--mode",
-                           "both" if both else "tapejit"],
+                           "both" if both else "tapejit", "--repeats", "2"],
                           capture_output=True, text=True, timeout=HANG_S, cwd=BENCH)
     out = proc.stdout
     assert proc.returncode == 0, f"{out}\n{proc.stderr}"
     assert re.search(r"^\| fit_line \| .+ \| ran \| ", out, re.MULTILINE), out
     assert re.search(r"^\| series_sum \| .+ \| ran \| ", out, re.MULTILINE), out
     assert "ran under tapejit: 2 of 2" in out, out
+    assert out.count("median of 2 runs |") == 2, out      # short: run twice, medians
     if both:
         assert "final objective within 1e-6: 2" in out, out
         assert RATIO.search(out), out
