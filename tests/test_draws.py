@@ -121,18 +121,21 @@ def test_each_method_draws_numpys_numbers():
                 gen.standard_normal(7, np.float32), gen.uniform(0.0, loc, (2, 2)),
                 np.random.randn(40), rs.standard_normal(), np.random.random_sample((2, 3)))
     args = (3.0, np.array([10.0, 20.0, 30.0]))
-    states = [_copy(rs), _copy(gen), _copy(np.random.mtrand._rand)]
-    got = tj.jit(draws)(*args)
-    after = [_state(g) for g in (rs, gen, np.random.mtrand._rand)]
-    rs.set_state(states[0].get_state())
-    gen.bit_generator.state = states[1].bit_generator.state
-    np.random.set_state(states[2].get_state())
-    want = draws(*args)
-    now = [_state(g) for g in (rs, gen, np.random.mtrand._rand)]
-    assert all(np.array_equal(a, b) for a, b in zip(after, now))
-    for a, b in zip(got, want):
-        assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
-        np.testing.assert_allclose(a, b, rtol=1e-15)
+    jitted = tj.jit(draws)
+    for _ in range(2):                  # the first call, then a later one
+        states = [_copy(rs), _copy(gen), _copy(np.random.mtrand._rand)]
+        got = jitted(*args)
+        after = [_state(g) for g in (rs, gen, np.random.mtrand._rand)]
+        rs.set_state(states[0].get_state())
+        gen.bit_generator.state = states[1].bit_generator.state
+        np.random.set_state(states[2].get_state())
+        want = draws(*args)
+        now = [_state(g) for g in (rs, gen, np.random.mtrand._rand)]
+        assert all(np.array_equal(a, b) for a, b in zip(after, now))
+        for a, b in zip(got, want):
+            assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
+            np.testing.assert_allclose(a, b, rtol=1e-15)
+    assert jitted.cache_info()["traces"] == 1
 
 
 @pytest.mark.parametrize("shape", [(0,), (1,), (1, 1), (0, 3), ()])

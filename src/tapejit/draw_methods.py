@@ -21,7 +21,6 @@ def _size(size: Any) -> tuple[int, ...]:
     return tuple(size) if isinstance(size, (tuple, list)) else (size,)
 
 
-
 def _normal(call: str) -> Callable[..., Any]:
     def normal(take: Any, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
         shape = np.broadcast_shapes(np.shape(loc), np.shape(scale)) if size is None \

@@ -7,7 +7,7 @@ never subclassed. A call is looked up twice:
   (or static) and there are no keyword arguments, a cheap key (each argument's type, shape,
   dtype and strides; static values) finds the entry an earlier call of that key made: it calls
   the runner as `direct_caller` (compile.py) prepared it for that key (a compiled program's
-  function directly; new keys of its numpy random draws after the arguments, draws.py), and
+  function directly; the draws of its numpy generators after the arguments, draws.py), and
   builds the result with all about the signature precomputed (strides are in the key: whether
   an array needs a copy is known per entry, not per call).
 - otherwise the record's `signature` makes the call (`arguments.split_args`) and its
