@@ -399,10 +399,7 @@ def _child(source: str, **env: str) -> subprocess.CompletedProcess:
 # ---- what LLVM's vectoriser sees -----------------------------------------------------------
 def lowered(program: Compiled) -> Lowered:
     """A compiled program's module, lowered again (one loaded from disk keeps no IR)."""
-    tape, made = program.tape, generate(program.tape)
-    inputs = tuple(zip(made.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
-    spaces = tuple(zip(made.workspace_shapes, (a.dtype for a in made.workspace)))
-    return lower(made.source, inputs, spaces, made.status, made.threads)
+    return lower(*compile_module.lowering(program.tape, generate(program.tape))[0])
 
 
 def optimised(ir: str) -> str:

@@ -11,6 +11,7 @@ from tapejit import config
 from tapejit.tools import selfcheck
 from tapejit.codegen import cpu, segments
 from tapejit.codegen.llvm.lower import lower
+from tapejit.compile import lowering
 from tapejit.interpret import interpret
 from tapejit.passes import optimize
 from tapejit.tools.selfcheck import generate
@@ -100,10 +101,7 @@ def test_the_llvm_lowering_keeps_segments_out_of_line(tiny_segments):
     segment (an unrolled 10-step LSTM gradient: 21 s of O3 as one function, 3.8 s so)."""
     from tapejit.codegen.llvm import jit
     tape = optimize(tj.make_tape(tj.value_and_grad(lambda p: np.sum(euler(p, 4))))(P))
-    made = cpu.generate(tape)
-    inputs = tuple(zip(made.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
-    spaces = tuple(zip(made.workspace_shapes, (a.dtype for a in made.workspace)))
-    ir = lower(made.source, inputs, spaces, made.status, made.threads).ir
+    ir = lower(*lowering(tape, cpu.generate(tape))[0]).ir
     segments = {line.split("@")[1].split("(")[0] for line in ir.splitlines()
                 if line.startswith("define internal") and " noinline" in line}
     optimised = str(jit._optimised(ir))     # an inlined function called once is deleted

@@ -30,7 +30,7 @@ with _collection_paused():      # many objects made, none garbage: 4 ms less (ga
                          IndexOutOfBoundsError, IRError, RandomnessError, ShapeError, TapejitError,
                          TapejitWarning, UnsupportedOperationError)
     from .errors import (IndexingError, IntegerOverflowError, LeakedTracerError, NotCallableError,
-                         UnsupportedAttributeError)
+                         OutOfMemoryError, UnsupportedAttributeError)
     from .ir import Tape, print_tape
     from .typecheck import typecheck
     from .pytree import tree_map
@@ -72,7 +72,7 @@ __all__ = [
     "parse_tape", "print_tape", "tree_map", "TapejitError", "TapejitWarning",
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
-    "CompiledMismatchError", "IndexOutOfBoundsError",
+    "CompiledMismatchError", "IndexOutOfBoundsError", "OutOfMemoryError",
     "IndexingError", "IntegerOverflowError", "LeakedTracerError", "NotCallableError",
     "UnsupportedAttributeError",
     "explain", "Explanation", "optimizers", "random", "vmap",

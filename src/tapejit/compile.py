@@ -18,7 +18,11 @@ first compiles (or loads from disk), and so code generation and llvmlite load th
 
 A compiled program whose index checks found an index out of range (codegen/calls.py
 `index_check`: its status slots in `S`) raises IndexOutOfBoundsError after the call, its
-outputs dropped; the interpreter raises the same error on the same call.
+outputs dropped; the interpreter raises the same error on the same call. So does one whose
+LLVM code recorded a failure there (codegen/llvm/failures.py): the LAPACK error numba would
+raise, or OutOfMemoryError where an allocation got no memory (numpy's MemoryError on the
+interpreter becomes the same error). Where the generator gave the program no status slots,
+the LLVM lowering gets three after the others, and uses them where its code may fail.
 
 With `TAPEJIT_VERIFY=1` every call of a compiled program also runs the tape on the interpreter
 and raises `CompiledMismatchError` unless the two agree (the test suite runs this way).
@@ -33,7 +37,7 @@ import numpy as np
 
 from . import threads
 from .codegen.cpu import ENTRY, Generated, entry_args, generate
-from .codegen.llvm import library_calls
+from .codegen.llvm import failures, library_calls
 from .codegen.llvm import jit
 from .codegen.llvm.emit import NotCovered
 from .codegen.llvm.lower import lower
@@ -44,10 +48,10 @@ from .backends import BACKENDS, DirectCall, Interpreted
 from .cuda_support import CudaCompiled
 from .disk.memo import digest, remembered
 from .disk.store import load_module, program_hash
-from .errors import ArgumentError, CompiledMismatchError, IndexOutOfBoundsError
+from .errors import ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, OutOfMemoryError
 from .garbage import pausing_collection
 from .program_text import dump
-from .interpret import interpret
+from .interpret import interpret, makers, out_of_memory
 from .ir import Tape
 from .pages import prefault
 
@@ -71,10 +75,17 @@ class Compiled:
         self.source, self.sizes, workspace, self.threads_slot = generated[:4]
         self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)
-        self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
+        try:
+            self.workspace = tuple(np.empty(a.shape, a.dtype) for a in workspace)
+        except MemoryError as err:
+            raise out_of_memory(err, tape) from None
         prefault(self.workspace)         # mapped while the program loads (pages.py)
         self.program: Any = _llvm_program(tape, generated, self.workspace)
         self.codegen = "numba" if self.program is None else "llvm"
+        if self.program is not None and self.status is None:
+            self.sizes = self.program.sizes      # with the lowering's own status slots
+            if self.program.lowered.fails:
+                self.status = len(generated.sizes)
         self.tail: tuple = ()      # what the entry takes after the inputs and constants
         if self.program is None:
             if not numba:
@@ -90,11 +101,14 @@ class Compiled:
 
     def __call__(self, leaves: Sequence[Any]) -> list[np.ndarray]:
         args = (*entry_args(self.tape, leaves), *self.tail)
-        outs = self.program(*args) if self.threads_slot is None else \
-            threads.run(self.program, args, self.sizes, self.threads_slot,
-                        self.codegen == "numba")
+        try:
+            outs = self.program(*args) if self.threads_slot is None else \
+                threads.run(self.program, args, self.sizes, self.threads_slot,
+                            self.codegen == "numba")
+        except MemoryError as err:      # its arrays: the caller's frames, numba's arrays
+            raise out_of_memory(err, self.tape) from None
         if self.status is not None and self.sizes[self.status]:
-            raise self.out_of_bounds()
+            raise self.recorded_error()
         outs = [np.asarray(o) for o in outs]
         if config().verify:
             verify(self.tape, leaves, outs)
@@ -136,16 +150,19 @@ class Compiled:
         return (lambda *args: fn(*[args[i] if c is None else c(args[i])
                                    for c, i in zip(convert, positions)], *tail)), ()
 
-    def out_of_bounds(self) -> BaseException:
-        """The error a call's failed index check recorded (its status slots, cleared), or
-        that a LAPACK/sorting call of the LLVM lowering's raised (number -1: library_calls.py)."""
+    def recorded_error(self) -> BaseException:
+        """The error a call recorded in its status slots (cleared): an index check's, or a
+        failure of the LLVM lowering's code (codegen/llvm/failures.py): a LAPACK/sorting call
+        that raised, an allocation that got no memory."""
         slot = self.status
-        number, index, size = (int(v) for v in self.sizes[slot:slot + 3])
+        number, value, size = (int(v) for v in self.sizes[slot:slot + 3])
         self.sizes[slot] = 0
-        if number == library_calls.FAILED:
-            return library_calls.raised(index)
+        if number == failures.LIBRARY:
+            return library_calls.raised(value)
+        if number == failures.MEMORY:
+            return OutOfMemoryError(value, makers(self.tape, value))
         op, src, axis = self.checks[number - 1]
-        return IndexOutOfBoundsError(index, axis, size, op, src)
+        return IndexOutOfBoundsError(value, axis, size, op, src)
 
 
 @pausing_collection
@@ -168,16 +185,26 @@ def _llvm_program(tape: Tape, generated: Generated,
     TAPEJIT_CODEGEN=numba or the lowering does not cover it (logged at debug level)."""
     if config().codegen != "llvm" or not jit.SUPPORTED:
         return None
-    inputs = tuple(zip(generated.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
-    spaces = tuple(zip(generated.workspace_shapes, (a.dtype for a in generated.workspace)))
-    made = (generated.source, inputs, spaces, generated.status, generated.threads)
+    made, sizes = lowering(tape, generated)
     try:
-        return LlvmProgram(llvm_program.key(*made), lambda: lower(*made), generated.sizes,
+        return LlvmProgram(llvm_program.key(*made), lambda: lower(*made), sizes,
                            workspace, [v.aval.shape for v in tape.outvars])
     except NotCovered as why:
         logging.getLogger("tapejit").debug(f"tapejit: numba compiles this program: the LLVM "
                                            f"lowering does not cover {why}")
         return None
+
+
+def lowering(tape: Tape, generated: Generated) -> tuple[tuple, np.ndarray]:
+    """The arguments of `lower` for `generated` (the module of `tape`), and the size table its
+    program reads: three status slots after the generator's where it gave none (a failed
+    allocation is recorded there)."""
+    inputs = tuple(zip(generated.shapes, (v.aval.dtype for v in tape.invars + tape.constvars)))
+    spaces = tuple(zip(generated.workspace_shapes, (a.dtype for a in generated.workspace)))
+    sizes, status = generated.sizes, generated.status
+    if status is None:
+        sizes, status = np.concatenate([sizes, np.zeros(3, np.int64)]), len(sizes)
+    return (generated.source, inputs, spaces, status, generated.threads), sizes
 
 
 def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
@@ -186,14 +213,14 @@ def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,
 
 
 def _checked(fn: Callable[..., Sequence[Any]], program: Compiled) -> Callable[..., Sequence[Any]]:
-    """`fn`, raising after a call in which one of the program's index checks failed: one int
+    """`fn`, raising after a call that recorded an error in the status slots: one int
     read through a memoryview (40 ns a call; indexing the array costs twice that)."""
     status, slot = memoryview(program.sizes), program.status
 
     def checked(*args: Any) -> Sequence[Any]:
         outs = fn(*args)
         if status[slot]:
-            raise program.out_of_bounds()
+            raise program.recorded_error()
         return outs
     return checked
 

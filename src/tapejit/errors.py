@@ -112,6 +112,39 @@ class IndexOutOfBoundsError(IndexingError):
         return IndexOutOfBoundsError(self.index, self.axis, self.size, op, src)
 
 
+class OutOfMemoryError(TapejitError, MemoryError):
+    """An array a program needed could not be allocated: its size in bytes, and the ops that
+    make arrays of that size (op, user's line, type), where the tape has any. The interpreter
+    raises it where numpy raises MemoryError, a compiled program where its allocator got no
+    memory: the call then stops, its outputs dropped (never a crash)."""
+
+    def __init__(self, nbytes: int | None,
+                 makers: tuple[tuple[str, Any, str], ...] = ()) -> None:
+        self.nbytes, self.makers = nbytes, tuple(makers)
+        made = "; ".join(f"{op}{f' at {src[0]}:{src[1]}' if src else ''} makes {kind}"
+                         for op, src, kind in self.makers[:3])
+        size = "" if nbytes is None else f" of {_bytes(nbytes)}"
+        super().__init__(
+            f"tapejit: out of memory: an array{size} could not be allocated"
+            f"{f' ({made})' if made else ''}. numpy would need the same array: make the "
+            f"inputs smaller, or compute in parts (a loop over slices of the batch)")
+
+    def __reduce__(self) -> tuple:
+        return OutOfMemoryError, (self.nbytes, self.makers)
+
+
+def _bytes(n: int) -> str:
+    """`n` bytes as numpy's MemoryError says it (`29.1 TiB`; negative: 2**63 or more)."""
+    if n < 0:
+        return "8 EiB or more"
+    size, unit = float(n), "bytes"
+    for larger in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, larger
+    return f"{n} bytes" if unit == "bytes" else f"{size:.3g} {unit}"
+
+
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 _SKIP = (_PKG_DIR, _NUMPY_DIR, "<__array_function__")

@@ -10,12 +10,13 @@ keeping each eqn's source line: how a transform called inside a trace composes).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import IndexOutOfBoundsError
-from .ir import Atom, Eqn, Lit, Tape, Var
+from .errors import IndexOutOfBoundsError, OutOfMemoryError
+from .ir import Atom, Eqn, Lit, Tape, Var, sub_tapes
 from .ops import OPS, Kind
 from .avals import aval_of
 from .trace import Tracer, bind_recorded, current_trace, recording_source
@@ -146,10 +147,8 @@ def evaluate(tape: Tape, args: Sequence[Any],
         else:
             try:
                 result = step.impl(*ins, **step.kw)
-            except IndexOutOfBoundsError as err:
-                if err.op is not None:       # raised inside a sub-tape: located there
-                    raise
-                raise err.located(step.eqn.op, step.eqn.src) from None
+            except (IndexOutOfBoundsError, MemoryError) as err:
+                raise located(err, step.eqn) from None
         if step.multiple:
             env.update(zip(step.outs, result))
         else:
@@ -163,10 +162,36 @@ def apply_impl(eqn: Eqn, ins: list[Any]) -> Any:
     """`eqn`'s numpy code on `ins`; an index out of range names the eqn's op and line."""
     try:
         return OPS[eqn.op].impl(*ins, **eqn.kw)
-    except IndexOutOfBoundsError as err:
-        if err.op is not None:           # raised inside a sub-tape: located there
-            raise
-        raise err.located(eqn.op, eqn.src) from None
+    except (IndexOutOfBoundsError, MemoryError) as err:
+        raise located(err, eqn) from None
+
+
+def located(err: IndexOutOfBoundsError | MemoryError, eqn: Eqn) -> BaseException:
+    """`err`, raised by `eqn`'s numpy code, naming its op and line (unless raised inside a
+    sub-tape: located there); numpy's MemoryError as OutOfMemoryError."""
+    if isinstance(err, IndexOutOfBoundsError):
+        return err if err.op is not None else err.located(eqn.op, eqn.src)
+    return out_of_memory(err, eqn=eqn)
+
+
+def out_of_memory(err: MemoryError, tape: Tape | None = None,
+                  eqn: Eqn | None = None) -> OutOfMemoryError:
+    """numpy's MemoryError `err` as OutOfMemoryError, naming `eqn` (whose numpy code raised
+    it), else the eqns of `tape` making an array of that size (a compiled program of `tape`
+    allocating its arrays raised it)."""
+    if isinstance(err, OutOfMemoryError):
+        return err
+    shape, dtype = getattr(err, "shape", None), getattr(err, "dtype", None)   # numpy's
+    if (shape is None or dtype is None) and eqn is not None:
+        aval = max((o.aval for o in eqn.outs), key=lambda a: a.size * a.dtype.itemsize)
+        shape, dtype = aval.shape, aval.dtype
+    if shape is None or dtype is None:
+        return OutOfMemoryError(None)
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if eqn is None:
+        return OutOfMemoryError(nbytes, makers(tape, nbytes) if tape is not None else ())
+    return OutOfMemoryError(nbytes, ((eqn.op, eqn.src,
+                                      f"a {np.dtype(dtype)} array of shape {tuple(shape)}"),))
 
 
 def _apply_bind(eqn: Eqn, ins: list[Any]) -> Any:
@@ -301,3 +326,20 @@ def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:
     outs = evaluate(tape, args, apply)
     mark()  # an empty reverse sweep
     return outs
+
+
+def makers(tape: Tape, nbytes: int) -> tuple[tuple[str, Any, str], ...]:
+    """The eqns of `tape` and its sub-tapes (a fused group's, not the group) whose outputs
+    include an array of `nbytes` bytes (negative: 2**63 or more), as (op, user's line, `a
+    float64 array of shape (3, 4)`), each once, in order: what a compiled program's
+    allocation of that size was for."""
+    found: dict[tuple, None] = {}
+    for eqn in tape.eqns:
+        for out in eqn.outs if OPS[eqn.op].kind != Kind.FUSED else ():
+            aval = out.aval
+            size = aval.size * aval.dtype.itemsize
+            if size == nbytes or nbytes < 0 and size >= 1 << 63:
+                found.setdefault((eqn.op, eqn.src, f"a {aval.dtype} array of shape {aval.shape}"))
+        for _, body in sub_tapes(eqn):
+            found.update(dict.fromkeys(makers(body, nbytes)))
+    return tuple(found)

@@ -1,6 +1,9 @@
 """The LLVM IR of the runtime module's allocator, `tj_rt_alloc` and `tj_rt_free`, which
 generated code calls for every buffer it allocates itself (the entry's top-level arrays are
-frames the caller allocates once: lower.py).
+frames the caller allocates once: lower.py). `tj_rt_alloc(n, status)` returns null where it
+gets no memory (or `n` is beyond any machine's), having recorded the failure in the program's
+status slots (`status[0] = MEMORY`, `status[1] = n`, unless one is set): the program then
+leaves (failures.py).
 
 A buffer of LARGE bytes or more goes back, when freed, into a cache of up to SLOTS blocks and
 `tj_rt_cache_limit` bytes (runtime.py sets it), and the next allocation of exactly its size
@@ -21,11 +24,15 @@ from __future__ import annotations
 
 import string
 
+from .failures import MEMORY
+
 EXPORTS = ("tj_rt_alloc", "tj_rt_free", "tj_rt_cache_clear", "tj_rt_cache_limit",
            "tj_rt_cached", "tj_rt_cache_forked")
 HEADER = 16             # bytes before each block's data: its size
 LARGE = 1 << 17         # bytes: a block at least this large is cached (glibc's mmap threshold)
 SLOTS = 256             # blocks cached at most
+HUGE = 1 << 62          # bytes: a request for more gets null (no machine has them; the header
+                        # must not wrap the size around)
 
 _ALLOC = """
 @tj_rt_cache_limit = global i64 0       ; bytes the cache may hold (runtime.py sets it)
@@ -37,8 +44,11 @@ _ALLOC = """
 declare ptr @malloc(i64)
 declare void @free(ptr)
 
-define noalias ptr @tj_rt_alloc(i64 %n) {
+define noalias ptr @tj_rt_alloc(i64 %n, ptr %status) {
 entry:
+  %huge = icmp ugt i64 %n, $HUGE
+  br i1 %huge, label %none, label %sized
+sized:
   %total = add i64 %n, $HEADER
   %large = icmp uge i64 %total, $LARGE
   br i1 %large, label %lock, label %new
@@ -72,7 +82,16 @@ new:
   %p = call ptr @malloc(i64 %total)
   %failed = icmp eq ptr %p, null
   br i1 %failed, label %none, label %made
-none:
+none:                                   ; no memory: recorded unless a failure was already
+  %now = load i64, ptr %status
+  %first = icmp eq i64 %now, 0
+  br i1 %first, label %record, label %null
+record:
+  store i64 $MEMORY, ptr %status
+  %bytes.at = getelementptr i64, ptr %status, i64 1
+  store i64 %n, ptr %bytes.at
+  br label %null
+null:
   ret ptr null
 made:
   store i64 %total, ptr %p
@@ -192,4 +211,4 @@ declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 def source() -> str:
     """The allocator's IR text."""
     return string.Template(_ALLOC).substitute(HEADER=HEADER, LARGE=LARGE, SLOTS=SLOTS,
-                                              SIZES_BYTES=8 * SLOTS)
+                                              HUGE=HUGE, MEMORY=MEMORY, SIZES_BYTES=8 * SLOTS)

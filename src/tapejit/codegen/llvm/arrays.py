@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 
 from . import functions
-from .emit import (BOOL, I64, Array, ArrayVar, Frame, Local, NotCovered, Scalar, constant, mem,
-                   reg)
+from .emit import (BOOL, I64, Array, ArrayVar, Frame, Local, NotCovered, Scalar, allocates,
+                   constant, mem, reg)
+from .failures import allocate
 from .expr import Expressions, cast, parse_dtype
 from .scopes import key, mark
 
 Shaped = tuple[tuple[str, np.dtype], ...]    # per array: its shape over S (source), dtype
 VAR = "var:"        # the root of an ArrayVar's value: the variable, not a buffer
-ALLOCATIONS = ("np.empty", "np.zeros", "np.full")
+_MUL = "llvm.umul.with.overflow.i64"
 
 
 class Arrays(Expressions):
@@ -83,7 +84,7 @@ class Arrays(Expressions):
                 return len(_parts(node.slice)) < len(base.dims)
             return getattr(node.value, "id", None) == "W"
         if isinstance(node, ast.Call):
-            return ast.unparse(node.func) in ALLOCATIONS or \
+            return allocates(node) or \
                 isinstance(node.func, ast.Attribute) and node.func.attr in ("reshape", "copy")
         return False
 
@@ -181,15 +182,26 @@ class Arrays(Expressions):
         else:       # freed at the end of its loop's iteration, or of the function
             if not self.loops and self.depth:
                 raise NotCovered("an array allocated inside an if")
-            count = self._count(dims)
-            nbytes = self.fn.op(f"mul i64 {count}, {np.dtype(dtype).itemsize}")
-            ptr = self.fn.op(f"call ptr @tj_rt_alloc(i64 {nbytes})")
+            nbytes = self._bytes(dims, np.dtype(dtype).itemsize)
+            ptr = allocate(self, Scalar(nbytes, I64))
+            self.hold(ptr)
             if self.loops:
                 self.loops[-1][2].append(ptr)
             else:
                 self.mallocs[name] = ptr
         self.distinct.add(name)
         return Array(ptr, dtype, dims, name)
+
+    def _bytes(self, dims: tuple[Scalar, ...], itemsize: int) -> str:
+        """The bytes of an array of `dims`; all ones (more than any allocation can get) where
+        the product overflows: an array of 2**66 elements is no small one."""
+        f, total, over = self.fn, str(itemsize), "false"
+        self.module.declarations.add(f"declare {{i64, i1}} @{_MUL}(i64, i64)")
+        for d in dims:
+            made = f.op(f"call {{i64, i1}} @{_MUL}(i64 {total}, i64 {d.ref})")
+            total = f.op(f"extractvalue {{i64, i1}} {made}, 0")
+            over = f.op(f"or i1 {over}, {f.op(f'extractvalue {{i64, i1}} {made}, 1')}")
+        return f.op(f"select i1 {over}, i64 -1, i64 {total}")
 
     def _count(self, dims: tuple[Scalar, ...]) -> str:
         count = "1"
@@ -204,11 +216,6 @@ class Arrays(Expressions):
             ptr = self.fn.op(f"getelementptr {mem(array.dtype)}, ptr {array.ptr}, i64 {i.ref}")
             self.fn.do(f"store {mem(array.dtype)} {ref}, ptr {ptr}{self.scoped(array)}")
         self.counted(constant(0, I64), Scalar(count, I64), body)
-
-
-def allocates(node: ast.AST) -> bool:
-    """Whether `node` allocates an array."""
-    return isinstance(node, ast.Call) and ast.unparse(node.func) in ALLOCATIONS
 
 
 def _constant(node: ast.expr) -> int:

@@ -13,11 +13,13 @@ from typing import Any
 
 from . import library
 from . import functions
-from .arrays import Shaped, allocates
-from .emit import BOOL, I64, Array, Function, Local, NotCovered, Scalar, constant, mem, reg
+from .arrays import Shaped
+from .emit import (BOOL, I64, Array, Function, Local, NotCovered, Scalar, allocates, constant,
+                   mem, reg)
 from .expr import cast
+from .failures import is_library_call, return_if_failed
 from .jit import JitError
-from .library_calls import is_library_call, library_call, return_if_failed
+from .library_calls import library_call
 from .ownership import Ownership
 from .parallel import parallel_loop
 from .scopes import attach
@@ -45,6 +47,9 @@ class Body(Ownership):
         self.depth = 0
         self.workspace: Shaped = ()
         self.mallocs: dict[str, str] = {}  # top-level allocations that are not frames: root -> ptr
+        self.held: dict[str, str] = {}     # each buffer allocated here -> its slot (ownership.py)
+        self.cleanup: str | None = None    # the block a failure leaves through (failures.py)
+        self.outputs: tuple = ()           # a module function's output layout (functions.py)
         self.distinct: set[str] = set()
         self.given: set[str] = set()
         self.statement = 0
@@ -133,7 +138,7 @@ class Body(Ownership):
         if isinstance(target, ast.Name) and isinstance(value, ast.Call) \
                 and getattr(value.func, "id", None) in self.module.defs:
             self.env[target.id] = functions.call(self, value)
-            return_if_failed(self, value, self.env[target.id])
+            return_if_failed(self, value)
             return
         if isinstance(target, ast.Name) and self._is_array(value):
             if target.id in self.multi:
@@ -234,6 +239,7 @@ class Body(Ownership):
         self.loops.pop()
         for ptr in allocated:
             f.do(f"call void @tj_rt_free(ptr {ptr})")
+            self.let_go(ptr)
         f.branch(latch)
         f.start(latch)
         f.do(f"{nxt} = add i64 {i}, {step}")

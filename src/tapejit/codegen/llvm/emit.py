@@ -6,6 +6,7 @@ value is known before the call, is its Python expression over the size table `S`
 `Array` (a C-contiguous buffer: its data pointer and one `Scalar` per axis)."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import struct
 
@@ -18,6 +19,15 @@ _INT_BITS = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
 
 class NotCovered(Exception):
     """Source the lowering does not handle: the program compiles with numba instead."""
+
+
+ALLOCATIONS = ("empty", "zeros", "full")     # np.empty, np.zeros, np.full
+
+
+def allocates(node: ast.AST) -> bool:
+    """Whether `node` allocates an array (`np.empty(...)`, ...)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        node.func.attr in ALLOCATIONS and getattr(node.func.value, "id", None) == "np"
 
 
 @dataclasses.dataclass(frozen=True)

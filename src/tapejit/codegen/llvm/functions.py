@@ -159,7 +159,7 @@ def define(caller: Any, name: str, kinds: tuple) -> tuple[str, tuple[Output, ...
     if not statements or not isinstance(statements[-1], ast.Return):
         raise NotCovered(f"{name} without a final return")
     inner.block(statements[:-1])
-    layout = returns(inner, statements[-1])
+    layout = inner.outputs = returns(inner, statements[-1])
     inner.finish()
     module.functions.append(inner.fn.text())
     module.defined[key] = (symbol, layout)

@@ -33,7 +33,7 @@ from .jit import NEST, PART
 from ..writer import ENTRY
 
 ENTRY_SYMBOL = "tj_entry"
-_DECLARATIONS = ("declare noalias ptr @tj_rt_alloc(i64)", "declare void @tj_rt_free(ptr)",
+_DECLARATIONS = ("declare noalias ptr @tj_rt_alloc(i64, ptr)", "declare void @tj_rt_free(ptr)",
                  "declare void @tj_rt_parallel_for(ptr, ptr, i64, i64)")
 
 
@@ -49,13 +49,15 @@ class Lowered(NamedTuple):
                                      # ("array", call, kinds) or ("matmul", dtype, ()); those
                                      # its code calls by address load before it, all before
                                      # its full tier compiles
+    fails: bool = False              # whether its code may record a failure (failures.py)
 
 
 class _Module:
-    def __init__(self, status: int | None, threads: int | None) -> None:
+    def __init__(self, status: int, threads: int | None) -> None:
         self.functions: list[str] = []
         self.declarations: set[str] = set(_DECLARATIONS)
-        self.mutable = set() if status is None else {status, status + 1, status + 2}
+        self.mutable = {status, status + 1, status + 2}
+        self.fails = False          # whether its code may record a failure (failures.py)
         self.threads = threads
         self.frames: list[Frame] = []
         self.frame_roots: list[str] = []
@@ -63,16 +65,17 @@ class _Module:
         self.nests = 0
         self.metadata = 0           # metadata numbers used so far (scopes.py)
         self.defs: dict[str, ast.FunctionDef] = {}   # the module's other functions
-        self.may_fail: dict[str, bool] = {}   # function -> it makes a library call (library_calls)
+        self.may_fail: dict[str, bool] = {}   # function -> whether it may fail (failures.py)
         self.defined: dict = {}     # (name, argument kinds) -> (symbol, output layout)
         self.kernels: dict[str, tuple] = {}   # symbol -> the request that made it (`Lowered`)
 
 
-def lower(source: str, inputs: Shaped, workspace: Shaped, status: int | None,
+def lower(source: str, inputs: Shaped, workspace: Shaped, status: int,
           threads: int | None) -> Lowered:
     """The module for `source` (codegen/cpu.py's, for a tape whose entry parameters, and the
-    workspace arrays, have the shapes and dtypes given); `status` and `threads`: the first
-    index-check status slot and the threads slot of `S`, where the program has them."""
+    workspace arrays, have the shapes and dtypes given); `status`: the first of the three
+    status slots of `S` (the index checks', or three after the generator's: compile.py);
+    `threads`: the threads slot, where the program has one."""
     tree = ast.parse(source)
     module = _Module(status, threads)
     module.defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -140,7 +143,7 @@ def _finish(module: _Module, inputs: int, outputs: list[tuple[str, int]]) -> Low
     outs = tuple((kind, renumber[k] if kind == "frame" else k) for kind, k in outputs)
     workspace = max(module.workspace) + 1 if module.workspace else 0
     kernels = tuple(made for _, made in sorted(module.kernels.items()))
-    return Lowered(text + "\n", inputs, frames, workspace, outs, parts, kernels)
+    return Lowered(text + "\n", inputs, frames, workspace, outs, parts, kernels, module.fails)
 
 
 @functools.cache

@@ -8,7 +8,6 @@ the caller where it owns it.
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from . import functions
 from .arrays import VAR, Arrays
@@ -104,8 +103,9 @@ class Ownership(Arrays):
             raise NotCovered(f"{name} is bound to arrays of different kinds")
         owned = functions.take(self, value.root) if "#" in value.root else "false"
         if value.root == name and self.mallocs.get(name) == value.ptr:
-            del self.mallocs[name]      # a buffer allocated for the variable: it owns it (one
-            owned = "true"              # bound to another name first stays that name's)
+            # a buffer allocated for the variable: it owns it (one bound to another name
+            self.let_go(self.mallocs.pop(name))     # first stays that name's)
+            owned = "true"
         old, was = f.op(f"load ptr, ptr {var.ptr}"), f.op(f"load i1, ptr {var.owned}")
         same = f.op(f"icmp eq ptr {old}, {value.ptr}")
         drop = f.op(f"and i1 {was}, {f.op(f'xor i1 {same}, true')}")
@@ -123,7 +123,7 @@ class Ownership(Arrays):
         root, f = value.root, self.fn
         var = self.env.get(root.removeprefix(VAR))
         if root in self.mallocs and value.ptr == self.mallocs[root]:
-            del self.mallocs[root]
+            self.let_go(self.mallocs.pop(root))
             return "true"
         if isinstance(var, ArrayVar):
             owned = f.op(f"load i1, ptr {var.owned}")
@@ -199,21 +199,40 @@ class Ownership(Arrays):
 
     def finish(self) -> None:
         """Free what the function still owns: array variables' and calls' buffers, and its
-        top-level allocations."""
+        top-level allocations; then, where it may leave early, its cleanup block."""
         self._settle_drops()
-        self.free_owned()
+        self.free_owned(list(self.mallocs.values()))
+        if self.cleanup is None:
+            return
+        f = self.fn
+        f.do("ret void")
+        f.terminated = True
+        f.start(self.cleanup)      # a failure (failures.py): what is held now, read from slots
+        self.free_owned([f.op(f"load ptr, ptr {slot}") for slot in self.held.values()])
+        for out in self.outputs:   # the caller frees none of the outputs it was not given
+            if out.array:
+                f.do(f"store i64 0, ptr {f.op(f'getelementptr i64, ptr %out, i64 {out.cell + 1}')}")
 
-    def free_owned(self, skip: Any = None) -> None:
-        """Free the array variables' and call sites' buffers (but call site `skip`'s) and the
-        top-level allocations: at the end, or where the function returns early (a failed
-        library call: library_calls.py)."""
+    def free_owned(self, allocated: list[str]) -> None:
+        """Free the array variables' and call sites' buffers and the buffers `allocated`."""
         f = self.fn
         for var in [v for v in self.env.values() if isinstance(v, ArrayVar)]:
             owned = f.op(f"load i1, ptr {var.owned}")
             ptr = f.op(f"load ptr, ptr {var.ptr}")
             f.do(f"call void @tj_rt_free(ptr {f.op(f'select i1 {owned}, ptr {ptr}, ptr null')})")
         for results in self.results:
-            if results is not skip:
-                functions.release(self, results)
-        for ptr in self.mallocs.values():
+            functions.release(self, results)
+        for ptr in allocated:
             f.do(f"call void @tj_rt_free(ptr {ptr})")
+
+    def hold(self, ptr: str) -> None:
+        """`ptr` (a buffer just allocated) is held in a slot until let go: the cleanup block
+        frees what the slots hold."""
+        f, slot = self.fn, self.fn.slot("ptr")
+        f.init(f"store ptr null, ptr {slot}")
+        f.do(f"store ptr {ptr}, ptr {slot}")
+        self.held[ptr] = slot
+
+    def let_go(self, ptr: str) -> None:
+        """`ptr` was freed, or another owns it now."""
+        self.fn.do(f"store ptr null, ptr {self.held[ptr]}")

@@ -8,6 +8,7 @@ data pointer and lengths (constant lengths stay constants, so fixed sizes remain
 chunk's code), the size table's address and, per reduction, the address of its partial sums.
 A reduction is a local the body updates from itself (`acc = acc + x`): each chunk sums into
 its own zero, and the entry adds the partial sums to the local's value in chunk order.
+A chunk whose allocation fails leaves at once (failures.py); the entry leaves after the loop.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from .emit import I64, Array, ArrayVar, Function, Local, NotCovered, Scalar, constant, mem, reg
 from .expr import cast
+from .failures import allocate, leave_if_set, may_fail
 
 
 def parallel_loop(outer: Any, node: ast.For) -> None:
@@ -77,9 +79,10 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
                 inner.env[k] = Scalar(ref, scalar.dtype, scalar.sym)
     chunks = _chunks(outer, n)
     inside: dict[str, str] = {}    # reduction -> its partial sums' address, in the chunk
-    for k in reductions:
-        size = f.op(f"mul i64 {chunks}, {outer.env[k].dtype.itemsize}")
-        partials[k] = f.op(f"call ptr @tj_rt_alloc(i64 {size})")
+    if reductions:                 # one block: per reduction, 8 bytes per chunk
+        block = allocate(outer, Scalar(f.op(f"mul i64 {chunks}, {8 * len(reductions)}"), I64))
+    for j, k in enumerate(reductions):
+        partials[k] = f.op(f"getelementptr i64, ptr {block}, i64 {f.op(f'mul i64 {chunks}, {j}')}")
         inside[k] = cell(partials[k], "ptr")
     inner.nonnegative = set(outer.nonnegative) | {name}
 
@@ -101,6 +104,10 @@ def parallel_loop(outer: Any, node: ast.For) -> None:
     f.do(f"call void @tj_rt_parallel_for(ptr @{symbol}, ptr {ctx}, i64 {n.ref}, i64 {chunks})")
     for k in reductions:
         _combine(outer, outer.env[k], partials[k], chunks)
+    if reductions:
+        f.do(f"call void @tj_rt_free(ptr {block})")
+    if may_fail(module, node):      # a chunk failed: the others ran to their end
+        leave_if_set(outer)
 
 
 def _reduced(node: ast.For, name: str) -> bool:
@@ -126,7 +133,7 @@ def _chunks(outer: Any, n: Scalar) -> str:
 
 
 def _combine(outer: Any, local: Local, partials: str, chunks: str) -> None:
-    """local += partials[0] + partials[1] + ... (in chunk order), then free them."""
+    """local += partials[0] + partials[1] + ... (in chunk order)."""
     f, ty = outer.fn, reg(local.dtype)
     add = "fadd" if local.dtype.kind == "f" else "add"
 
@@ -135,7 +142,6 @@ def _combine(outer: Any, local: Local, partials: str, chunks: str) -> None:
         total = f.op(f"{add} {ty} {f.op(f'load {ty}, ptr {local.slot}')}, {part}")
         f.do(f"store {ty} {total}, ptr {local.slot}")
     outer.counted(constant(0, I64), Scalar(chunks, I64), body)
-    f.do(f"call void @tj_rt_free(ptr {partials})")
 
 
 def _length(inner: Any, d: Scalar, cell: Any) -> Scalar:

@@ -92,8 +92,7 @@ _loaded: "weakref.WeakValueDictionary[str, _Code]" = weakref.WeakValueDictionary
 _lock = threading.Lock()
 
 
-def key(source: str, inputs: Any, workspace: Any, status: int | None,
-        threads: int | None) -> str:
+def key(source: str, inputs: Any, workspace: Any, status: int, threads: int | None) -> str:
     """The key of the program `lower` makes of these arguments."""
     return "\0".join((_sources(), source, repr(inputs), repr(workspace), repr(status),
                       repr(threads)))
@@ -159,7 +158,7 @@ def _pack(lowered: Lowered, entry: _Entry) -> bytes:
     head = json.dumps({
         "inputs": lowered.inputs, "workspace": lowered.workspace,
         "frames": [[list(f.shape), np.dtype(f.dtype).str, f.fresh] for f in lowered.frames],
-        "outputs": lowered.outputs, "kernels": lowered.kernels,
+        "outputs": lowered.outputs, "kernels": lowered.kernels, "fails": lowered.fails,
         "objects": len(entry.objects), "again": again,
         "blobs": [len(b) for b in blobs]}).encode()
     return struct.pack("<Q", len(head)) + head + b"".join(blobs)
@@ -180,7 +179,8 @@ def _unpack(payload: bytes) -> tuple[Lowered, _Entry] | None:
                           tuple((kind, k) for kind, k in head["outputs"]), (),
                           tuple((kind, call, tuple(tuple(t) if isinstance(t, list) else t
                                                    for t in types))
-                                for kind, call, types in head["kernels"]))
+                                for kind, call, types in head["kernels"]),
+                          bool(head["fails"]))
         count, again = int(head["objects"]), [int(k) for k in head["again"]]
         entry = _Entry(blobs[1:1 + count],
                        {k: b.decode() for k, b in zip(again, blobs[1 + count:])})

@@ -32,7 +32,8 @@ per machine and cached by jit.py; no numba import):
   program at once. The module is never unloaded: a pool thread may spin in it until the
   process ends.
 
-- `tj_rt_alloc(n)` and `tj_rt_free(ptr)`, the allocator of generated code: large buffers go
+- `tj_rt_alloc(n, status)` and `tj_rt_free(ptr)`, the allocator of generated code (null,
+  and the failure recorded in the program's status slots, where it gets no memory): large buffers go
   back into a cache that the next call's allocations of the same sizes take again
   (alloc_ir.py), of at most `CACHE_BYTES` (an eighth of the machine's memory, 1 GiB at most);
   `release_memory()` empties it.
