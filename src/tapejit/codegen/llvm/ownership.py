@@ -104,7 +104,8 @@ class Ownership(Arrays):
         owned = functions.take(self, value.root) if "#" in value.root else "false"
         if value.root == name and self.mallocs.get(name) == value.ptr:
             # a buffer allocated for the variable: it owns it (one bound to another name
-            self.let_go(self.mallocs.pop(name))     # first stays that name's)
+            # first stays that name's)
+            self.let_go(self.mallocs.pop(name))
             owned = "true"
         old, was = f.op(f"load ptr, ptr {var.ptr}"), f.op(f"load i1, ptr {var.owned}")
         same = f.op(f"icmp eq ptr {old}, {value.ptr}")
@@ -211,7 +212,8 @@ class Ownership(Arrays):
         self.free_owned([f.op(f"load ptr, ptr {slot}") for slot in self.held.values()])
         for out in self.outputs:   # the caller frees none of the outputs it was not given
             if out.array:
-                f.do(f"store i64 0, ptr {f.op(f'getelementptr i64, ptr %out, i64 {out.cell + 1}')}")
+                owned = f.op(f"getelementptr i64, ptr %out, i64 {out.cell + 1}")
+                f.do(f"store i64 0, ptr {owned}")
 
     def free_owned(self, allocated: list[str]) -> None:
         """Free the array variables' and call sites' buffers and the buffers `allocated`."""
