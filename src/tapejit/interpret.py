@@ -182,16 +182,21 @@ def out_of_memory(err: MemoryError, tape: Tape | None = None,
     if isinstance(err, OutOfMemoryError):
         return err
     shape, dtype = getattr(err, "shape", None), getattr(err, "dtype", None)   # numpy's
-    if (shape is None or dtype is None) and eqn is not None:
-        aval = max((o.aval for o in eqn.outs), key=lambda a: a.size * a.dtype.itemsize)
-        shape, dtype = aval.shape, aval.dtype
+    if (shape is None or dtype is None) and eqn is not None:    # else: the eqn's largest output
+        shape, dtype = max((o.aval for o in eqn.outs), key=lambda a: _nbytes(*a))
     if shape is None or dtype is None:
         return OutOfMemoryError(None)
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    if eqn is None:
-        return OutOfMemoryError(nbytes, makers(tape, nbytes) if tape is not None else ())
-    return OutOfMemoryError(nbytes, ((eqn.op, eqn.src,
-                                      f"a {np.dtype(dtype)} array of shape {tuple(shape)}"),))
+    nbytes = _nbytes(shape, dtype)
+    return OutOfMemoryError(nbytes, makers(tape, nbytes) if eqn is None else
+                            ((eqn.op, eqn.src, _array(shape, dtype)),))
+
+
+def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def _array(shape: tuple[int, ...], dtype: Any) -> str:
+    return f"a {np.dtype(dtype)} array of shape {tuple(shape)}"
 
 
 def _apply_bind(eqn: Eqn, ins: list[Any]) -> Any:
@@ -336,10 +341,9 @@ def makers(tape: Tape, nbytes: int) -> tuple[tuple[str, Any, str], ...]:
     found: dict[tuple, None] = {}
     for eqn in tape.eqns:
         for out in eqn.outs if OPS[eqn.op].kind != Kind.FUSED else ():
-            aval = out.aval
-            size = aval.size * aval.dtype.itemsize
+            size = _nbytes(*out.aval)
             if size == nbytes or nbytes < 0 and size >= 1 << 63:
-                found.setdefault((eqn.op, eqn.src, f"a {aval.dtype} array of shape {aval.shape}"))
+                found.setdefault((eqn.op, eqn.src, _array(*out.aval)))
         for _, body in sub_tapes(eqn):
             found.update(dict.fromkeys(makers(body, nbytes)))
     return tuple(found)
