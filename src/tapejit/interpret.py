@@ -11,6 +11,7 @@ keeping each eqn's source line: how a transform called inside a trace composes).
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -34,6 +35,18 @@ class _Step(NamedTuple):
     outs: tuple[str, ...]
     multiple: bool
     drops: tuple[str, ...]
+    get: Callable[[dict], Sequence[Any]]         # the values `reads` names, from the values
+
+
+def _getter(reads: tuple[tuple[str | None, Any], ...]) -> Callable[[dict], Sequence[Any]]:
+    """The reads of a step as one call on the values by name: an itemgetter where they are
+    all names (0.05 us against 0.18 us a list)."""
+    names = tuple(name for name, _ in reads)
+    if None in names:
+        return lambda env: [env[name] if name is not None else value for name, value in reads]
+    if len(names) == 1:
+        return lambda env: (env[names[0]],)
+    return operator.itemgetter(*names) if names else lambda env: ()
 
 
 class Plan(NamedTuple):
@@ -41,6 +54,20 @@ class Plan(NamedTuple):
     tape: Tape
     steps: tuple[_Step, ...]
     outs: tuple[tuple[str | None, Any], ...]
+    ins: tuple[str, ...]            # the names of the tape's inputs, then of its constants
+    consts: tuple[str, ...]
+
+
+# numpy's ufuncs whose Python operator on numpy scalars (numpy's scalar math) gives the same
+# value and type for every operand, 5-15x sooner (0.04 us against 0.57 us a multiply): what an
+# eqn of 0-d values runs (scalar code: a series, a Newton step). Not power: its ufunc takes
+# x**0.5 as sqrt(x), which differs at -0.0 and -inf.
+_SCALAR_MATH = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+                np.divide: operator.truediv, np.remainder: operator.mod,
+                np.floor_divide: operator.floordiv, np.negative: operator.neg,
+                np.absolute: operator.abs, np.less: operator.lt, np.less_equal: operator.le,
+                np.greater: operator.gt, np.greater_equal: operator.ge, np.equal: operator.eq,
+                np.not_equal: operator.ne}
 
 
 # the plans of tapes without constants (loop bodies, fused groups), by id(tape) and whether
@@ -83,11 +110,19 @@ def _flat(tape: Tape, names: Callable[[str], Read], in_place: bool, outs: Sequen
             given.update((v.name, (None, c)) for v, c in zip(body.constvars, body.consts))
             steps += _flat(body, given.__getitem__, True, written, f"{prefix}{k}\x1f", eqn)
         else:
-            steps.append((eqn, op.impl, eqn.kw, reads, written, op.multiple_results))
+            steps.append((eqn, _impl(op.impl, eqn), eqn.kw, reads, written,
+                          op.multiple_results))
     for v, name in kept:
         if not (isinstance(v, Var) and named.get(v.name) == name):
             steps.append((group, _same, {}, (_read(v, local),), (name,), False))
     return steps
+
+
+def _impl(impl: Callable[..., Any], eqn: Eqn) -> Callable[..., Any]:
+    """`impl`, or numpy's scalar math for it where `eqn` makes 0-d values (`_SCALAR_MATH`)."""
+    if type(impl) is np.ufunc and not eqn.kw and all(not o.aval.shape for o in eqn.outs):
+        return _SCALAR_MATH.get(impl, impl)
+    return impl
 
 
 def _same(x: Any) -> Any:
@@ -116,10 +151,12 @@ def plan(tape: Tape, in_place: bool = True) -> Plan:
             drops[k].append(name)
     for k, (*_, outs, _m) in enumerate(flat):       # written, never read
         drops[k] += [name for name in outs if name not in last]
-    made = Plan(tape, tuple(_Step(eqn, impl, kw, reads, outs, multiple, tuple(dropped))
+    made = Plan(tape, tuple(_Step(eqn, impl, kw, reads, outs, multiple, tuple(dropped),
+                                  _getter(reads))
                             for (eqn, impl, kw, reads, outs, multiple), dropped
                             in zip(flat, drops)),
-                tuple(_read(v, _named) for v in tape.outvars))
+                tuple(_read(v, _named) for v in tape.outvars),
+                tuple(v.name for v in tape.invars), tuple(v.name for v in tape.constvars))
     if not tape.consts:
         if len(_PLANS) >= _PLAN_LIMIT:
             try:
@@ -136,17 +173,17 @@ def evaluate(tape: Tape, args: Sequence[Any],
     """`tape`'s outputs on `args` (and `consts` for its constants), each eqn applied by
     `apply(eqn, ins)`, by default its numpy implementation (an index out of range then names
     the eqn's op and line), from the tape's plan (`planned`, where the caller keeps it)."""
-    steps, outs = (planned or plan(tape, in_place=apply is None))[1:]
-    env: dict[str | None, Any] = {v.name: a for v, a in zip(tape.invars, args)}
-    env.update((v.name, c) for v, c in zip(tape.constvars, tape.consts if consts is None
-                                           else consts))
+    _, steps, outs, ins, const_names = planned or plan(tape, in_place=apply is None)
+    env: dict[str | None, Any] = dict(zip(ins, args))
+    if const_names:
+        env.update(zip(const_names, tape.consts if consts is None else consts))
     for step in steps:
-        ins = [env[name] if name is not None else value for name, value in step.reads]
         if apply is not None:
-            result = apply(step.eqn, ins)
+            result = apply(step.eqn, list(step.get(env)))
         else:
             try:
-                result = step.impl(*ins, **step.kw)
+                result = step.impl(*step.get(env), **step.kw) if step.kw else \
+                    step.impl(*step.get(env))
             except (IndexOutOfBoundsError, MemoryError) as err:
                 raise located(err, step.eqn) from None
         if step.multiple:

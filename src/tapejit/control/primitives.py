@@ -114,7 +114,7 @@ def _scan_impl(n: Any, *ins: Any, body: Any, n_carry: int, n_xs: int, length: in
                                                          if save else [])
     ys = [np.empty(_stacked(a, length).shape, a.dtype) for a in avals]
     for k in _steps(int(n), reverse):
-        outs = _run(body, carry + [x[k] for x in xs] + consts)
+        outs = evaluate(body, carry + [x[k] for x in xs] + consts)
         for y, value in zip(ys, outs[n_carry:] + (carry if save else [])):
             y[k] = value
         carry = outs[:n_carry]
