@@ -278,6 +278,7 @@ def build_tapejit(w: Workload) -> tuple[Callable, Callable | None, str]:
         return w.fn(np, *args)
     g = tj.grad(f, argnums=w.wrt, backend="numba")
     obj = tj.jit(f, backend="numba")
+    time.sleep(SETTLE_S)        # the budget of a quiet process (numpy made the data just now)
     return ((lambda: g(*w.args)), (lambda: obj(*w.args)),
             f"tapejit {tj.__version__}, {H.threads_text(tj.get_num_threads())}")
 
@@ -413,10 +414,13 @@ def prepare(peer: str, w: Workload, want: list | None) -> tuple[Result, list | N
     return res, want
 
 
-# the pause before each peer's turn, so that the previous peer's thread pool
-# has gone back to sleep (OpenBLAS's workers spin for up to 2^28 cycles after a call, OpenMP's
-# and XLA's for a while too) and each library runs as it would alone in a user's process
-SETTLE_S = 0.1
+# the pause before each peer's turn, so that the previous peer's thread pool has gone back to
+# sleep and each library runs as it would alone in a user's process: OpenBLAS's workers spin
+# for 2^28 cycles after a call (0.10 s at 2.6 GHz, 0.13 s at 2 GHz), OpenMP's and XLA's for a
+# while too. A pool still spinning slows every peer (on 2 cores, with 0.1 s: the hand-written
+# MLP gradient 22.8 ms against 17.0 ms) and holds tapejit to one thread (threads.py), which
+# lends its products to those workers and so keeps them spinning through its turn
+SETTLE_S = 0.25
 
 
 def interleaved(fns: dict[str, Callable], repeats: int, min_run_s: float) -> dict[str, H.Timing]:
