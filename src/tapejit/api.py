@@ -14,7 +14,6 @@ gradient_tape.py sit on top.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
@@ -48,7 +47,7 @@ def _joint(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) ->
     """Reverse mode: the joint tape of values, then gradients w.r.t. the arguments argnums."""
     seeds = [autodiff.ONE] + [None] * (len(traced.tape.outvars) - 1)
     joint = autodiff.vjp_tape(traced.tape, _wrt(call, key.options), seeds)
-    return dataclasses.replace(traced, tape=joint)
+    return traced._replace(tape=joint)
 
 
 def _finish_gradient(t: CachedTransform, program: Specialization, call: CallArgs,
@@ -96,7 +95,7 @@ def _forward_how(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Trac
 
 VALUE_AND_GRAD = Transform("value_and_grad", argnums_signature, _finish_gradient, _joint,
                            "autodiff", _trace_gradient, _gradient_how, shared=True)
-GRAD = dataclasses.replace(VALUE_AND_GRAD, name="grad")
+GRAD = VALUE_AND_GRAD._replace(name="grad")
 
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,

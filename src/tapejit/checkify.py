@@ -4,7 +4,6 @@ value it returns, as JAX's `checkify`. A transform record over passes/checkify.p
 the record (transforms/)."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 from .transforms.arguments import CacheKey, CallArgs, split_args
@@ -23,7 +22,7 @@ def _signature(t: CachedTransform, args: tuple, kwargs: dict) -> tuple[CallArgs,
 
 def _checked(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> Traced:
     """The checked tape; the error sites its code numbers, for the finisher."""
-    return dataclasses.replace(traced, tape=checkify_tape(traced.tape, t.errors),
+    return traced._replace(tape=checkify_tape(traced.tape, t.errors),
                                meta=error_sites(traced.tape, t.errors))
 
 

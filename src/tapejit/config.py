@@ -51,15 +51,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """The settings read from the environment (the module docstring lists its variables)."""
     cache_dir: Path
     disable_jit: bool = False
@@ -85,7 +84,7 @@ class Config:
         program compiles, what is logged, whether calls are checked): what the disk memos
         are keyed by, so that a program compiled under TAPEJIT_FIRST_CALL=compile loads in a
         process with the default."""
-        return replace(self, first_call="", log="", verify=False)
+        return self._replace(first_call="", log="", verify=False)
 
 
 def _flag(name: str) -> bool:

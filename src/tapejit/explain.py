@@ -19,7 +19,6 @@ layers: above the transforms (it reads a transform's own record, settings and co
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .api import JIT, VALUE_AND_GRAD
@@ -109,8 +108,8 @@ def _what(t: CachedTransform, key: Any) -> str:
     return f"{t.record.name} program"
 
 
-_GRADIENT = dataclasses.replace(VALUE_AND_GRAD, shared=False)
-_FORWARD = dataclasses.replace(JIT, shared=False)
+_GRADIENT = VALUE_AND_GRAD._replace(shared=False)
+_FORWARD = JIT._replace(shared=False)
 _BY_NAME = {"jvp": JVP, "vjp": VJP, "linearize": LINEARIZE}
 
 

@@ -8,7 +8,6 @@ In the layers: beside api.py, on the transforms package (the record, the cache, 
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -50,7 +49,7 @@ def _blocks(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -
                 f"with has_aux=True", tape.eqns[-1].src if tape.eqns else None))
     wrt = [j for i in key.options for j in call.leaf_range(i)]
     blocks = jacfwd_tape if t.record.name == "jacfwd" else jacobian_tape
-    return dataclasses.replace(traced, tape=blocks(tape, wrt, n_out))
+    return traced._replace(tape=blocks(tape, wrt, n_out))
 
 
 def _finish_jacobian(t: CachedTransform, program: Specialization, call: CallArgs,
@@ -88,8 +87,8 @@ def _jvp_how(t: CachedTransform, call: Leaves, key: CacheKey, traced: Traced) ->
 
 JACREV = Transform("jacrev", argnums_signature, _finish_jacobian, _blocks, "jacobian",
                    _trace_jacobian, _jacobian_how)
-JACFWD = dataclasses.replace(JACREV, name="jacfwd")
-JACOBIAN = dataclasses.replace(JACREV, name="jacobian")
+JACFWD = JACREV._replace(name="jacfwd")
+JACOBIAN = JACREV._replace(name="jacobian")
 
 
 def jacrev(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
@@ -141,7 +140,7 @@ def _trace_primals(t: CachedTransform, call: Leaves, key: CacheKey) -> Traced:
 
 
 def _tangent_tape(t: CachedTransform, call: Leaves, key: CacheKey, traced: Traced) -> Traced:
-    return dataclasses.replace(traced, tape=jvp_tape(traced.tape, traced.out.num_leaves))
+    return traced._replace(tape=jvp_tape(traced.tape, traced.out.num_leaves))
 
 
 def _finish_jvp(t: CachedTransform, program: Specialization, call: Leaves,

@@ -10,15 +10,14 @@ it can be part of a cache key, and prints readably in error messages.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .errors import user_error
 
 Leaf = Any
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TreeDef:
+class TreeDef(NamedTuple):
     """The structure of a pytree: a node kind, its static metadata and its children."""
 
     kind: str  # "leaf", "none", "tuple", "list", "dict", "namedtuple", "dataclass"

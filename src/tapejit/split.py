@@ -9,7 +9,6 @@ In the layers: beside api.py and jacobians.py, on the transforms package.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -44,7 +43,7 @@ def _halves(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -
     else:
         full = jvp_tape(tape, n_out)
     first, second, from_inputs = split_known(full, n_in, n_all)
-    return dataclasses.replace(traced, tape=first, second=second, from_inputs=from_inputs)
+    return traced._replace(tape=first, second=second, from_inputs=from_inputs)
 
 
 def _finish_split(t: CachedTransform, program: Specialization, call: CallArgs,
@@ -79,7 +78,7 @@ def _split_how(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced
 
 VJP = Transform("vjp", _split_signature, _finish_split, _halves, "autodiff", how=_split_how,
                 fast_path=False, residuals=True)
-LINEARIZE = dataclasses.replace(VJP, name="linearize", stage="jvp")
+LINEARIZE = VJP._replace(name="linearize", stage="jvp")
 
 
 def _vjp_fn(second: CachedTransform, saved: list[Any], call: Any, out_td: Any,

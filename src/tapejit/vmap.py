@@ -134,7 +134,7 @@ def _trace_example(t: CachedTransform, call: CallArgs, key: CacheKey) -> Traced:
 def _batched(t: CachedTransform, call: CallArgs, key: CacheKey, traced: Traced) -> Traced:
     axes, size = key.options
     out_axes = _prefix(t.out_axes, traced.out, "out_axes")
-    return dataclasses.replace(traced, tape=mapped_tape(
+    return traced._replace(tape=mapped_tape(
         traced.tape, axes, call.avals, call.names, size, out_axes, fn_source(t.fn)))
 
 

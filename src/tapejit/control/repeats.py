@@ -12,9 +12,8 @@ In the layers: with control flow, below reroll.py.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -27,8 +26,7 @@ SMALL_CONST = 4096  # bytes: a constant compared by a key of its bytes
 SLICE, RESHAPE = L.slice_.name, L.reshape.name
 
 
-@dataclasses.dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     """Blocks `first..end-1` of `period` eqns counted from eqn `start` (block j starts at
     start + j * period): the steps of one loop."""
 
@@ -226,7 +224,7 @@ def _loops_in(index: Index, start: int, p: int, k: int) -> Iterator[Run]:
         while end < k and patterns[end] == patterns[u]:
             end += 1
         first = u - 1 if u - 1 >= taken and _starts(index, whole, u - 1, patterns) else u
-        run = _trimmed(index, dataclasses.replace(whole, first=first, end=end), patterns[u])
+        run = _trimmed(index, whole._replace(first=first, end=end), patterns[u])
         if run is not None and _worth(run, taken_out(index, run, carried(patterns[u]))):
             yield run
         taken, u = end, end
@@ -275,7 +273,7 @@ def _trimmed(index: Index, run: Run, pattern: tuple) -> Run | None:
     after = _read_after(index, run)
     last = [slot for slot in after.get(run.end - 1, []) if slot not in carried(pattern)]
     if last and set(after) == {run.end - 1}:
-        run = dataclasses.replace(run, end=run.end - 1)
+        run = run._replace(end=run.end - 1)
     return run if run.steps >= MIN_STEPS else None
 
 

@@ -41,9 +41,8 @@ In the layers: with control flow (it makes scans), above the passes.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -59,8 +58,7 @@ MAX_ROUNDS = 8      # loops nested this deep re-roll (one level per round)
 I64 = Aval((), np.dtype(np.int64))
 
 
-@dataclasses.dataclass(frozen=True)
-class RerolledLoop:
+class RerolledLoop(NamedTuple):
     """What `reroll` made of one run (`tj.explain` and `cache_info()` report these)."""
 
     file: str | None        # the source file of the step's first eqn

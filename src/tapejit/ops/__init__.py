@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..avals import Aval
 from ..ir import EFFECTS
@@ -83,8 +83,7 @@ class Kind(enum.Enum):
     SEGMENT = "segment"           # a part of a long tape run as a function (codegen/segments.py)
 
 
-@dataclasses.dataclass(frozen=True)
-class ByKind:
+class ByKind(NamedTuple):
     """Scalar templates by operand dtype: `floats` for float operands, `others` otherwise.
     Besides the operands they may use `{dtype}` (the operand dtype's numba name) and `{f}`
     ("f" for float32, the suffix of libdevice's float32 functions)."""
@@ -104,8 +103,7 @@ class View:
     placed: Callable[..., list[int]] | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Reduction:
+class Reduction(NamedTuple):
     """A reduction loop nests run: its identity (a Python number) and how it combines two
     partial results `{0}`, `{1}` (`bool_combine` for bool operands). A sum (`is_sum`) is split
     into per-thread partial sums by numba's parallel loops themselves."""

@@ -14,7 +14,6 @@ name; `tj.explain` shows them, so it shows the program the transform runs.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from ..garbage import pausing_collection
@@ -34,7 +33,7 @@ def build(t: Any, call: Any, key: CacheKey, stages: Stages | None = None) -> Spe
         return Specialization(traced.tape, traced.aux, out=traced.out)
 
     def derive(tape: Tape) -> tuple[Tape, Tape | None, tuple[int, ...], Any]:
-        made = dataclasses.replace(traced, tape=tape)
+        made = traced._replace(tape=tape)
         if record.tape is not None:
             made = record.tape(t, call, key, made)
             if stages is not None:

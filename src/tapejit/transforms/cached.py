@@ -30,7 +30,6 @@ the memory compiled programs keep and the disk cache. A transform pickles as pic
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 import weakref
@@ -258,7 +257,7 @@ class CachedTransform:
         program = build(self, call, key)
         if not self.record.residuals:
             return program
-        return dataclasses.replace(program, second=second_half(self, program.second))
+        return program._replace(second=second_half(self, program.second))
 
     def _refusing_aliases(self, fn: Callable, call: Any, assigned: tuple[int, ...]) -> Callable:
         """`fn` (a fast path's caller) checking first that no argument it assigns into shares
@@ -298,7 +297,7 @@ class CachedTransform:
                 runner, outs = compile_and_run(program.tape, with_draws(program.draws, call.leaves),
                                                default_backend(self.backend), self._info,
                                                self.label())
-                program = self._cache[key] = dataclasses.replace(program, run=runner)
+                program = self._cache[key] = program._replace(run=runner)
                 return program, outs
             self._last_miss = self._miss_reason(base, call.names)
             self._info["traces"] += 1
@@ -314,7 +313,7 @@ class CachedTransform:
             runner, outs = start(program.tape, with_draws(drawn, call.leaves),
                                  default_backend(self.backend), self._info, self.label(),
                                  self._compiled_at_other_sizes(base))
-            program = dataclasses.replace(program, run=runner, names=tuple(call.names),
+            program = program._replace(run=runner, names=tuple(call.names),
                                           assigned=tuple(assigned), guarded=bool(guards),
                                           draws=tuple(drawn))
             self._cache[key] = program

@@ -44,8 +44,7 @@ class Leaves:
     traced: Any = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Traced:
+class Traced(NamedTuple):
     """A tape and its function's output and aux structures: what a record's trace gives, and
     its tape transform returns (with the second half's tape for a split program)."""
 
@@ -57,8 +56,7 @@ class Traced:
     meta: Any = None                    # what the tape transform tells the finisher
 
 
-@dataclasses.dataclass(frozen=True)
-class Specialization:
+class Specialization(NamedTuple):
     """What a transform caches per signature: the optimized tape, how to run it, the output
     structures and the names of the input leaves (for cache-miss reasons)."""
 
@@ -79,8 +77,7 @@ class Specialization:
 Finish = Callable[[Sequence[Any]], Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class Transform:
+class Transform(NamedTuple):
     """One transform, as data. `signature(t, args, kwargs) -> (call, CacheKey)`;
     `trace(t, call, key) -> Traced` (default: `t.fn` traced on the call, builder.py);
     `tape(t, call, key, traced) -> Traced`: the tape transform (None: the traced tape as is),
