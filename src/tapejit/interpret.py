@@ -35,7 +35,7 @@ class _Step(NamedTuple):
     outs: tuple[str, ...]
     multiple: bool
     drops: tuple[str, ...]
-    get: Callable[[dict], Sequence[Any]]         # the values `reads` names, from the values
+    get: Callable[[dict], Sequence[Any]]         # `reads`, read from the values by name
 
 
 def _getter(reads: tuple[tuple[str | None, Any], ...]) -> Callable[[dict], Sequence[Any]]:
@@ -54,8 +54,8 @@ class Plan(NamedTuple):
     tape: Tape
     steps: tuple[_Step, ...]
     outs: tuple[tuple[str | None, Any], ...]
-    ins: tuple[str, ...]            # the names of the tape's inputs, then of its constants
-    consts: tuple[str, ...]
+    ins: tuple[str, ...]            # the names of the tape's inputs
+    consts: tuple[str, ...]         # ... and of its constants
 
 
 # numpy's ufuncs whose Python operator on numpy scalars (numpy's scalar math) gives the same
