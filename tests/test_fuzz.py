@@ -46,6 +46,24 @@ def test_selfcheck_runs_on_the_llvm_lowering() -> None:
     assert report.numba_programs < report.llvm_programs
 
 
+def test_selfcheck_compiles_under_the_default_first_call_tier(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tapejit selfcheck` run as a user runs it (TAPEJIT_FIRST_CALL unset: a new program's
+    first calls would run on the interpreter) still checks compiled code on every numba call,
+    and leaves the setting as it found it."""
+    monkeypatch.delenv("TAPEJIT_FIRST_CALL")
+    config.reload()
+    try:
+        report = selfcheck.run(programs=3, seed=34, shrinking=False)
+        assert config.config().first_call == "interpret"
+    finally:
+        monkeypatch.undo()
+        config.reload()
+    assert report.ok, "\n".join(f.text() for f in report.failures)
+    assert report.numba_calls > 0 and report.compiled_calls == report.numba_calls
+    assert report.llvm_programs + report.numba_programs > 0
+
+
 def test_selfcheck_programs_with_parallel_nests(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same batch with parallel nests from 4 elements on, on 2 threads: the lowering's
     chunked loops and per-chunk sums agree with numpy."""

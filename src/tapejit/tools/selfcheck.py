@@ -1,10 +1,11 @@
 """`tapejit selfcheck`: random numpy programs (program_generator.py) run compiled,
 interpreted and on numpy, which must agree.
 
-For each program, on arguments whose axes often have equal lengths by coincidence:
+Each program compiles on its first call, whatever TAPEJIT_FIRST_CALL says
+(`compiling_first_calls`), and on arguments whose axes often have equal lengths by coincidence:
 
 - `tj.jit(f)` on the numba backend and on the interpreter equal numpy on calls 1, 2 and 3
-  (new values each call; whichever call compiles, later ones run the compiled program);
+  (new values each call: the first compiles, the next two reuse the compiled program);
 - for a program with a float scalar result, `tj.grad(f)` compiled equals interpreted on the
   same calls, and the interpreted gradient matches central finite differences of numpy's
   `f` along a random direction (skipped at a kink: where the one-sided differences differ);
@@ -28,13 +29,16 @@ shortest prefix of it (its dead statements removed) that still fails.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ..config import reload
 from ..errors import IndexOutOfBoundsError, TapejitError, TapejitWarning
 from .statement_templates import Builder
 from .program_generator import NEW_SIZES, RandomProgram, bases, size_of
@@ -315,7 +319,8 @@ def check(program: RandomProgram, seed: int, index: int = 0,
     """Run every check of `program` (lengths, unless given, and values drawn from `seed`)."""
     checker = Checker(program, np.random.default_rng(seed))
     try:
-        checker.run(sizes)
+        with compiling_first_calls():
+            checker.run(sizes)
         return None, checker
     except Unsupported as err:
         kind, message = "unsupported", str(err)
@@ -325,6 +330,24 @@ def check(program: RandomProgram, seed: int, index: int = 0,
         kind, message = "crash", f"{type(err).__name__}: {err}"
     return Failure(kind, index, checker.stage, message.strip(), program.source,
                    program.describe(checker.sizes)), checker
+
+
+@contextlib.contextmanager
+def compiling_first_calls() -> Iterator[None]:
+    """TAPEJIT_FIRST_CALL=compile while the checks run (the setting as it was after): every
+    numba-backend call checked runs compiled code. With the default first-call tier, the few
+    calls a program gets would all run on the interpreter."""
+    before = os.environ.get("TAPEJIT_FIRST_CALL")
+    os.environ["TAPEJIT_FIRST_CALL"] = "compile"
+    reload()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TAPEJIT_FIRST_CALL"]
+        else:
+            os.environ["TAPEJIT_FIRST_CALL"] = before
+        reload()
 
 
 def _symptom(failure: Failure) -> tuple[str, str, bool]:
