@@ -1,16 +1,14 @@
-"""`tapejit selfcheck`: random numpy programs (program_generator.py) run compiled,
-interpreted and on numpy, which must agree.
+"""`tapejit selfcheck`: random numpy programs (program_generator.py) run compiled (from the
+first call, whatever TAPEJIT_FIRST_CALL says), interpreted and on numpy, which must agree.
 
-Each program compiles on its first call, whatever TAPEJIT_FIRST_CALL says
-(`compiling_first_calls`), and on arguments whose axes often have equal lengths by coincidence:
+For each program, on arguments whose axes often have equal lengths by coincidence:
 
 - `tj.jit(f)` on the numba backend and on the interpreter equal numpy on calls 1, 2 and 3
   (new values each call: the first compiles, the next two reuse the compiled program);
 - for a program with a float scalar result, `tj.grad(f)` compiled equals interpreted on the
   same calls, and the interpreted gradient matches central finite differences of numpy's
   `f` along a random direction (skipped at a kink: where the one-sided differences differ);
-- twice more with new lengths for the axes (a new batch): compiled equals numpy and the
-  interpreter;
+- twice more with new lengths for the axes (a new batch): compiled equals numpy too;
 - a program may branch with a Python `if` or `int()` on a traced value, or slice, index or
   scale with a Python int parameter (drawn anew each call): every call takes its own branch
   (a guarded variant), and must still equal numpy (the report counts the variants);
@@ -230,8 +228,7 @@ class Checker:
         return sum(t.cache_info()["interpreted"] for t in self.compiled())
 
     def programs(self) -> list[Any]:
-        """The programs the numba-backend transforms compiled (compile.py's `Compiled`: its
-        `codegen` says "llvm" for the LLVM lowering's, "numba" where it did not cover one)."""
+        """The numba-backend transforms' compiled programs (compile.py's `Compiled`)."""
         return [p.run for t in self.compiled()
                 for p in getattr(t, "__wrapped_transform__", t)._cache.values()
                 if hasattr(p.run, "codegen")]
@@ -334,9 +331,8 @@ def check(program: RandomProgram, seed: int, index: int = 0,
 
 @contextlib.contextmanager
 def compiling_first_calls() -> Iterator[None]:
-    """TAPEJIT_FIRST_CALL=compile while the checks run (the setting as it was after): every
-    numba-backend call checked runs compiled code. With the default first-call tier, the few
-    calls a program gets would all run on the interpreter."""
+    """TAPEJIT_FIRST_CALL=compile while the checks run (restored after), so that each numba
+    call checked runs compiled code: the default tier would interpret a program's few calls."""
     before = os.environ.get("TAPEJIT_FIRST_CALL")
     os.environ["TAPEJIT_FIRST_CALL"] = "compile"
     reload()
