@@ -316,7 +316,7 @@ def run_ptx(only: str | None = None) -> int:
     for name, fn, args, argnums, has_aux in programs():
         if name.startswith("ops") and "--zoo" in sys.argv or only not in (None, name):
             continue
-        ex = tj.explain(fn, argnums=argnums, has_aux=has_aux, backend="interpret")(*args)
+        ex = tj.explain(fn, argnums=argnums, has_aux=has_aux, backend="cuda")(*args)
         avals = {var_name(v): v.aval for v in _vars(ex.tape)}
         avals.update({f"t_p_{name}": Aval((1, *aval.shape), aval.dtype)   # partial results
                       for name, aval in list(avals.items())})

@@ -11,7 +11,7 @@ import numpy as np
 import tapejit as tj
 from tapejit import autodiff
 from tapejit.ir import Tape
-from tapejit.passes import optimize
+from tapejit.passes import fused, optimize
 
 
 def mlp_loss(x, w, b, y):
@@ -55,6 +55,6 @@ def stage(name: str, which: str) -> Tape:
         return primal
     if which == "joint":
         return autodiff.vjp_tape(primal, argnums, [autodiff.ONE])
-    if which == "fused":    # the joint tape after every pass: what the compiler lowers
-        return optimize(autodiff.vjp_tape(primal, argnums, [autodiff.ONE]))
+    if which == "fused":    # the joint tape after every pass and fusion: what is compiled
+        return fused(optimize(autodiff.vjp_tape(primal, argnums, [autodiff.ONE])))
     return tj.make_tape(tj.grad(fn, argnums=argnums))(*args)

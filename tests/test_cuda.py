@@ -136,7 +136,7 @@ def test_simulator_counts_as_available(monkeypatch):
 def _kernels(fn, *args):
     """The generated CUDA module of `fn`'s forward program, split into kernels by name."""
     from tapejit.codegen.cuda import generate
-    source = generate(tj.explain(fn, backend="interpret", grad=False)(*args).tape)[0]
+    source = generate(tj.explain(fn, backend="cuda", grad=False)(*args).tape)[0]
     parts = source.split("@cuda.jit(cache=True)\ndef ")[1:]
     return source, {part.split("(")[0]: part for part in parts}
 
@@ -148,7 +148,7 @@ def test_every_product_of_an_mlp_gradient_is_one_cublas_call():
     from cuda_check import product_programs
     from tapejit.codegen.cuda import generate
     (_, fn, args), = [case for case in product_programs() if case[0] == "two-layer MLP"]
-    tape = tj.explain(fn, argnums=(0, 1), backend="interpret")(*args).tape
+    tape = tj.explain(fn, argnums=(0, 1), backend="cuda")(*args).tape
     source = generate(tape, cublas=True)[0]
     calls = re.findall(r"tjrt\.gemm\((\w+), (\w+), \w+, (True|False), (True|False)\)", source)
     assert len(calls) == 6 and "TILE, TILE" not in source, source
@@ -180,7 +180,7 @@ def test_pair_energy_gradient_runs_one_thread_per_i_then_one_per_j():
     from tapejit.codegen.cuda import generate
     from cuda_check import pair_energy
     for n in (6, 40):
-        tape = tj.explain(pair_energy, backend="interpret")(np.ones((n, 3))).tape
+        tape = tj.explain(pair_energy, backend="cuda")(np.ones((n, 3))).tape
         source = generate(tape)[0]
         kernels = {part.split("(")[0]: part for part in source.split("def ")[1:]}
         (a,) = [kernels[k] for k in kernels if re.fullmatch(r"t_k\d+a", k)]

@@ -43,14 +43,16 @@ def env(tmp_path, monkeypatch):
 def test_explain_shows_every_stage(data):
     ex = tj.explain(loss)(*data)
     text = str(ex)
-    passes = [name for name, _, _ in PIPELINE]
+    passes = [name for name, _, _ in PIPELINE] + ["fuse"]
     assert list(ex.tapes) == ["traced", "autodiff", *passes]
     for name in passes:
         assert f"after {name}:" in text
     for tape in ex.tapes.values():
         assert isinstance(tape, tj.Tape)
         tj.typecheck(tape)
-    assert ex.tape is ex.tapes[passes[-1]]
+    assert ex.tape is ex.tapes["fuse"]
+    assert "fused" in [e.op for e in ex.tape.eqns]
+    assert "fused" not in [e.op for e in ex.tapes["dce"].eqns]
     assert ex.tapes["autodiff"].reverse_start is not None
     assert any(isinstance(g, Loop) for g in ex.groups)
     assert any(isinstance(g, Call) and g.eqn.op == "dot_general" for g in ex.groups)
@@ -75,8 +77,10 @@ def test_explain_forward_transforms_and_errors(data):
     ex = tj.explain(g)(*data)          # the transform's own argnums; its cache counts
     assert ex.tape.outvars[1].aval.shape == (20, 17)   # x's shape
     assert "w.r.t. argument(s) 1" in ex.text and "last_miss=first call" in ex.text
-    shown = tj.explain(loss, backend="interpret")(*data)
-    assert shown.groups and shown.source == "" and "no generated code" in shown.text
+    shown = tj.explain(loss, backend="interpret")(*data)    # the tape it runs is not fused
+    assert list(shown.tapes)[-1] == "dce" and "fused" not in [e.op for e in shown.tape.eqns]
+    assert not shown.groups and shown.source == "" and "no fusion, no generated code" in shown.text
+    assert "fusion groups" not in shown.text
     with pytest.raises(tj.ArgumentError, match="grad=False"):
         tj.explain(lambda x: np.tanh(x))(data[0])
     with pytest.raises(tj.ArgumentError, match="unknown backend"):
@@ -98,7 +102,7 @@ def test_dump_writes_each_compiled_program(env, data, tmp_path):
     assert file.name == tj.explain(loss)(*data).module.replace(".py", ".txt")   # its name
     text = file.read_text()
     assert tj.explain(loss)(*data).source.rstrip() in text   # explain shows what ran
-    assert "Loop over" in text and "compiled: the optimized tape" in text
+    assert "Loop over" in text and "compiled: the fused tape" in text
 
 
 def test_traceback_shows_generated_line(env):
@@ -136,8 +140,8 @@ def test_groups_show_inner_stages():
 def _stages_of(ex, stage):
     """The stages explain showed: traced, the record's own, then every pass."""
     passes = [name for name, _, _ in PIPELINE]
-    assert list(ex.tapes) == ["traced", *([stage] if stage else []), *passes]
-    assert ex.tape is ex.tapes[passes[-1]] and ex.source
+    assert list(ex.tapes) == ["traced", *([stage] if stage else []), *passes, "fuse"]
+    assert ex.tape is ex.tapes["fuse"] and ex.source
 
 
 def f3(x):

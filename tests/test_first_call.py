@@ -20,6 +20,8 @@ import pytest
 
 import tapejit as tj
 from tapejit import config
+from tapejit.codegen.cpu import generate
+from tapejit.passes import fused
 from tapejit.transforms import first_call
 from tapejit.transforms.first_call import INTERPRET_FIRST_MAX_BYTES, interpreted_calls
 
@@ -68,8 +70,10 @@ def test_the_first_calls_are_interpreted_and_the_next_compiles(monkeypatch):
     value, grad = f(w, x)
     want_value, want_grad = reference(w, x)
     assert value == want_value and np.array_equal(grad, want_grad)   # the interpreter's bits
-    calls = interpreted_calls(_program_tape(f))
+    tape = _program_tape(f)
+    calls = interpreted_calls(tape)
     assert calls > 1                               # a small program: worth several calls
+    assert "fused" not in [e.op for e in tape.eqns]     # what the interpreter runs: unfused
     for k in range(2, calls + 1):
         value, grad = f(w, x)
         assert value == want_value and np.array_equal(grad, want_grad)
@@ -80,6 +84,8 @@ def test_the_first_calls_are_interpreted_and_the_next_compiles(monkeypatch):
                           "hits": calls}
     np.testing.assert_allclose(value, want_value, rtol=1e-13)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-15)
+    [program] = f._cache.values()                  # compiled from the fused tape
+    assert program.run.tape is tape and program.run.source == generate(fused(tape)).source
     # from now on calls take the fast path straight into the compiled function
     [entry] = f._fast.values()
     assert isinstance(entry[1], numba.core.dispatcher.Dispatcher)
@@ -353,7 +359,7 @@ def test_a_slow_compile_is_announced_while_the_user_waits(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="tapejit"):
         _compile_once(_loss, monkeypatch, "warning")
     assert [r.getMessage() for r in caplog.records] == [
-        "tapejit: compiling value_and_grad(_loss) — 21 ops (TAPEJIT_LOG=info shows each compile)"]
+        "tapejit: compiling value_and_grad(_loss) — 18 ops (TAPEJIT_LOG=info shows each compile)"]
 
 
 def test_a_quick_compile_is_not_announced(caplog, monkeypatch):
@@ -378,7 +384,7 @@ def _events(err: str) -> list[str]:
 def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
     _compile_once(_loss, monkeypatch, "info")
     [event] = _events(capfd.readouterr().err)
-    assert event.startswith("tapejit: compiled value_and_grad(_loss) — 21 ops in ") \
+    assert event.startswith("tapejit: compiled value_and_grad(_loss) — 18 ops in ") \
         and event.endswith(" s"), event
     script = ("import numpy as np, tapejit as tj\n"
               "def loss(w, x):\n    return np.sum(np.cos(x @ w) * 3.0)\n"
@@ -388,8 +394,8 @@ def test_log_info_reports_each_compile_and_disk_load(monkeypatch, capfd):
                                    capture_output=True, check=True, timeout=HANG_S).stderr)
             for _ in range(2)]
     assert len(runs[0]) == len(runs[1]) == 1, runs
-    assert runs[0][0].startswith("tapejit: compiled grad(loss) — 21 ops in "), runs
-    assert runs[1][0].startswith("tapejit: loaded from the disk cache grad(loss) — 21 ops"), runs
+    assert runs[0][0].startswith("tapejit: compiled grad(loss) — 17 ops in "), runs
+    assert runs[1][0].startswith("tapejit: loaded from the disk cache grad(loss) — 17 ops"), runs
 
 
 def test_the_announcement_drops_its_hint_where_compiles_are_reported(monkeypatch, capfd,

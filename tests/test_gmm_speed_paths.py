@@ -5,7 +5,7 @@ import numpy as np
 import tapejit as tj
 from tapejit.dims import Dims
 from tapejit.interpret import interpret
-from tapejit.passes import optimize, small_contractions, sums_of_products
+from tapejit.passes import fused, optimize, small_contractions, sums_of_products
 
 rng = np.random.default_rng(1)
 
@@ -70,7 +70,7 @@ def test_a_broadcast_of_cheap_arithmetic_reads_its_operands():
                             == "sub" for e in spread.eqns)
     np.testing.assert_allclose(interpret(spread, args), interpret(joint, args), rtol=1e-12)
     # ... so xc is never stored: the contraction's loop nest recomputes it
-    bodies = [e.kw["body"] for e in optimize(joint).eqns if e.op == "fused"]
+    bodies = [e.kw["body"] for e in fused(optimize(joint)).eqns if e.op == "fused"]
     contraction = [b for b in bodies
                    if any(e.op == "reduce_sum" and e.ins[0].aval.ndim == 4 for e in b.eqns)]
     assert len(contraction) == 1 and any(e.op == "sub" for e in contraction[0].eqns)
@@ -143,7 +143,7 @@ def test_two_cheap_ops_read_after_a_product_are_recomputed_not_stored():
     args = (rng.normal(size=(k, d)), rng.normal(size=(n, d)), rng.normal(size=(k, d)),
             rng.normal(size=(d, k * d)))
     vg = tj.value_and_grad(f, argnums=(0, 2))     # the reverse sweep reads x - mu again
-    tape = optimize(tj.make_tape(vg)(*args))
+    tape = fused(optimize(tj.make_tape(vg)(*args)))
     body_eqns = [e for g in tape.eqns if g.op == "fused" for e in g.kw["body"].eqns]
     scaled = next(e.outs[0].name for e in body_eqns if e.op == "mul"
                   and e.outs[0].aval.shape == (n, k, d))

@@ -36,6 +36,7 @@ from tapejit.codegen.llvm.emit import NotCovered
 from tapejit.codegen.llvm import lower as lowering
 from tapejit.codegen.llvm.lower import Lowered, lower
 from tapejit.compile import Compiled
+from tapejit.passes import fused
 from hang import HANG_S
 
 
@@ -399,7 +400,7 @@ def _child(source: str, **env: str) -> subprocess.CompletedProcess:
 # ---- what LLVM's vectoriser sees -----------------------------------------------------------
 def lowered(program: Compiled) -> Lowered:
     """A compiled program's module, lowered again (one loaded from disk keeps no IR)."""
-    return lower(*compile_module.lowering(program.tape, generate(program.tape))[0])
+    return lower(*compile_module.lowering(program.tape, generate(fused(program.tape)))[0])
 
 
 def optimised(ir: str) -> str:

@@ -56,8 +56,7 @@ def test_interpreter_runs_fused_groups_in_place():
 
 def test_pipeline_lists_named_pure_passes():
     names = [name for name, _, _ in PIPELINE]
-    assert names == ["split", "sums", "contract", "spread", "simplify", "merge_scans", "cse", "dce",
-                     "fuse"]
+    assert names == ["split", "sums", "contract", "spread", "simplify", "merge_scans", "cse", "dce"]
     assert all(doc for _, _, doc in PIPELINE)
 
 

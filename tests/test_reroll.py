@@ -552,7 +552,8 @@ def test_reroll_off_keeps_the_loop_unrolled():
 
 def test_explain_shows_what_was_rerolled():
     ex = tj.explain(lambda p: lotka_volterra(p, 30))(P)
-    assert list(ex.tapes) == ["traced", "rerolled", "autodiff", *(n for n, _, _ in PIPELINE)]
+    assert list(ex.tapes) == ["traced", "rerolled", "autodiff", *(n for n, _, _ in PIPELINE),
+                              "fuse"]
     assert len(scans(ex.tapes["rerolled"])) == 1
     line = lotka_volterra.__code__.co_firstlineno + 3
     note = (f"re-rolled into a scan: the Python loop at test_reroll.py:{line}: 30 steps of 20 "

@@ -13,7 +13,7 @@ from tapejit.codegen import cpu, segments
 from tapejit.codegen.llvm.lower import lower
 from tapejit.compile import lowering
 from tapejit.interpret import interpret
-from tapejit.passes import optimize
+from tapejit.passes import fused, optimize
 from tapejit.tools.selfcheck import generate
 
 
@@ -51,7 +51,7 @@ P = np.array([1.3, 0.7, 0.4])
 
 
 def test_a_long_tape_becomes_a_chain_of_bounded_segments(tiny_segments):
-    tape = optimize(tj.make_tape(tj.grad(lambda p: np.sum(euler(p) ** 2)))(P))
+    tape = fused(optimize(tj.make_tape(tj.grad(lambda p: np.sum(euler(p) ** 2)))(P)))
     chained = segments.segmented(tape)
     assert len(tape.eqns) > 4
     assert all(e.op == "segment" for e in chained.eqns) and len(chained.eqns) > 2
@@ -63,11 +63,11 @@ def test_a_long_tape_becomes_a_chain_of_bounded_segments(tiny_segments):
 
 
 def test_a_short_tape_stays_one_function(monkeypatch):
-    tape = optimize(tj.make_tape(lambda x: np.sin(x) * 2.0)(P))
+    tape = fused(optimize(tj.make_tape(lambda x: np.sin(x) * 2.0)(P)))
     assert segments.segmented(tape) is tape
     # longer than a segment, but not than SEGMENT_ABOVE: one function, without its overhead
     monkeypatch.setattr(segments, "MAX_SEGMENT_OPS", 2)
-    tape = optimize(tj.make_tape(tj.grad(lambda p: np.sum(euler(p) ** 2)))(P))
+    tape = fused(optimize(tj.make_tape(tj.grad(lambda p: np.sum(euler(p) ** 2)))(P)))
     assert sum(map(segments._weight, tape.eqns)) > 2 and segments.segmented(tape) is tape
     monkeypatch.setattr(segments, "SEGMENT_ABOVE", 2)
     assert segments.segmented(tape) is not tape
@@ -88,7 +88,7 @@ def test_segmented_programs_compute_what_one_function_does(tiny_segments, fn, ar
 
 
 def test_segmented_source_calls_its_segments_in_order(tiny_segments):
-    tape = optimize(tj.make_tape(tj.value_and_grad(lambda p: np.sum(euler(p, 4))))(P))
+    tape = fused(optimize(tj.make_tape(tj.value_and_grad(lambda p: np.sum(euler(p, 4))))(P)))
     source = cpu.generate(tape).source
     entry = source[source.index("def entry"):]
     calls = [line.split("= ")[1].split("(")[0] for line in entry.splitlines()
@@ -100,7 +100,7 @@ def test_the_llvm_lowering_keeps_segments_out_of_line(tiny_segments):
     """LLVM inlines a function called once; a segment's `noinline` keeps the passes' work per
     segment (an unrolled 10-step LSTM gradient: 21 s of O3 as one function, 3.8 s so)."""
     from tapejit.codegen.llvm import jit
-    tape = optimize(tj.make_tape(tj.value_and_grad(lambda p: np.sum(euler(p, 4))))(P))
+    tape = fused(optimize(tj.make_tape(tj.value_and_grad(lambda p: np.sum(euler(p, 4))))(P)))
     ir = lower(*lowering(tape, cpu.generate(tape))[0]).ir
     segments = {line.split("@")[1].split("(")[0] for line in ir.splitlines()
                 if line.startswith("define internal") and " noinline" in line}

@@ -54,6 +54,7 @@ from .program_text import dump
 from .interpret import interpret, makers, out_of_memory
 from .ir import Tape
 from .pages import prefault
+from .passes import fused
 
 
 class Compiled:
@@ -71,7 +72,7 @@ class Compiled:
         """`numba=False`: raise NotCovered rather than compile with numba. `key`: the tape's
         digest, where the caller has it."""
         self.tape = tape
-        generated = remembered("generate", key or digest(tape), lambda: generate(tape))
+        generated = remembered("generate", key or digest(tape), lambda: generate(fused(tape)))
         self.source, self.sizes, workspace, self.threads_slot = generated[:4]
         self.status, self.checks = generated.status, generated.checks
         # the program's temporaries, reused by every call (codegen/cpu.py `allocate`)

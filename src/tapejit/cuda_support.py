@@ -296,10 +296,11 @@ class CudaCompiled:
 
     def __init__(self, tape: Any) -> None:
         from .codegen.cuda import ENTRY, generate
+        from .passes import fused
         from .program_text import dump
         require()
         self.tape = tape
-        self.source, self.sizes, self.host_eqns = generate(tape, products() == "cublas")
+        self.source, self.sizes, self.host_eqns = generate(fused(tape), products() == "cublas")
         self.program = load_module(self.source, ENTRY, key="cuda")
         self._device: dict[str, Any] = {}     # sizes and constants, copied once
         dump(self.program.path.stem, tape, self.source, self.sizes)   # TAPEJIT_DUMP

@@ -9,7 +9,8 @@
 Stages, in pipeline order: "traced" (the primal tape, as `tj.make_tape` shows it), "rerolled"
 (its plain Python loops as scans; only when one was re-rolled), "autodiff"
 (the joint tape; absent with grad=False), then one tape after each pass of `passes.PIPELINE`,
-named by the pass; then the fusion groups and the generated source of the last tape.
+named by the pass, then "fuse" (the tape grouped into loop nests: not for backend="interpret",
+which runs the tape before it); then the fusion groups and the generated source of the last.
 
 This module is a consumer, not a second pipeline: the program is built by the one builder
 every transform uses (transforms/builder.py), which reports each stage, and shown as an
@@ -26,6 +27,7 @@ from .transforms.arguments import check_argnums, fn_name
 from .backends import BACKENDS
 from .errors import ArgumentError, at_source, user_source
 from .ir import Tape
+from .passes import fused
 from .jacobians import JVP
 from .transforms.traced import collecting_rerolls
 from .pytree import TreeDef
@@ -70,6 +72,8 @@ def explain(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, *, grad: b
         tapes: dict[str, Tape] = {}
         with collecting_rerolls() as loops:
             key, program = t.program(args, kwargs, tapes.__setitem__)
+        if backend != "interpret":
+            tapes["fuse"] = fused(program.tape)
         notes = [f"re-rolled into a scan: the Python {loop}" for loop in loops]
         if program.second is not None:
             notes.append(f"{t.transform}'s second program, run on the residuals: "

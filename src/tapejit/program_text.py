@@ -5,7 +5,7 @@ Below compile.py and cuda_support.py, which call `dump` for each program they bu
 the passes and code generation it shows (it calls `codegen.cpu.generate`, never compiles).
 explain.py, above the transforms, builds an Explanation of a program before it is compiled.
 
-`TAPEJIT_DUMP=dir` (config.py): `dump` writes the text for the compiled (optimized) tape to
+`TAPEJIT_DUMP=dir` (config.py): `dump` writes the text for the compiled (fused) tape to
 `dir/tj_<program hash>.txt`, the hash naming the module `tj_<hash>.py` in the cache.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .config import config
 from .dims import Dim, Dims
 from .disk.store import program_hash
 from .ir import Tape, print_eqn, print_tape
-from .passes import PIPELINE
+from .passes import FUSION, PIPELINE, fused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Explanation:
     """The stages of one program. `str()` (and IPython's display) is `text`."""
 
     title: str
-    tapes: dict[str, Tape]      # stage name -> tape, in pipeline order; the last is compiled
+    tapes: dict[str, Tape]      # stage name -> tape, in pipeline order; the last is run
     groups: list[Step]          # the fusion groups of the last tape
     source: str                 # generated numba module ("" for the interpret backend)
     sizes: np.ndarray           # the size table `S` the entry function is called with
@@ -39,7 +39,8 @@ class Explanation:
 
     @property
     def tape(self) -> Tape:
-        """The tape that is compiled: the one after the last pass."""
+        """The tape the backend runs: after fusion (the interpret backend's: after the last
+        pass)."""
         return list(self.tapes.values())[-1]
 
     @property
@@ -67,7 +68,7 @@ def build(title: str, tapes: dict[str, Tape], backend: str = "numba",
           ) -> Explanation:
     """An Explanation of the last of `tapes`; `source` (and sizes) when already generated."""
     final = list(tapes.values())[-1]
-    groups = steps(final, Dims(final).scope(final))
+    groups = steps(final, Dims(final).scope(final)) if backend != "interpret" else []
     if backend != "numba":
         return Explanation(title, tapes, groups, "", np.zeros(0, np.int64), tuple(notes))
     if source is None:
@@ -80,7 +81,8 @@ def build(title: str, tapes: dict[str, Tape], backend: str = "numba",
 _STAGE_NOTES = {"traced": "traced: the primal tape",
                 "rerolled": "rerolled: repeated steps of plain Python loops as one scan each",
                 "autodiff": "autodiff: the joint tape (forward sweep, then reverse sweep)",
-                **{name: f"after {name}: {doc}" for name, _, doc in PIPELINE}}
+                **{name: f"after {name}: {doc}" for name, _, doc in PIPELINE},
+                "fuse": f"after fuse: {FUSION}"}
 
 
 def render(ex: Explanation) -> str:
@@ -94,11 +96,13 @@ def render(ex: Explanation) -> str:
         else:
             out += [head + " ==", print_tape(tape), ""]
         previous = tape
-    loops = sum(isinstance(s, Loop) for s in ex.groups)
-    out.append(f"== fusion groups: {loops} loops, {len(ex.groups) - loops} calls ==")
-    out += [*render_groups(ex.groups), ""]
+    if ex.groups or ex.source:
+        loops = sum(isinstance(s, Loop) for s in ex.groups)
+        out.append(f"== fusion groups: {loops} loops, {len(ex.groups) - loops} calls ==")
+        out += [*render_groups(ex.groups), ""]
     if not ex.source:
-        out.append("(the interpret backend runs the last tape on numpy: no generated code)")
+        out.append("(the interpret backend runs the last tape on numpy: no fusion, no generated "
+                   "code)" if not ex.groups else "(no generated source shown for this backend)")
         return "\n".join(out)
     sizes = ", ".join(f"S[{k}]={int(n)}" for k, n in enumerate(ex.sizes))
     out += [f"== generated source: module {ex.module}; sizes {sizes or '(none)'} ==",
@@ -133,12 +137,12 @@ def _dims(domain: tuple[Dim, ...]) -> str:
 
 def dump(name: str, tape: Tape, source: str, sizes: np.ndarray) -> None:
     """With TAPEJIT_DUMP set, write the explanation of a compiled program (its module's `name`,
-    optimized tape, generated source and size table) to that directory. A dump that cannot be
+    fused tape, generated source and size table) to that directory. A dump that cannot be
     written warns: it must never break the program."""
     folder = config().dump_dir
     if folder is None:
         return
-    ex = build(f"program {name}", {"compiled: the optimized tape": tape}, "numba",
+    ex = build(f"program {name}", {"compiled: the fused tape": fused(tape)}, "numba",
                source=(source, sizes))
     tmp = None
     try:

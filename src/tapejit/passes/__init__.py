@@ -1,7 +1,9 @@
 """Tape -> Tape passes, each a pure function, listed once in `PIPELINE` in the order they run.
 
-`optimize` runs the pipeline; `tj.make_tape` shows tapes before it, the interpreter and the
-compiler run tapes after it.
+`optimize` runs the pipeline: every program the interpreter or the compiler runs has had it
+(`tj.make_tape` shows tapes before it). `fused` then groups a program's loop nests for code
+generation. Only compiled programs are fused: the interpreter runs a group's eqns one by one,
+so fusing the programs it runs (a new program's first calls) would cost time and save none.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ PIPELINE: tuple[tuple[str, Pass, str], ...] = (
      "place of its primal twin"),
     ("cse", cse, "reuse identical eqns"),
     ("dce", dce, "drop eqns and constants nothing reads"),
-    ("fuse", fuse, "group elementwise ops, views and their reductions into loop nests"),
 )
+FUSION = "group elementwise ops, views and their reductions into loop nests"
 
 
 def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) -> Tape:
@@ -43,5 +45,12 @@ def optimize(tape: Tape, after_each: Callable[[str, Tape], None] | None = None) 
     return tape
 
 
-__all__ = ["PIPELINE", "optimize", "cse", "dce", "fuse", "merge_saving_scans", "simplify", "small_contractions",
-           "split_products", "spread_broadcasts", "sums_of_products"]
+def fused(tape: Tape) -> Tape:
+    """An optimized tape with each loop nest as one `fused` eqn, in control-flow bodies too:
+    what code generation compiles."""
+    return in_bodies(fuse, tape)
+
+
+__all__ = ["FUSION", "PIPELINE", "optimize", "fused", "cse", "dce", "fuse", "merge_saving_scans",
+           "simplify", "small_contractions", "split_products", "spread_broadcasts",
+           "sums_of_products"]

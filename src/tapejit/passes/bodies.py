@@ -1,7 +1,7 @@
 """Passes inside sub-tapes: `in_bodies(run, tape)` applies a pass to the body of every eqn
 holding sub-tapes (loops, branches, checkpoints; recursively), then to the tape itself. A
 pass keeps a tape's inputs and outputs, so a body stays a valid body of its eqn. The bodies of
-`fused` eqns are made by the last pass and left alone."""
+`fused` eqns are made by fusion (`passes.fused`) and left alone."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,7 @@
 """The first-call tier: how a new program gets its runner and its first outputs.
 
 On the numba backend a new program with no loop and small arrays runs its first calls on the
-numpy interpreter (its tape is already optimized; nothing is generated or compiled), and the
+numpy interpreter (its tape is optimized, not fused; nothing is generated or compiled), and the
 call after them compiles it. How many calls run interpreted is the number whose extra time
 would about pay for the compile, estimated from the tape (`interpreted_calls`: one for a
 program over large arrays, hundreds for a scalar function), so a script that needs one
