@@ -101,8 +101,8 @@ def render(ex: Explanation) -> str:
         out.append(f"== fusion groups: {loops} loops, {len(ex.groups) - loops} calls ==")
         out += [*render_groups(ex.groups), ""]
     if not ex.source:
-        out.append("(the interpret backend runs the last tape on numpy: no fusion, no generated "
-                   "code)" if not ex.groups else "(no generated source shown for this backend)")
+        out.append("(no generated source shown for this backend)" if ex.groups else
+                   "(the interpret backend runs the last tape on numpy: no fusion, no code)")
         return "\n".join(out)
     sizes = ", ".join(f"S[{k}]={int(n)}" for k, n in enumerate(ex.sizes))
     out += [f"== generated source: module {ex.module}; sizes {sizes or '(none)'} ==",
