@@ -106,8 +106,8 @@ class Compiled:
             outs = self.program(*args) if self.threads_slot is None else \
                 threads.run(self.program, args, self.sizes, self.threads_slot,
                             self.codegen == "numba")
-        except MemoryError as err:      # its arrays: the caller's frames, numba's arrays
-            raise out_of_memory(err, self.tape) from None
+        except (MemoryError, SystemError, ValueError) as err:   # its arrays: ours, numba's
+            raise allocation_failure(err, self.tape) from None
         if self.status is not None and self.sizes[self.status]:
             raise self.recorded_error()
         outs = [np.asarray(o) for o in outs]
@@ -206,6 +206,23 @@ def lowering(tape: Tape, generated: Generated) -> tuple[tuple, np.ndarray]:
     if status is None:
         sizes, status = np.concatenate([sizes, np.zeros(3, np.int64)]), len(sizes)
     return (generated.source, inputs, spaces, status, generated.threads), sizes
+
+
+def allocation_failure(err: Exception, tape: Tape) -> OutOfMemoryError:
+    """`err`, raised by a call of `tape`'s program, as OutOfMemoryError where an allocation
+    failed: a MemoryError; numba's SystemError whose cause is one ("returned a result with an
+    exception set": rebuilding the MemoryError found no memory either); numba's ValueError
+    for an array whose size in bytes overflows 64 bits. Any other error is raised again."""
+    if isinstance(err, ValueError):
+        if not str(err).startswith("array is too big"):
+            raise err
+        return OutOfMemoryError(-1, makers(tape, -1))
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, MemoryError):
+        cause = cause.__cause__
+    if cause is None:
+        raise err
+    return out_of_memory(cause, tape)
 
 
 def _windowed(fn: Callable[..., Sequence[Any]], sizes: np.ndarray, slot: int,

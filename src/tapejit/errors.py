@@ -114,9 +114,10 @@ class IndexOutOfBoundsError(IndexingError):
 
 class OutOfMemoryError(TapejitError, MemoryError):
     """An array a program needed could not be allocated: its size in bytes, and the ops that
-    make arrays of that size (op, user's line, type), where the tape has any. The interpreter
-    raises it where numpy raises MemoryError, a compiled program where its allocator got no
-    memory: the call then stops, its outputs dropped (never a crash)."""
+    make arrays of that size (op, user's line, type), where the tape has any; where the size
+    is not known (numba's allocator does not say it), the ops that make the program's largest
+    arrays. The interpreter raises it where numpy raises MemoryError, a compiled program where
+    its allocator got no memory: the call then stops, its outputs dropped (never a crash)."""
 
     def __init__(self, nbytes: int | None,
                  makers: tuple[tuple[str, Any, str], ...] = ()) -> None:
@@ -124,6 +125,8 @@ class OutOfMemoryError(TapejitError, MemoryError):
         made = "; ".join(f"{op}{f' at {src[0]}:{src[1]}' if src else ''} makes {kind}"
                          for op, src, kind in self.makers[:3])
         size = "" if nbytes is None else f" of {_bytes(nbytes)}"
+        if made and nbytes is None:
+            made = f"its largest arrays: {made}"
         super().__init__(
             f"tapejit: out of memory: an array{size} could not be allocated"
             f"{f' ({made})' if made else ''}. numpy would need the same array: make the "

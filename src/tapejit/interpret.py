@@ -215,14 +215,15 @@ def out_of_memory(err: MemoryError, tape: Tape | None = None,
                   eqn: Eqn | None = None) -> OutOfMemoryError:
     """numpy's MemoryError `err` as OutOfMemoryError, naming `eqn` (whose numpy code raised
     it), else the eqns of `tape` making an array of that size (a compiled program of `tape`
-    allocating its arrays raised it)."""
+    allocating its arrays raised it), or, where `err` gives no size (numba's), those making
+    its largest arrays."""
     if isinstance(err, OutOfMemoryError):
         return err
     shape, dtype = getattr(err, "shape", None), getattr(err, "dtype", None)   # numpy's
     if (shape is None or dtype is None) and eqn is not None:    # else: the eqn's largest output
         shape, dtype = max((o.aval for o in eqn.outs), key=lambda a: _nbytes(*a))
     if shape is None or dtype is None:
-        return OutOfMemoryError(None)
+        return OutOfMemoryError(None, () if tape is None else makers(tape, largest(tape)))
     nbytes = _nbytes(shape, dtype)
     return OutOfMemoryError(nbytes, makers(tape, nbytes) if eqn is None else
                             ((eqn.op, eqn.src, _array(shape, dtype)),))
@@ -233,7 +234,8 @@ def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
 
 
 def _array(shape: tuple[int, ...], dtype: Any) -> str:
-    return f"a {np.dtype(dtype)} array of shape {tuple(shape)}"
+    name = np.dtype(dtype).name
+    return f"{'an' if name.startswith('int') else 'a'} {name} array of shape {tuple(shape)}"
 
 
 def _apply_bind(eqn: Eqn, ins: list[Any]) -> Any:
@@ -368,6 +370,14 @@ def inline(tape: Tape, args: Sequence[Any]) -> list[Any]:
     outs = evaluate(tape, args, apply)
     mark()  # an empty reverse sweep
     return outs
+
+
+def largest(tape: Tape) -> int:
+    """The size in bytes of the largest array an eqn of `tape` or of its sub-tapes makes."""
+    sizes = [_nbytes(*out.aval) for eqn in tape.eqns if OPS[eqn.op].kind != Kind.FUSED
+             for out in eqn.outs]
+    return max(sizes + [largest(body) for eqn in tape.eqns for _, body in sub_tapes(eqn)],
+               default=0)
 
 
 def makers(tape: Tape, nbytes: int) -> tuple[tuple[str, Any, str], ...]:

@@ -43,7 +43,7 @@ from ..config import config
 from ..cuda_support import device_key
 from ..disk import store
 from ..draws import collecting, fast_caller, with_draws
-from ..errors import require_callable, warn_at_user
+from ..errors import TapejitError, require_callable, warn_at_user
 from ..interpret import inline
 from .traced import collecting_rerolls
 from ..recording import collecting_assignments, collecting_guards
@@ -194,8 +194,10 @@ class CachedTransform:
                     key, fn, tail, finish = entry
                     try:
                         return finish(fn(*args, *tail))
-                    except OverflowError:   # a Python int beyond int64: split_args says so
-                        fast_key = None
+                    except (OverflowError, MemoryError, SystemError, ValueError) as err:
+                        if isinstance(err, TapejitError):
+                            raise       # (below: an int beyond int64, numba's failed allocation:
+                        fast_key = None     # the slow path's split_args, Compiled say so)
         return self._call_slow(args, kwargs, fast_key)
 
     def _fast_key_static(self, args: tuple) -> tuple | None:
