@@ -5,6 +5,8 @@ errors and NaNs; forward mode, Hessians and Jacobians (the batching rules); the 
 conventions at repeated eigenvalues and singular values; what is not supported."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -145,6 +147,29 @@ def test_gradient_of_det_at_a_singular_matrix_raises():
     gives the adjugate)."""
     with pytest.raises(LinAlgError):
         tj.grad(lambda a: np.linalg.det(a), backend="interpret")(np.ones((2, 2)))
+
+
+def test_the_error_names_the_op_and_line_everywhere():
+    """tj.LinAlgError (a TapejitError and numpy's LinAlgError) has numpy's message, the op and
+    the user's line: the same from the interpreter, compiled code (first and later calls, a
+    gradient) and GradientTape's eager recording; it pickles."""
+    def loss(a):
+        return np.sum(np.linalg.inv(a) * 2.0)           # the line named
+    line = loss.__code__.co_firstlineno + 1
+    want = f"Singular matrix (solve at {__file__}:{line}). Check the matrix"
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    texts, compiled = [], tj.jit(loss)
+    for run in (tj.jit(loss, backend="interpret"), compiled, compiled, tj.grad(loss)):
+        with pytest.raises(tj.LinAlgError) as caught:
+            run(singular)
+        texts.append(str(caught.value))
+    with pytest.raises(tj.LinAlgError) as caught, tj.GradientTape():
+        loss(tj.Variable(singular))
+    texts.append(str(caught.value))
+    assert all(text.startswith(want) for text in texts), texts
+    err = caught.value
+    assert isinstance(err, tj.TapejitError) and isinstance(err, LinAlgError)
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)
 
 
 # ---- forward mode, Hessians, Jacobians --------------------------------------------------------

@@ -5,10 +5,10 @@ interpreter (here, and through conftest.py's TAPEJIT_VERIFY on every call).
 
 Covered: every lapack function (solve, slogdet, cholesky, eigh, svd reduced and full, qr,
 pinv) on stacks of float64 and float32 matrices, first and later calls and a new batch size;
-their gradients; 1x1 matrices and empty batches; numba's LinAlgError with numba's message
-(a matrix not positive definite, a singular one, an SVD of NaN) on the first and later calls,
-the program still right afterwards, also where the call is in a scan's body, a fori loop's
-or a branch; sort and searchsorted with NaN, ties, signed zeros,
+their gradients; 1x1 matrices and empty batches; a failing call (a matrix not positive
+definite, a singular one, an SVD of NaN) raising tj.LinAlgError as the interpreter does on the
+first and later calls, the program still right afterwards, also where the call is in a scan's
+body, a fori loop's or a branch; sort and searchsorted with NaN, ties, signed zeros,
 integers; numba's exceptions with run-time arguments; numba's generator where a kernel
 cannot be built; a kernel in a new process, loaded from the disk cache.
 """
@@ -114,23 +114,50 @@ def test_one_by_one_and_empty_batches():
     _check(fn, [empty, empty], 0)
 
 
-@pytest.mark.parametrize("fn, bad, message", [
-    (np.linalg.cholesky, -np.eye(3), "Matrix is not positive definite."),
-    (lambda a: np.linalg.solve(a, np.ones(2)), np.array([[1.0, 2.0], [2.0, 4.0]]),
-     "Matrix is singular to machine precision."),
-    (lambda a: np.linalg.svd(a)[1], np.array([[1.0, np.nan], [0.0, 1.0]]),
-     "Array must not contain infs or NaNs.")])
-def test_linalg_errors_are_numbas(fn, bad, message):
-    """A failing LAPACK call raises numba's LinAlgError with numba's message on the first and
-    a later call; the same program then computes right (its status slot was cleared)."""
+@pytest.mark.parametrize("fn, bad, op", [
+    (lambda a: np.linalg.cholesky(a), -np.eye(3), "cholesky"),
+    (lambda a: np.linalg.solve(a, np.ones(2)), np.array([[1.0, 2.0], [2.0, 4.0]]), "solve"),
+    (lambda a: np.linalg.svd(a)[1], np.array([[1.0, np.nan], [0.0, 1.0]]), "svd")])
+def test_linalg_errors_say_what_the_interpreter_says(fn, bad, op):
+    """A failing LAPACK call (numba raises its LinAlgError, with its own message and no line)
+    raises tj.LinAlgError as the interpreter does, on the first and a later call: numpy's
+    message, the op and the user's line; the same program then computes right (its status
+    slot was cleared)."""
+    with pytest.raises(LinAlgError) as numpy_error:
+        fn(bad)
+    with pytest.raises(tj.LinAlgError) as interpreted:
+        tj.jit(fn, backend="interpret")(bad)
+    text = str(interpreted.value)
+    assert text.startswith(f"{str(numpy_error.value).rstrip('.')} ({op} at {__file__}:"), text
     compiled = tj.jit(fn)
     good = np.array([[4.0, 2.0, 0.0], [2.0, 3.0, 0.5], [0.0, 0.5, 2.0]])[:bad.shape[0], :bad.shape[1]]
     for _ in range(2):
-        with pytest.raises(LinAlgError) as caught:
+        with pytest.raises(tj.LinAlgError) as caught:
             compiled(bad)
-        assert str(caught.value) == message
+        assert str(caught.value) == text
         _same(compiled(good), fn(good), 1e-12)
     _on_llvm(compiled)
+
+
+def test_numbas_compile_raises_the_same_error(monkeypatch):
+    """Where numba compiles the program (the lowering does not cover it, or
+    TAPEJIT_CODEGEN=numba), its np.linalg raises numba's LinAlgError itself: the first and a
+    later call (the cache's fast path) raise what the interpreter raises."""
+    def refuse(call, kinds):
+        raise JitError(f"numba cannot compile the kernel {call} (this test)")
+    monkeypatch.setattr(library_calls, "array_kernel", refuse)
+
+    def twice(a, b):
+        return np.linalg.solve(a, b) * 2.0
+    solve, singular, b = tj.jit(twice), np.array([[1.0, 2.0], [2.0, 4.0]]), np.ones(2)
+    with pytest.raises(tj.LinAlgError) as interpreted:
+        tj.jit(twice, backend="interpret")(singular, b)
+    for _ in range(2):
+        with pytest.raises(tj.LinAlgError) as caught:
+            solve(singular, b)
+        assert str(caught.value) == str(interpreted.value)
+        _same(solve(np.eye(2), b), 2.0 * b, 0)
+    assert solve.cache_info()["codegen"] == {"llvm": 0, "numba": 1}, solve.cache_info()
 
 
 def test_failure_among_several_calls():
@@ -155,8 +182,8 @@ def test_failure_among_several_calls():
 def test_failures_in_loop_bodies_and_branches():
     """Library calls in functions of the module (a scan's body, a fori loop's, a branch) are
     lowered too: values equal the interpreter's; a cholesky failing in the 3rd of 4 scan steps
-    raises numba's LinAlgError from every caller on the first and later calls, and the
-    program is right afterwards."""
+    raises tj.LinAlgError naming it, on the first and later calls, and the program is right
+    afterwards."""
     def chol_scan(a):
         def step(c, x):
             return c + np.sum(np.linalg.cholesky(x) * c), np.linalg.slogdet(x)[1]
@@ -179,7 +206,8 @@ def test_failures_in_loop_bodies_and_branches():
     for _ in range(2):
         with pytest.raises(LinAlgError) as caught:
             compiled(bad)
-        assert str(caught.value) == "Matrix is not positive definite."
+        assert str(caught.value).startswith(
+            f"Matrix is not positive definite (cholesky at {__file__}:"), str(caught.value)
         _same(compiled(good), chol_scan(good), 1e-12)
     _on_llvm(compiled)
 

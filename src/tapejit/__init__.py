@@ -29,8 +29,8 @@ with _collection_paused():      # many objects made, none garbage: 4 ms less (ga
     from .errors import (ArgumentError, CompiledMismatchError, ConcretizationError, DtypeError,
                          IndexOutOfBoundsError, IRError, RandomnessError, ShapeError, TapejitError,
                          TapejitWarning, UnsupportedOperationError)
-    from .errors import (IndexingError, IntegerOverflowError, LeakedTracerError, NotCallableError,
-                         OutOfMemoryError, UnsupportedAttributeError)
+    from .errors import (IndexingError, IntegerOverflowError, LeakedTracerError, LinAlgError,
+                         NotCallableError, OutOfMemoryError, UnsupportedAttributeError)
     from .ir import Tape, print_tape
     from .typecheck import typecheck
     from .pytree import tree_map
@@ -73,7 +73,8 @@ __all__ = [
     "UnsupportedOperationError", "RandomnessError",
     "ConcretizationError", "ShapeError", "DtypeError", "ArgumentError", "IRError",
     "CompiledMismatchError", "IndexOutOfBoundsError", "OutOfMemoryError",
-    "IndexingError", "IntegerOverflowError", "LeakedTracerError", "NotCallableError",
+    "IndexingError", "IntegerOverflowError", "LeakedTracerError", "LinAlgError",
+    "NotCallableError",
     "UnsupportedAttributeError",
     "explain", "Explanation", "optimizers", "random", "vmap",
     "where", "cond", "switch", "fori_loop", "scan", "while_loop", "checkpoint",

@@ -48,7 +48,8 @@ from .backends import BACKENDS, DirectCall, Interpreted
 from .cuda_support import CudaCompiled
 from .disk.memo import digest, remembered
 from .disk.store import load_module, program_hash
-from .errors import ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, OutOfMemoryError
+from .errors import (ArgumentError, CompiledMismatchError, IndexOutOfBoundsError, LinAlgError,
+                     OutOfMemoryError)
 from .garbage import pausing_collection
 from .program_text import dump
 from .interpret import interpret, makers, out_of_memory
@@ -106,10 +107,12 @@ class Compiled:
             outs = self.program(*args) if self.threads_slot is None else \
                 threads.run(self.program, args, self.sizes, self.threads_slot,
                             self.codegen == "numba")
+            if self.status is not None and self.sizes[self.status]:
+                raise self.recorded_error()
+        except np.linalg.LinAlgError as err:        # numba's message, no line: locate it
+            raise located_failure(err, self.tape, leaves) from None
         except (MemoryError, SystemError, ValueError) as err:   # its arrays: ours, numba's
             raise allocation_failure(err, self.tape) from None
-        if self.status is not None and self.sizes[self.status]:
-            raise self.recorded_error()
         outs = [np.asarray(o) for o in outs]
         if config().verify:
             verify(self.tape, leaves, outs)
@@ -206,6 +209,21 @@ def lowering(tape: Tape, generated: Generated) -> tuple[tuple, np.ndarray]:
     if status is None:
         sizes, status = np.concatenate([sizes, np.zeros(3, np.int64)]), len(sizes)
     return (generated.source, inputs, spaces, status, generated.threads), sizes
+
+
+def located_failure(err: np.linalg.LinAlgError, tape: Tape,
+                    leaves: Sequence[Any]) -> LinAlgError:
+    """numba's LinAlgError `err` of a call of `tape`'s program on `leaves`, located: the
+    interpreter runs the call again and raises tapejit's at the eqn whose numpy code fails
+    (numpy's message, the op, the user's line), as on a first call; `err`'s message where the
+    interpreter fails otherwise, or not at all."""
+    try:
+        interpret(tape, leaves)
+    except LinAlgError as located:
+        return located
+    except Exception:      # noqa: BLE001  (another failure: numba's error is the one to raise)
+        pass
+    return LinAlgError(str(err))
 
 
 def allocation_failure(err: Exception, tape: Tape) -> OutOfMemoryError:

@@ -17,8 +17,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .avals import aval_of
-from .errors import UnsupportedOperationError, at_source, function_name, user_source
+from .errors import (IndexOutOfBoundsError, UnsupportedOperationError, at_source, function_name,
+                     user_source)
 from .guards import caller_source
+from .interpret import located
 from .ir import Lit, Var
 from .numpy_api.operators import BINARY
 from .trace import (FUNCTION_RULES, METHOD_RULES, UFUNC_RULES, Trace, Tracer, refresh,
@@ -140,7 +142,10 @@ class EagerTrace(Trace):
         if self.recording and any(isinstance(a, Var) and a.name in self.connected
                                   for a in eqn.ins):
             self.connected.update(o.name for o in eqn.outs if o.aval.is_float)
-        result = op.impl(*(self.value_of(a) for a in eqn.ins), **params)
+        try:
+            result = op.impl(*(self.value_of(a) for a in eqn.ins), **params)
+        except (IndexOutOfBoundsError, MemoryError, np.linalg.LinAlgError) as err:
+            raise located(err, eqn) from None    # as the interpreter says them
         results = result if len(eqn.outs) > 1 else (result,)
         for var, value in zip(eqn.outs, results):
             self.values[var.name] = np.asarray(value, var.aval.dtype)

@@ -136,6 +136,24 @@ class OutOfMemoryError(TapejitError, MemoryError):
         return OutOfMemoryError, (self.nbytes, self.makers)
 
 
+class LinAlgError(TapejitError, np.linalg.LinAlgError):
+    """A matrix a linear-algebra op cannot use (singular, not positive definite, holding NaN
+    where LAPACK refuses it): numpy's message, the op and the user's line. The interpreter
+    raises it where numpy's code does; a compiled program that fails runs the call again on
+    the interpreter, which names the op (so both say the same). `except
+    np.linalg.LinAlgError` catches it."""
+
+    def __init__(self, reason: str, op: str | None = None,
+                 src: tuple[str, int] | None = None) -> None:
+        self.reason, self.op, self.src = reason, op, src
+        where = "" if op is None else f" ({op}{f' at {src[0]}:{src[1]}' if src else ''})"
+        super().__init__(f"{reason.rstrip('.')}{where}. Check the matrix, or regularise it "
+                         f"(add a small multiple of the identity)")
+
+    def __reduce__(self) -> tuple:
+        return LinAlgError, (self.reason, self.op, self.src)
+
+
 def _bytes(n: int) -> str:
     """`n` bytes as numpy's MemoryError says it (`29.1 TiB`; negative: 2**63 or more)."""
     if n < 0:

@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import IndexOutOfBoundsError, OutOfMemoryError
+from .errors import IndexOutOfBoundsError, LinAlgError, OutOfMemoryError
 from .ir import Atom, Eqn, Lit, Tape, Var, sub_tapes
 from .ops import OPS, Kind
 from .avals import aval_of
@@ -171,8 +171,8 @@ def evaluate(tape: Tape, args: Sequence[Any],
              apply: Callable[[Eqn, list[Any]], Any] | None = None,
              consts: Sequence[Any] | None = None, planned: Plan | None = None) -> list[Any]:
     """`tape`'s outputs on `args` (and `consts` for its constants), each eqn applied by
-    `apply(eqn, ins)`, by default its numpy implementation (an index out of range then names
-    the eqn's op and line), from the tape's plan (`planned`, where the caller keeps it)."""
+    `apply(eqn, ins)`, by default its numpy implementation (an index out of range, a failed
+    allocation or a LinAlgError then names the eqn's op and line: `located`), from the tape's plan (`planned`, where the caller keeps it)."""
     _, steps, outs, ins, const_names = planned or plan(tape, in_place=apply is None)
     env: dict[str | None, Any] = dict(zip(ins, args))
     if const_names:
@@ -184,7 +184,7 @@ def evaluate(tape: Tape, args: Sequence[Any],
             try:
                 result = step.impl(*step.get(env), **step.kw) if step.kw else \
                     step.impl(*step.get(env))
-            except (IndexOutOfBoundsError, MemoryError) as err:
+            except (IndexOutOfBoundsError, MemoryError, np.linalg.LinAlgError) as err:
                 raise located(err, step.eqn) from None
         if step.multiple:
             env.update(zip(step.outs, result))
@@ -196,18 +196,22 @@ def evaluate(tape: Tape, args: Sequence[Any],
 
 
 def apply_impl(eqn: Eqn, ins: list[Any]) -> Any:
-    """`eqn`'s numpy code on `ins`; an index out of range names the eqn's op and line."""
+    """`eqn`'s numpy code on `ins`, its errors `located`."""
     try:
         return OPS[eqn.op].impl(*ins, **eqn.kw)
-    except (IndexOutOfBoundsError, MemoryError) as err:
+    except (IndexOutOfBoundsError, MemoryError, np.linalg.LinAlgError) as err:
         raise located(err, eqn) from None
 
 
-def located(err: IndexOutOfBoundsError | MemoryError, eqn: Eqn) -> BaseException:
+def located(err: IndexOutOfBoundsError | MemoryError | np.linalg.LinAlgError,
+            eqn: Eqn) -> BaseException:
     """`err`, raised by `eqn`'s numpy code, naming its op and line (unless raised inside a
-    sub-tape: located there); numpy's MemoryError as OutOfMemoryError."""
+    sub-tape: located there); numpy's MemoryError as OutOfMemoryError, its LinAlgError as
+    tapejit's."""
     if isinstance(err, IndexOutOfBoundsError):
         return err if err.op is not None else err.located(eqn.op, eqn.src)
+    if isinstance(err, np.linalg.LinAlgError):
+        return err if isinstance(err, LinAlgError) else LinAlgError(str(err), eqn.op, eqn.src)
     return out_of_memory(err, eqn=eqn)
 
 
