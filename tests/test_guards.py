@@ -114,6 +114,28 @@ def test_int_of_data_and_an_outside_table_indexed_by_a_traced_int():
         np.testing.assert_allclose(tj.grad(f)(x), want)
 
 
+def test_round_as_on_numpys_scalars():
+    """round(x, n) is np.round (traced, zero derivative); round(x) is the int it rounds to,
+    guarded like int() (half to even, as Python's round of a numpy float); a format spec
+    (f"{loss:.3f}") needs the number: a clear error at the user's line."""
+    def f(x, n):
+        return np.sum(x[:round(n)] * round(x[1], 1))
+    x = np.array([0.31, 0.56, 0.9])
+    g = tj.jit(f)
+    for n in (1.6, 2.4, 0.6, 2.5):
+        np.testing.assert_allclose(g(x, n), f(x, n))
+        want = np.zeros(3)
+        want[:round(n)] = round(x[1], 1)          # round's own derivative is zero
+        np.testing.assert_allclose(tj.grad(f)(x, n), want)
+    assert g.cache_info()["programs"] == 2          # round(n) gave 2 and 1
+    with pytest.raises(tj.ConcretizationError, match="format spec '.3f'") as err:
+        tj.jit(lambda x: print(f"{x[0]:.3f}") or x)(x)
+    assert "test_guards.py" in str(err.value)
+    seen: list[str] = []
+    tj.jit(lambda x: seen.append(f"{x}") or x)(x)   # no spec: its repr, as print(x) gives
+    assert seen == ["Tracer<f64[3]:x>"], seen
+
+
 def test_a_traced_float_read_as_a_number_is_refused():
     with pytest.raises(tj.ConcretizationError, match="drop its derivative") as err:
         tj.grad(lambda x: float(x) * x)(2.0)

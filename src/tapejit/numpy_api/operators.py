@@ -1,12 +1,13 @@
-"""Python's operators on tracers: `x + y`, `x < y`, `-x`, `x += y`, ... route through numpy's
-ufuncs, so their semantics (promotion, broadcasting) are numpy's; in-place operators update the
-tracer (and every alias of it) as numpy's do."""
+"""Python's operators on tracers: `x + y`, `x < y`, `-x`, `x += y`, `round(x, 2)`, ... route
+through numpy's ufuncs, so their semantics (promotion, broadcasting) are numpy's; in-place
+operators update the tracer (and every alias of it) as numpy's do."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import ConcretizationError, at_source, user_source
 from ..trace import UFUNC_RULES, Tracer, rebind
 
 
@@ -35,6 +36,25 @@ setattr(Tracer, "__neg__", lambda self: np.negative(self))
 setattr(Tracer, "__pos__", lambda self: self)
 setattr(Tracer, "__abs__", lambda self: np.absolute(self))
 setattr(Tracer, "__invert__", lambda self: np.logical_not(self))
+
+
+def _round(self: Tracer, ndigits: int | None = None) -> Any:
+    """round() as on numpy's scalars (a 0-d tracer stands for one): np.round to `ndigits`,
+    without them the int it rounds to (int(): a value the program is guarded on)."""
+    return int(np.round(self)) if ndigits is None else np.round(self, ndigits)
+
+
+def _format(self: Tracer, spec: str) -> str:
+    """format(): with a spec (f"{loss:.3f}") it needs the number, which a trace does not have."""
+    if not spec:
+        return repr(self)
+    raise ConcretizationError(at_source(
+        f"Formatting a traced value (format spec {spec!r}) needs its number ({self.aval}), "
+        f"which exists when the program runs, not while tapejit traces it. Return the value "
+        f"(has_aux=True for grad/value_and_grad) and format it outside", user_source()))
+
+
+Tracer.__round__, Tracer.__format__ = _round, _format
 
 
 def _inplace(uf: np.ufunc) -> Callable[..., Any]:
