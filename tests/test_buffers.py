@@ -56,13 +56,20 @@ def test_rows_slices_and_empty_on_square_shapes():
 
 def test_a_buffer_made_and_filled_on_one_line():
     """tapejit's own arrays made while it assigns (setitem's mask) are not the line's buffers:
-    it recursed until Python's limit when the buffer's line also held the write."""
+    it recursed until Python's limit when the buffer's line also held the write; nor numpy's."""
     def f(x):
         out = np.zeros((2, 3)); out[0] = x; out[1, 1:] = x[:2] * 2; return np.sum(out ** 2)  # noqa: E702
     x = np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(tj.jit(f)(x), f(x))
     np.testing.assert_allclose(tj.grad(f)(x), 2 * x + 8 * np.append(x[:2], 0.0))
     check_grads(f, [x])
+    # numpy's own scratch arrays neither (broadcast_shapes' np.empty, of a dtype tapejit has
+    # not: "TypeError: tapejit does not support dtype []"), written through index arrays
+    def diagonal(x):
+        m = np.ones((3, 3)); m[np.diag_indices(3)] = x; return np.sum(m ** 2)  # noqa: E702
+    np.testing.assert_allclose(tj.jit(diagonal)(x), diagonal(x))
+    np.testing.assert_allclose(tj.grad(diagonal)(x), 2 * x)
+    check_grads(diagonal, [x])
 
 
 def test_augmented_writes_and_repeated_indices():

@@ -67,6 +67,8 @@ CONSTRUCTORS = (*SIZED, "array", "asarray", "asanyarray")
 # constructor name -> (does this call hold traced values?, the rule that records it)
 TRACED: dict[str, tuple[Callable[..., bool], Callable[..., Any]]] = {}
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# code whose arrays, made at a user's line, are never the user's buffers
+_MAKERS = (_PACKAGE, os.path.dirname(os.path.abspath(np.__file__)))
 _HINTS = {"arange": " For a traced start or step with a fixed length n, write "
                     "`start + step * np.arange(n)`."}
 
@@ -160,8 +162,8 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise size_error(f"numpy.{name}", tracer, user_source(), _HINTS.get(name, ""))
         out = fn(*args, **kwargs)
         if type(out) is not np.ndarray or (args and out is args[0]) or \
-                sys._getframe(1).f_code.co_filename.startswith(_PACKAGE):
-            return out          # (tapejit's own arrays: setitem's mask, made at a user's line)
+                sys._getframe(1).f_code.co_filename.startswith(_MAKERS):
+            return out      # tapejit's own arrays (setitem's mask), numpy's (broadcast_shapes')
         if not _depth.traces:           # GradientTape's recording: a write into it is an error
             return out.view(Constant)
         site = user_source()
