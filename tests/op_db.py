@@ -820,6 +820,18 @@ row("ediff1d", lambda x, b: (np.ediff1d(x), np.ediff1d(x, to_end=b, to_begin=[1.
     shapes=(((2, 3), (2,)), ((1,), ()), ((0,), (1,))), covers=(np.ediff1d,))
 row("ptp", lambda x: (np.ptp(x), np.ptp(x, axis=1, keepdims=True), np.ptp(x, axis=0)),
     shapes=(((3, 4),), ((3, 3),), ((1, 1),)), distinct=True, covers=(np.ptp,))
+row("isclose", lambda x, y: (np.isclose(x, y, atol=0.5), np.isclose(x, x + 1e-9),
+                             np.isclose(np.log(x), y, equal_nan=True), np.isclose(1 / (x * 0), np.inf),
+                             np.allclose(x, x * 1.1, rtol=0.2), np.allclose(x, y)),
+    shapes=BINARY_SHAPES, domain=Domain(-1.0, 2.0), diff=False, covers=(np.isclose, np.allclose))
+row("cov", lambda x, y: (np.cov(x), np.cov(x, rowvar=False), np.cov(x, y, bias=True),
+                         np.cov(y, ddof=0)),
+    shapes=(((3, 4), (4,)), ((4, 4), (4,)), ((2, 3), (3,))), covers=(np.cov,))
+row("cov_one_variable", lambda x: (np.cov(x), np.cov(x, x ** 2),
+                                  np.corrcoef(x[..., 1:], x[..., :-1])),
+    shapes=(((1, 4),), ((4,),)), covers=(np.cov, np.corrcoef))
+row("corrcoef", lambda x, y: (np.corrcoef(x), np.corrcoef(x, rowvar=False), np.corrcoef(y, y ** 2)),
+    shapes=(((3, 4), (4,)), ((4, 4), (4,)), ((2, 3), (3,))), covers=(np.corrcoef,))
 row("select", lambda x, y: np.select([x > 0.5, x < -0.5], [x * 2, y], default=-1.0),
     shapes=(((2, 3), (3,)), ((3, 3), (3, 1)), ((), ())), domain=NONZERO, covers=(np.select,))
 row("select_default_int", lambda x: np.select([x > 0], [x]), domain=NONZERO,

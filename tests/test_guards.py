@@ -58,7 +58,19 @@ def fixed_point(a):
     return x
 
 
-@pytest.mark.parametrize("fn, points", [(series_exp, (0.5, 1.5)), (fixed_point, (0.7, 0.9))])
+def fixed_point_vector(a):
+    """The same on a vector, stopping where np.allclose says (a traced bool: guarded)."""
+    x = np.ones(2)
+    for _ in range(200):
+        nxt = np.cos(a * x[::-1])
+        if np.allclose(nxt, x, rtol=0.0, atol=1e-12):
+            break
+        x = nxt
+    return np.sum(x)
+
+
+@pytest.mark.parametrize("fn, points", [(series_exp, (0.5, 1.5)), (fixed_point, (0.7, 0.9)),
+                                        (fixed_point_vector, (0.7, 0.9))])
 def test_while_and_break_on_data(fn, points):
     g = tj.grad(fn)
     for p in points:

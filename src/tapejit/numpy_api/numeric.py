@@ -1,6 +1,6 @@
 """numpy's numerical routines as compositions of primitives: interp convolve correlate polyval
 polyder polyadd polysub polymul vander kron trapezoid ediff1d ptp select cumulative_sum
-cumulative_prod.
+cumulative_prod isclose allclose cov corrcoef.
 
 Each follows numpy's own definition (result dtype, modes, edge values) so that it is
 differentiable in every traced operand: `interp` in x, fp and xp (as JAX's jnp.interp),
@@ -9,6 +9,8 @@ are one `take` of a constant index matrix (a gather, so the reverse sweep is a s
 """
 from __future__ import annotations
 
+import operator
+import warnings
 from typing import Any
 
 import numpy as np
@@ -208,6 +210,62 @@ def _cumulative(fn: Any, initial: float, name: str):
         first = broadcast_to_shape(np.asarray(initial, result.dtype), shape)
         return concatenate([first, result], axis=ax)
     return rule
+
+
+@implements(np.isclose)
+def isclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08, equal_nan: bool = False) -> Any:
+    """numpy's rule: |a - b| <= atol + rtol |b| where b is finite, or a == b (infinities of one
+    sign), or both NaN with `equal_nan`; b compared as a float, as numpy casts it."""
+    a, b = asarray(a), asarray(b)
+    b = cast(b, np.result_type(b.dtype, 1.0))
+    close = np.logical_or(np.logical_and(np.abs(a - b) <= atol + rtol * np.abs(b),
+                                         np.isfinite(b)), np.equal(a, b))
+    return np.logical_or(close, np.logical_and(np.isnan(a), np.isnan(b))) if equal_nan \
+        else close
+
+
+@implements(np.allclose)
+def allclose(a: Any, b: Any, rtol: Any = 1e-05, atol: Any = 1e-08, equal_nan: bool = False) -> Any:
+    """np.all of isclose, a traced bool (numpy's is a Python bool: `if np.allclose(...)` guards
+    the program on it)."""
+    return np.all(isclose(a, b, rtol, atol, equal_nan))
+
+
+@implements(np.cov)
+def cov(m: Any, y: Any = None, rowvar: bool = True, bias: bool = False, ddof: Any = None,
+        fweights: Any = None, aweights: Any = None, *, dtype: Any = None) -> Any:
+    """numpy's estimate: each row a variable (each column with rowvar=False; y's rows are more
+    of them), centred by its mean, X X^T / (observations - ddof), ddof 1 unless `bias`."""
+    if fweights is not None or aweights is not None:
+        raise UnsupportedOperationError(at_source(
+            "numpy.cov: fweights= and aweights= are not supported on traced arrays; scale the "
+            "centred observations by the square roots of the weights instead", user_source()))
+    given = [asarray(v) for v in ((m,) if y is None else (m, y))]
+    for name, v in zip("my", given):
+        if v.ndim > 2:
+            raise user_error(f"numpy.cov: {name} has more than 2 dimensions")
+    dtype = np.dtype(dtype or np.result_type(*(v.dtype for v in given), np.float64))
+    rows = [cast(v, dtype) if v.ndim == 2 else reshape(cast(v, dtype), (1, -1)) for v in given]
+    x = rows[0] if rowvar or given[0].ndim == 1 else rows[0].T    # (numpy's tests, as written)
+    if x.shape[0] == 0:
+        return np.zeros((0, 0))
+    if y is not None:
+        x = concatenate([x, rows[1] if rowvar or rows[1].shape[0] == 1 else rows[1].T], axis=0)
+    dof = x.shape[1] - ((0 if bias else 1) if ddof is None else operator.index(ddof))
+    if dof <= 0:
+        warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
+    x = x - np.mean(x, axis=1, keepdims=True)
+    return np.squeeze(np.matmul(x, x.T) * (1.0 / dof if dof > 0 else np.inf))
+
+
+@implements(np.corrcoef)
+def corrcoef(x: Any, y: Any = None, rowvar: bool = True, *, dtype: Any = None) -> Any:
+    """cov scaled by the standard deviations, clipped to [-1, 1] (numpy's)."""
+    c = cov(x, y, rowvar, dtype=dtype)
+    if c.ndim == 0:
+        return c / c
+    deviation = np.sqrt(np.diagonal(c))
+    return np.clip(c / deviation[:, None] / deviation[None, :], -1, 1)
 
 
 if hasattr(np, "cumulative_sum"):        # numpy >= 2.1
