@@ -203,6 +203,31 @@ def test_static_argument_controls_python_branch():
     np.testing.assert_allclose(g(x, mode="abs"), np.sign(x))
 
 
+def test_static_argnames_by_position_or_by_name():
+    """JAX's static_argnames: static whether passed by position or by name, also after an
+    earlier parameter left to its default; a static argument not given takes its default;
+    names that cannot be static are refused where the transform is made."""
+    def f(x, scale=1.0, mode="single", power=2):
+        return np.sum(x * scale) * (2.0 if mode == "double" else 1.0) ** power
+    g = tj.jit(f, static_argnames=("mode", "power"))
+    d = tj.grad(f, static_argnames="mode")
+    x = np.array([1.0, 2.0])
+    for args, kwargs in [((x,), {"mode": "double"}), ((x, 1.0, "double"), {}),
+                         ((x,), {"scale": 3.0, "mode": "double", "power": 1}), ((x,), {}),
+                         ((x, 2.0, "double", 3), {}), ((x,), {"power": 3})]:
+        np.testing.assert_allclose(g(*args, **kwargs), f(*args, **kwargs))
+        slope = f(np.array([1.0, 0.0]), *args[1:], **kwargs)      # f is linear in x
+        np.testing.assert_allclose(d(*args, **kwargs), [slope, slope])
+    with pytest.raises(tj.ArgumentError, match="static_argnames 'nope': f has no parameter"):
+        tj.jit(f, static_argnames="nope")
+    with pytest.raises(tj.ArgumentError, match="it is keyword-only"):
+        tj.jit(lambda x, *, k: x, static_argnames="k")
+    with pytest.raises(tj.ArgumentError, match="static argument mode is an unhashable list"):
+        g(x, mode=["double"])
+    with pytest.raises(tj.ArgumentError, match="static_argnames for one passed by name"):
+        tj.jit(f)(x, mode="double")
+
+
 def test_unhashable_static_argument():
     g = tj.grad(lambda x, ks: np.sum(x ** ks[0]), static_argnums=1)
     with pytest.raises(tj.ArgumentError, match=r"static argument 1 is an unhashable list"):

@@ -21,7 +21,8 @@ import numpy as np
 
 from . import autodiff
 from .transforms.arguments import (CacheKey, CallArgs, argnums_signature, check_argnums,
-                                   check_float_inputs, normalize_argnums, split_args)
+                                   check_float_inputs, normalize_argnums, split_args,
+                                   static_argnums_of)
 from .ir import Tape
 from .transforms.traced import require_scalar_float, trace_flat
 from .pytree import unflatten
@@ -100,7 +101,7 @@ GRAD = VALUE_AND_GRAD._replace(name="grad")
 
 def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
                    has_aux: bool = False, static_argnums: int | Sequence[int] = (),
-                   backend: str | None = None) -> Any:
+                   backend: str | None = None, static_argnames: str | Sequence[str] = ()) -> Any:
     """`fn`'s value and its gradient with respect to the arguments `argnums`.
 
     Returns `(value, grad)`, or `((value, aux), grad)` with `has_aux`. `grad` has the structure,
@@ -108,7 +109,8 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
     `backend`: "numba" (compiled; the default, or TAPEJIT_BACKEND), "interpret" (numpy) or
     "cuda".
     """
-    return _gradient(VALUE_AND_GRAD, fn, argnums, has_aux, static_argnums, backend)
+    return _gradient(VALUE_AND_GRAD, fn, argnums, has_aux,
+                     static_argnums_of(fn, static_argnums, static_argnames), backend)
 
 
 def _gradient(record: Transform, fn: Callable[..., Any], argnums: int | Sequence[int],
@@ -120,11 +122,12 @@ def _gradient(record: Transform, fn: Callable[..., Any], argnums: int | Sequence
 
 
 def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         static_argnums: int | Sequence[int] = (), backend: str | None = None
-         ) -> Callable[..., Any]:
+         static_argnums: int | Sequence[int] = (), backend: str | None = None,
+         static_argnames: str | Sequence[str] = ()) -> Callable[..., Any]:
     """The gradient of a scalar-valued `fn` with respect to its arguments `argnums`
     (`(grad, aux)` with has_aux)."""
-    vg = _gradient(GRAD, fn, argnums, has_aux, static_argnums, backend)
+    vg = _gradient(GRAD, fn, argnums, has_aux,
+                   static_argnums_of(fn, static_argnums, static_argnames), backend)
     call = vg._call
 
     @functools.wraps(fn)
@@ -145,20 +148,23 @@ JIT = Transform("jit", _jit_signature, as_output_tree, how=_forward_how, shared=
 
 
 def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
-        backend: str | None = None) -> Callable[..., Any]:
+        backend: str | None = None, static_argnames: str | Sequence[str] = ()
+        ) -> Callable[..., Any]:
     """`fn` compiled: traced once per signature (pytree structure, leaf shapes and dtypes,
     static argument values), optimized and run on `backend` ("numba", "interpret" or "cuda";
     default TAPEJIT_BACKEND, else "numba"). Returns what `fn` returns (0-d results as numpy
-    scalars). Python scalar arguments are run-time values; `static_argnums` makes arguments
-    part of the cache key (Python control flow may depend on them). Called inside another
-    transform (`grad(jit(f))`) it inlines its tape; `jit(grad(f))` compiles the gradient
-    program."""
-    return CachedTransform(JIT, fn, static_argnums, backend)
+    scalars). Python scalar arguments are run-time values; `static_argnums` (and
+    `static_argnames`, by parameter name) make arguments part of the cache key (Python control
+    flow may depend on them). Called inside another transform (`grad(jit(f))`) it inlines its
+    tape; `jit(grad(f))` compiles the gradient program."""
+    return CachedTransform(JIT, fn, static_argnums_of(fn, static_argnums, static_argnames),
+                           backend)
 
 
-def make_tape(fn: Callable[..., Any], static_argnums: int | Sequence[int] = ()) -> Callable:
+def make_tape(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
+              static_argnames: str | Sequence[str] = ()) -> Callable:
     """`make_tape(f)(*args)` is the tape of `f` traced on those arguments (print it)."""
-    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    static = static_argnums_of(fn, static_argnums, static_argnames)
 
     @functools.wraps(fn)
     def make(*args: Any, **kwargs: Any) -> Tape:

@@ -72,7 +72,7 @@ def _leaf_aval(leaf: Any, where: str) -> tuple[Aval, bool]:
     raise ArgumentError(at_source(
         f"{where} is a {type(leaf).__name__}, not an array or a number. Pass arrays, numbers "
         f"or pytrees of them (dict/list/tuple/namedtuple/dataclass), or mark the argument "
-        f"static with static_argnums.", user_source()))
+        f"static with static_argnums (static_argnames for one passed by name).", user_source()))
 
 
 def refuse_subclass(leaf: Any, where: str) -> None:
@@ -109,6 +109,7 @@ class CallArgs:
     avals: list[Aval]
     weak: list[bool]
     names: list[str]
+    held: dict = dataclasses.field(default_factory=dict)   # static arguments passed by name
 
     def key(self, static: tuple, options: tuple = ()) -> CacheKey:
         """The call's signature, with what a transform's options make of it."""
@@ -129,7 +130,8 @@ class CallArgs:
     def call(self, fn: Callable[..., Any], leaves: Sequence[Any]) -> Any:
         """`fn` applied to the arguments with these leaves in place of the traced ones."""
         full = self.rebuild(leaves)
-        return fn(*full[:self.n_pos], **(full[self.n_pos] if len(full) > self.n_pos else {}))
+        return fn(*full[:self.n_pos], **(full[self.n_pos] if len(full) > self.n_pos else {}),
+                  **self.held)
 
 
 def _parameter_names(fn: Callable[..., Any], count: int) -> list[str]:
@@ -182,30 +184,74 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dic
     return bound.args, bound.kwargs
 
 
-def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set[int], tuple]:
-    """The positions of the static arguments, and their part of the cache key."""
-    for i in static_argnums:
-        if not -len(args) <= i < len(args):
-            raise ArgumentError(at_source(f"static_argnums {i} is out of range for "
-                                          f"{len(args)} positional argument(s)", user_source()))
-    positions = {i % len(args) for i in static_argnums}
-    for i in sorted(positions):
-        try:
-            hash(args[i])
-        except TypeError:
+def _positional(fn: Callable[..., Any]) -> tuple[list[str], str | None, dict[str, str]]:
+    """The names of `fn`'s parameters that may be passed by position, the name of its `*args`
+    (None: it has none; "" where `fn` has no signature), and every parameter's kind."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return [], "", {}
+    return ([p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)],
+            next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None),
+            {p.name: p.kind.description for p in params})
+
+
+def static_argnums_of(fn: Callable[..., Any], static_argnums: int | Sequence[int],
+                      static_argnames: str | Sequence[str]) -> tuple[int, ...]:
+    """`static_argnums` with the positions of the parameters `static_argnames` names (JAX's:
+    a static argument may be passed by position or by name, `f(x, mode="fast")`), checked
+    against `fn`'s signature."""
+    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    positional, varargs, kinds = _positional(fn)
+    for i in nums:
+        if varargs is None and not -len(positional) <= i < len(positional):
             raise ArgumentError(at_source(
-                f"static argument {i} is an unhashable {type(args[i]).__name__}: static "
-                f"arguments are part of the cache key, so they must be hashable (use a tuple "
-                f"instead of a list), or pass arrays as traced arguments", user_source())
-                ) from None
-    return positions, tuple((i, type(args[i]), args[i]) for i in sorted(positions))
+                f"static_argnums {i} is out of range: {fn_name(fn)} takes {len(positional)} "
+                f"positional argument(s)", user_source()))
+    for name in names:
+        if name not in positional:
+            kind = f" (it is {kinds[name]})" if name in kinds else ""
+            raise ArgumentError(at_source(
+                f"static_argnames {name!r}: {fn_name(fn)} has no parameter of that name that "
+                f"may be passed by position{kind}; static arguments are those before any `*` "
+                f"(make it one, or pass the value as a traced argument)", user_source()))
+    return tuple(dict.fromkeys(nums + tuple(positional.index(n) for n in names)))
+
+
+def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set[int], tuple]:
+    """The positions of the static arguments given (one not given takes its default), and
+    their part of the cache key."""
+    positions = {i % len(args) for i in static_argnums if -len(args) <= i < len(args)}
+    return positions, tuple((i, type(args[i]), _hashable(args[i], f"static argument {i}"))
+                            for i in sorted(positions))
+
+
+def _hashable(value: Any, what: str) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        raise ArgumentError(at_source(
+            f"{what} is an unhashable {type(value).__name__}: static arguments are part of "
+            f"the cache key, so they must be hashable (use a tuple instead of a list), or pass "
+            f"arrays as traced arguments", user_source())) from None
+    return value
 
 
 def split_args(fn: Callable[..., Any], args: tuple, kwargs: dict,
                static_argnums: tuple[int, ...]) -> tuple[CallArgs, tuple]:
-    """Flatten the traced arguments; return them and the static arguments' key."""
+    """Flatten the traced arguments; return them and the static arguments' key. A static
+    parameter passed by name where it cannot go by position (an earlier one left to its
+    default) is held by name."""
     args, extra = _bind(fn, args, kwargs)
     static_pos, static = _static_positions(args, static_argnums)
+    held = {}
+    if extra and static_argnums:
+        positional = _positional(fn)[0]
+        named = (positional[i] for i in static_argnums if 0 <= i < len(positional))
+        held = {name: extra.pop(name) for name in named if name in extra}
+        static += tuple((name, type(v), _hashable(v, f"static argument {name}"))
+                        for name, v in sorted(held.items()))
     n_pos = len(args)
     dynamic = tuple(i for i in range(n_pos) if i not in static_pos) + ((n_pos,) if extra else ())
     names = _parameter_names(fn, n_pos) + [""]
@@ -221,7 +267,7 @@ def split_args(fn: Callable[..., Any], args: tuple, kwargs: dict,
             leaf_names.append(_identifier(path))
         leaves += arg_leaves
         treedefs.append(td)
-    call = CallArgs(full, n_pos, dynamic, leaves, treedefs, avals, weak, leaf_names)
+    call = CallArgs(full, n_pos, dynamic, leaves, treedefs, avals, weak, leaf_names, held)
     return call, static
 
 

@@ -223,12 +223,11 @@ class CachedTransform:
         return tuple(parts)
 
     def _static_positions(self, nargs: int) -> tuple[int, ...] | None:
-        """The static argument positions for `nargs` positional arguments (None: one is out
-        of range, which `split_args` reports)."""
+        """The static argument positions among `nargs` positional arguments (one not given
+        takes its default, the same on every call: split_args reports one out of range)."""
         if nargs not in self._static_at:
-            ok = all(-nargs <= i < nargs for i in self.static_argnums)
-            self._static_at[nargs] = (tuple(sorted({i % nargs for i in self.static_argnums}))
-                                      if ok else None)
+            self._static_at[nargs] = tuple(sorted({i % nargs for i in self.static_argnums
+                                                   if -nargs <= i < nargs}))
         return self._static_at[nargs]
 
     def _call_slow(self, args: tuple, kwargs: dict, fast_key: tuple | None) -> Any:
