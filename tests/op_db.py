@@ -832,6 +832,14 @@ row("cov_one_variable", lambda x: (np.cov(x), np.cov(x, x ** 2),
     shapes=(((1, 4),), ((4,),)), covers=(np.cov, np.corrcoef))
 row("corrcoef", lambda x, y: (np.corrcoef(x), np.corrcoef(x, rowvar=False), np.corrcoef(y, y ** 2)),
     shapes=(((3, 4), (4,)), ((4, 4), (4,)), ((2, 3), (3,))), covers=(np.corrcoef,))
+row("bincount", lambda w: (np.bincount(np.array([0, 2, 2, 1, 4, 0])[:w.shape[0]], weights=w),
+                           np.bincount(np.array([3, 0, 3, 1, 0, 2])[:w.shape[0]], w, 7)),
+    shapes=(((6,),), ((3,),), ((1,),)), covers=(np.bincount,))
+row("digitize", lambda x: (np.digitize(x, np.array([-1.0, 0.0, 0.5])),
+                           np.digitize(x, np.array([0.5, 0.0, -1.0]), right=True),
+                           np.digitize(x, np.array([-1.0, 0.0, 0.5]), right=True),
+                           np.digitize(x, np.zeros(3)), np.digitize(x, np.zeros(0))),
+    shapes=(((5,),), ((3, 3),), ((),)), diff=False, covers=(np.digitize,))
 row("select", lambda x, y: np.select([x > 0.5, x < -0.5], [x * 2, y], default=-1.0),
     shapes=(((2, 3), (3,)), ((3, 3), (3, 1)), ((), ())), domain=NONZERO, covers=(np.select,))
 row("select_default_int", lambda x: np.select([x > 0], [x]), domain=NONZERO,

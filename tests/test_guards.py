@@ -126,6 +126,38 @@ def test_int_of_data_and_an_outside_table_indexed_by_a_traced_int():
         np.testing.assert_allclose(tj.grad(f)(x), want)
 
 
+def test_bincount_of_traced_labels_is_guarded_on_their_range():
+    """np.bincount's length is max(labels) + 1, a value of the call: one program while the
+    range holds, another where it grows; negative labels are numpy's error."""
+    def per_class(w, labels):
+        return np.sum(np.bincount(labels, weights=w) ** 2)
+    w = np.array([0.5, -1.0, 2.0, 1.5])
+    g = tj.grad(per_class)
+    for labels in ([0, 1, 1, 2], [2, 0, 1, 0], [0, 3, 3, 1]):
+        labels = np.array(labels)
+        np.testing.assert_allclose(g(w, labels), 2 * np.bincount(labels, weights=w)[labels])
+    assert g.cache_info()["programs"] == 2
+    with pytest.raises(tj.ArgumentError, match="no negative elements"):
+        g(w, np.array([0, -1, 1, 2]))
+    counts = tj.jit(lambda x: np.bincount((np.abs(x) * 2).astype(int)))   # traced labels
+    for x in (w, w[::-1] * 2):
+        np.testing.assert_array_equal(counts(x), np.bincount((np.abs(x) * 2).astype(int)))
+
+
+def test_digitize_in_traced_bins_is_guarded_on_their_direction():
+    """Whether traced bins increase or decrease is a value of the call (numpy's monotonicity
+    check): a program for each direction; bins that do neither are numpy's error."""
+    def f(x, bins):
+        return np.digitize(x, bins) * x
+    x = np.array([-2.0, 0.3, 0.0, 1.7, 3.0])
+    g = tj.jit(f)
+    for bins in ([-1.0, 0.0, 1.0], [2.0, 0.3, -1.0], [-1.0, 0.5, 2.0], [0.0, 0.0, 0.0]):
+        np.testing.assert_allclose(g(x, np.array(bins)), f(x, np.array(bins)))
+    assert g.cache_info()["programs"] == 2
+    with pytest.raises(tj.ArgumentError, match="monotonically increasing or decreasing"):
+        g(x, np.array([0.0, 2.0, 1.0]))
+
+
 def test_round_as_on_numpys_scalars():
     """round(x, n) is np.round (traced, zero derivative); round(x) is the int it rounds to,
     guarded like int() (half to even, as Python's round of a numpy float); a format spec

@@ -1,6 +1,6 @@
 """numpy's numerical routines as compositions of primitives: interp convolve correlate polyval
 polyder polyadd polysub polymul vander kron trapezoid ediff1d ptp select cumulative_sum
-cumulative_prod isclose allclose cov corrcoef.
+cumulative_prod isclose allclose cov corrcoef bincount digitize.
 
 Each follows numpy's own definition (result dtype, modes, edge values) so that it is
 differentiable in every traced operand: `interp` in x, fp and xp (as JAX's jnp.interp),
@@ -266,6 +266,49 @@ def corrcoef(x: Any, y: Any = None, rowvar: bool = True, *, dtype: Any = None) -
         return c / c
     deviation = np.sqrt(np.diagonal(c))
     return np.clip(c / deviation[:, None] / deviation[None, :], -1, 1)
+
+
+@implements(np.bincount)
+def bincount(x: Any, weights: Any = None, minlength: Any = 0) -> Any:
+    """How often each value of the non-negative ints `x` occurs (int64), or the sum of its
+    `weights` (float64, as numpy's), for 0 to max(x) at least: max(x) and min(x) >= 0 are
+    values of the call, so the program is guarded on them (one program while they hold)."""
+    x = asarray(x)
+    if x.ndim != 1 or x.dtype.kind not in "biu":
+        raise DtypeError(at_source(f"numpy.bincount: x must be 1-d non-negative integers, got "
+                                   f"{x.dtype} of shape {x.shape}", user_source()))
+    if operator.index(minlength) < 0:
+        raise user_error("numpy.bincount: 'minlength' must not be negative")
+    if not x.shape[0]:
+        return np.zeros(operator.index(minlength), np.int64)     # (numpy's, weights or not)
+    if int(np.min(x)) < 0:
+        raise user_error("numpy.bincount: 'list' argument must have no negative elements")
+    length = max(int(np.max(x)) + 1, operator.index(minlength))
+    if weights is None:
+        weights = L.broadcast_in_dim(np.ones((), np.int64), shape=x.shape, dims=())
+    elif np.shape(weights) == x.shape:
+        weights = cast(asarray(weights), np.dtype(np.float64))
+    else:
+        raise user_error(f"numpy.bincount: the weights ({np.shape(weights)}) and list "
+                         f"({x.shape}) don't have the same length")
+    zeros = L.broadcast_in_dim(np.zeros((), weights.dtype), shape=(length,), dims=())
+    return I.scatter_add(lift(zeros), cast(x, np.dtype(np.int64)), lift(weights), axis=0)
+
+
+@implements(np.digitize)
+def digitize(x: Any, bins: Any, right: bool = False) -> Any:
+    """The bin of each x: numpy's searchsorted in increasing bins (side "left" with `right`),
+    counted from the end in decreasing ones (which way traced bins go is a value of the call:
+    the program is guarded on it)."""
+    bins = asarray(bins)
+    if bins.ndim != 1:
+        raise user_error("numpy.digitize: bins must be one-dimensional")
+    side = "left" if right else "right"
+    if bins.shape[0] < 2 or bool(np.all(bins[1:] >= bins[:-1])):
+        return np.searchsorted(bins, x, side=side)
+    if not bool(np.all(bins[1:] <= bins[:-1])):
+        raise user_error("numpy.digitize: bins must be monotonically increasing or decreasing")
+    return bins.shape[0] - np.searchsorted(flip(bins, 0), x, side=side)
 
 
 if hasattr(np, "cumulative_sum"):        # numpy >= 2.1
