@@ -203,6 +203,8 @@ def static_argnums_of(fn: Callable[..., Any], static_argnums: int | Sequence[int
     against `fn`'s signature."""
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    if not nums and not names:
+        return ()
     positional, varargs, kinds = _positional(fn)
     for i in nums:
         if varargs is None and not -len(positional) <= i < len(positional):

@@ -49,7 +49,8 @@ from .traced import collecting_rerolls
 from ..recording import collecting_assignments, collecting_guards
 from ..trace import current_trace, open_traces
 from . import pickling, sharing
-from .arguments import SIGNATURE_FIX, CacheKey, fn_name, miss_reason, refuse_aliasing
+from .arguments import (SIGNATURE_FIX, CacheKey, fn_name, miss_reason, refuse_aliasing,
+                        static_argnums_of)
 from .builder import build
 from .first_call import Pending, compile_and_run, start
 from .record import Specialization, Transform, VariantKey
@@ -99,8 +100,7 @@ class CachedTransform:
         self.record, self.transform = record, name
         check_backend(backend)
         self.fn, self.backend = fn, backend
-        self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
-                               else tuple(static_argnums))
+        self.static_argnums = static_argnums_of(fn, static_argnums, ())
         self.has_aux = False        # fn returns (out, aux): an option of some records
         self.__dict__.update(options)
         self._fresh()
@@ -196,15 +196,13 @@ class CachedTransform:
                         return finish(fn(*args, *tail))
                     except (OverflowError, MemoryError, SystemError, ValueError) as err:
                         if isinstance(err, TapejitError):
-                            raise       # (below: an int beyond int64, numba's failed allocation:
-                        fast_key = None     # the slow path's split_args, Compiled say so)
+                            raise   # (below: an int beyond int64, a failed allocation, numba's
+                        fast_key = None  # LinAlgError: split_args, Compiled name them)
         return self._call_slow(args, kwargs, fast_key)
 
     def _fast_key_static(self, args: tuple) -> tuple | None:
         """`_call`'s fast key when some arguments are static: their values are part of it."""
         static = self._static_positions(len(args))
-        if static is None:
-            return None
         parts: list[Any] = []
         for i, a in enumerate(args):
             t = type(a)
@@ -222,9 +220,9 @@ class CachedTransform:
                 return None
         return tuple(parts)
 
-    def _static_positions(self, nargs: int) -> tuple[int, ...] | None:
+    def _static_positions(self, nargs: int) -> tuple[int, ...]:
         """The static argument positions among `nargs` positional arguments (one not given
-        takes its default, the same on every call: split_args reports one out of range)."""
+        takes its default, the same on every call)."""
         if nargs not in self._static_at:
             self._static_at[nargs] = tuple(sorted({i % nargs for i in self.static_argnums
                                                    if -nargs <= i < nargs}))
