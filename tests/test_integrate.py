@@ -1,7 +1,7 @@
 """tj.odeint (tapejit/integrate.py): solutions against scipy.integrate.odeint and exact ones,
 gradients (adjoint method) against central finite differences of scipy's solution in float64
 (y0, args, both ends of t, a value the dynamics capture), a pytree state, scipy.integrate.odeint
-routed to it inside traced code, and the errors for bad input. Few programs: each is called
+and solve_ivp routed to it inside traced code, and the errors for bad input. Few programs: each is called
 twice with different inputs (conftest checks every compiled call against the interpreter), and
 one test runs on the interpreter alone.
 """
@@ -188,3 +188,54 @@ def test_grad_of_grad_differentiates_the_adjoint(k):
 def test_a_second_derivative_through_the_adjoints_loops_is_refused():
     with pytest.raises(tj.UnsupportedOperationError, match="second derivative through a loop"):
         tj.hessian(lambda y0: np.sum(tj.odeint(lambda y, t: -y * y, y0, T)[-1]))(np.ones(1))
+
+
+# ---- scipy.integrate.solve_ivp -----------------------------------------------------------------
+def lv_ivp(t, y, a, b):
+    return lotka_volterra(y, t, a, b)
+
+
+def ivp_reference(y0, a, t_eval, tol=1e-11):
+    return scipy.integrate.solve_ivp(lv_ivp, (0.0, 4.0), y0, t_eval=t_eval, args=(a, 0.4),
+                                     rtol=tol, atol=tol)
+
+
+def ivp_loss(y0, a):
+    """As users call it after `import tapejit` (`from scipy.integrate import solve_ivp`):
+    `fun(t, y, *args)`, the states by row, t_eval after t_span[0]."""
+    from scipy.integrate import solve_ivp
+    sol = solve_ivp(lv_ivp, (0.0, 4.0), y0, t_eval=T[2:], args=(a, 0.4), rtol=1e-10,
+                    atol=1e-10, method="LSODA")
+    return np.sum(sol.y ** 2), (sol.y, sol.t, sol.success)
+
+
+ivp_grad = tj.value_and_grad(ivp_loss, argnums=(0, 1), has_aux=True)
+
+
+@pytest.mark.parametrize("a", [1.1, 0.9])
+def test_solve_ivp_matches_scipy_and_finite_differences(a):
+    (value, (y, t, success)), (g_y0, g_a) = ivp_grad(Y0, a)
+    want = ivp_reference(Y0, a, T[2:])
+    np.testing.assert_allclose(y, want.y, rtol=1e-7)
+    assert y.shape == (2, len(T) - 2) and np.array_equal(t, T[2:]) and success
+    ref = lambda y0, a: np.sum(ivp_reference(y0, a, T[2:]).y ** 2)    # noqa: E731
+    np.testing.assert_allclose(g_y0, central(lambda v: ref(v, a), Y0), rtol=1e-5)
+    assert g_a == pytest.approx(central(lambda v: ref(Y0, v), a), rel=1e-5)
+
+
+def test_solve_ivp_from_t_span_start_on_the_interpreter_and_its_errors():
+    solve = tj.jit(lambda y0: scipy.integrate.solve_ivp(lv_ivp, (0.0, 4.0), y0, t_eval=T,
+                                                        args=(1.1, 0.4), rtol=1e-10,
+                                                        atol=1e-10).y, backend="interpret")
+    np.testing.assert_allclose(solve(Y0), ivp_reference(Y0, 1.1, T).y, rtol=1e-7)
+    for kwargs, error, words in [
+            ({}, tj.UnsupportedOperationError, "t_eval=None"),
+            ({"t_eval": T, "events": lambda t, y: y[0]}, tj.UnsupportedOperationError, "events"),
+            ({"t_eval": T, "dense_output": True}, tj.UnsupportedOperationError, "dense_output"),
+            ({"t_eval": T + 5.0}, tj.ArgumentError, "t_eval inside t_span")]:
+        with pytest.raises(error, match=words) as info:
+            _traced(lambda a: scipy.integrate.solve_ivp(lv_ivp, (0.0, 4.0), Y0,
+                                                        args=(a, 0.4), **kwargs).y)
+        assert "test_integrate.py" in str(info.value)
+    outside = scipy.integrate.solve_ivp(lv_ivp, (0.0, 4.0), Y0, args=(1.1, 0.4))
+    assert outside.success and outside.y.shape[0] == 2         # scipy's own, its own times

@@ -28,8 +28,8 @@ from .control.subtapes import close
 from .custom import custom_vjp
 from .errors import (ArgumentError, DtypeError, ShapeError, UnsupportedOperationError, at_source,
                      user_source)
-from .guards import ON_FIRST_OPEN
 from .interpret import inline
+from .numpy_api.on_import import on_import
 from .pytree import flatten, unflatten
 from .trace import Tracer, current_trace
 
@@ -284,8 +284,9 @@ def odeint(func: Callable, y0: Any, t: Any, *args: Any, rtol: float = 1.4e-8,
                             for a, b, leaf in zip(sizes[:-1], sizes[1:], y_leaves)])
 
 
-# ---- scipy.integrate.odeint on traced values -------------------------------------------------
+# ---- scipy.integrate.odeint and solve_ivp on traced values ----------------------------------
 _SCIPY_OPTIONS = ("rtol", "atol", "mxstep", "hmax")
+_IVP_OPTIONS = ("rtol", "atol", "max_step", "first_step")
 
 
 def scipy_odeint(original: Callable, func: Callable, y0: Any, t: Any, args: tuple = (),
@@ -305,15 +306,64 @@ def scipy_odeint(original: Callable, func: Callable, y0: Any, t: Any, args: tupl
     return odeint(func, y0, t, *args, **{"rtol": 1.49012e-8, "atol": 1.49012e-8, **given})
 
 
-def _install() -> None:
-    """Route scipy.integrate.odeint through `scipy_odeint`, once scipy.integrate is imported."""
-    module = sys.modules.get("scipy.integrate")
-    original = getattr(module, "odeint", None)
-    if original is not None and not getattr(original, "_tapejit", False):
-        routed = functools.wraps(original)(functools.partial(scipy_odeint, original))
-        routed._tapejit = True      # type: ignore[attr-defined]
-        module.odeint = routed
+def scipy_solve_ivp(original: Callable, fun: Callable, t_span: Any, y0: Any,
+                    method: Any = "RK45", t_eval: Any = None, dense_output: bool = False,
+                    events: Any = None, vectorized: bool = False, args: Any = None,
+                    **options: Any) -> Any:
+    """`original` (scipy's solve_ivp) outside traces; inside one, `odeint`'s solver from
+    t_span[0] to each time of `t_eval` (which it needs: the times scipy would pick depend on
+    the values), with scipy's rtol, atol and max_step, for any `method` (every one returns
+    the solution within those tolerances). `success` is a traced bool: no NaN in `y`."""
+    if current_trace() is None:
+        return original(fun, t_span, y0, method, t_eval, dense_output, events, vectorized,
+                        args, **options)
+    src = user_source()
+    unknown = sorted(set(options) - set(_IVP_OPTIONS))
+    if dense_output or events is not None or unknown or t_eval is None:
+        what = ("t_eval=None (the times it would choose depend on the values: pass the times "
+                "you want, e.g. t_eval=np.linspace(t0, t1, 50))" if t_eval is None else
+                "dense_output=True" if dense_output else "events=" if events is not None
+                else f"the options {unknown}")
+        raise UnsupportedOperationError(at_source(
+            f"scipy.integrate.solve_ivp: {what} is not supported inside traced code (t_eval, "
+            f"args, rtol, atol, max_step are), or call tj.odeint", src))
+    t0, t1 = t_span
+    times = _float(_array(t_eval, "t_eval", src))
+    if not any(isinstance(v, Tracer) for v in (t0, t1, times)):
+        if not t1 > t0 or times.ndim != 1 or not (t0 <= times.min() and times.max() <= t1):
+            raise ArgumentError(at_source(
+                f"scipy.integrate.solve_ivp: t_span={tuple(t_span)} and t_eval must run "
+                f"forward, t_eval inside t_span (traced code integrates forward only)", src))
+    start = times[0] == t0 if not isinstance(times, Tracer) and not isinstance(t0, Tracer) \
+        else False
+    ts = times if start else np.concatenate([np.reshape(np.asarray(t0, times.dtype)
+                                                        if not isinstance(t0, Tracer) else t0,
+                                                        (1,)), times])
+    if np.ndim(y0) != 1:
+        raise ShapeError(at_source(f"scipy.integrate.solve_ivp: y0 of shape {np.shape(y0)} "
+                                   f"is not 1-D", src))
+    hmax = options.get("max_step", np.inf)
+    ys = odeint(lambda y, t, *a: fun(t, y, *a), y0, ts,
+                *(() if args is None else args if isinstance(args, tuple) else (args,)),
+                rtol=options.get("rtol", 1e-3), atol=options.get("atol", 1e-6), hmax=hmax)
+    y = np.transpose(ys if start else ys[1:])
+    finished = np.all(np.isfinite(y))
+    result = getattr(sys.modules.get("scipy.integrate._ivp.ivp"), "OdeResult", dict)
+    return result(t=times, y=y, sol=None, t_events=None, y_events=None, nfev=0, njev=0, nlu=0,
+                  status=np.where(finished, 0, -1), success=finished,
+                  message="tapejit's Dormand-Prince solver in a traced function: success "
+                          "is False where an interval gave NaN")
 
 
-ON_FIRST_OPEN.append(_install)
-_install()
+def _install(module: Any) -> None:
+    """Route scipy.integrate's odeint and solve_ivp through this module's, as it is imported
+    (`from scipy.integrate import solve_ivp` after `import tapejit` gets them)."""
+    for name, routed in (("odeint", scipy_odeint), ("solve_ivp", scipy_solve_ivp)):
+        original = getattr(module, name, None)
+        if original is not None and not getattr(original, "_tapejit", False):
+            wrapper = functools.wraps(original)(functools.partial(routed, original))
+            wrapper._tapejit = True      # type: ignore[attr-defined]
+            setattr(module, name, wrapper)
+
+
+on_import("scipy.integrate", _install)
