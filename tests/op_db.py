@@ -140,6 +140,8 @@ BINARY = [
     (np.power, E.pow_, [POS, REAL], True), (np.arctan2, E.atan2, [NONZERO, REAL], True),
     (np.remainder, E.rem, [Domain(0.1, 5.0), Domain(0.7, 2.0)], True),
     (np.floor_divide, E.floor_div, [Domain(0.1, 5.0), Domain(0.7, 2.0)], False),
+    (np.fmod, E.fmod, [Domain(0.1, 5.0, both_signs=True), Domain(0.7, 2.0, both_signs=True)],
+     True),
     (np.hypot, None, NONZERO, True), (np.logaddexp, None, REAL, True),
     (np.logaddexp2, None, REAL, True),
 ]

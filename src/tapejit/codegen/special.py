@@ -1,6 +1,6 @@
 """Scalar special functions for compiled code: digamma, polygamma (Hurwitz zeta), erfinv, ndtr
-and log_ndtr on float64 (float32 operands are computed in float64 and rounded once); and
-numpy's float floor division and remainder, in the operands' own dtype.
+and log_ndtr on float64 (float32 operands are computed in float64 and rounded once); numpy's
+float floor division and remainder, in the operands' own dtype; numpy's integer fmod.
 
 ops/special.py's scalar templates call them as `tj_special.digamma(x)`, ...: generated CPU
 modules read this module as the global `tj_special`; CUDA kernels reach them through
@@ -16,7 +16,9 @@ cuda_math.py. The interpreter runs scipy.special's ufuncs, whose algorithms thes
   ndtr below -20);
 - floor_divide and remainder: numpy's divmod of floats (fmod, then the quotient of the exact
   difference, rounded), which numba's np.floor_divide does not follow at infinities (-1 // inf
-  is -1.0, inf // 3 is nan) nor remainder at signed zeros (0.0 % -3.0 is -0.0).
+  is -1.0, inf // 3 is nan) nor remainder at signed zeros (0.0 % -3.0 is -0.0);
+- fmod of integers, which numba's np.fmod gets wrong for negative operands (-7 fmod 2 is -1;
+  numba's gives 1).
 Errors against scipy, in ulp, are measured by tests/test_special.py and listed in docs/api.md.
 """
 from __future__ import annotations
@@ -284,3 +286,15 @@ def floor_divide(a, b):
 def remainder(a, b):
     """numpy's remainder of floats."""
     return np.fmod(a, b) if not b else _divmod(a, b)[1]
+
+
+@_jit
+def fmod(a, b):
+    """numpy's fmod of integers: the remainder of the division rounded toward 0, of a's sign;
+    0 where b is 0 (numpy warns) or -1 (the most negative int over -1 overflows)."""
+    if b == 0 or b == -1:
+        return a - a
+    r = a % b
+    if r != 0 and (r < 0) != (a < 0):
+        r -= b
+    return r

@@ -179,6 +179,14 @@ rem = binary("rem", np.remainder, _numpy_divmod("remainder"),
 floor_div = binary("floor_div", np.floor_divide, _numpy_divmod("floor_divide"), zero_vjp,
                    cuda_scalar=ByKind("({0} / {1} if {1} == 0 else tjm.rint{f}(({0} - "
                                       + _REM + ") / {1}))", "({0} // {1})"))
+# C's fmod (the dividend's sign, exact): numba's np.fmod for floats; for integers, whose
+# numba's is not numpy's (-7 fmod 2 gave 1), codegen/special.py's (0 for a divisor 0 or -1)
+_FMOD_INT = ("(0 * {0} if {1} == 0 or {1} == -1 else ({0} % {1}) - {1} if ({0} % {1}) != 0 "
+             "and (({0} % {1}) < 0) != ({0} < 0) else ({0} % {1}))")
+fmod = binary("fmod", np.fmod, lambda eqn: "np.fmod({0}, {1})" if eqn.ins[0].aval.dtype.kind
+              == "f" else f"{SPECIAL_GLOBAL}.fmod({{0}}, {{1}})",
+              lambda ct, y, a, b: (ct, -ct * trunc(a / b)),               # a - b trunc(a/b)
+              cuda_scalar=ByKind("math.fmod({0}, {1})", _FMOD_INT))
 
 
 def _max_vjp(ct, y, a, b):
