@@ -113,6 +113,27 @@ def test_fmod_compiled_is_numpys_for_integers_and_edge_floats():
             assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
+def test_sign_of_unsigned_ints_and_hypot_at_extreme_magnitudes():
+    """np.sign of an unsigned int of the top bit set (numba's np.sign gave 255 for a uint8
+    255); np.hypot where a square would overflow or underflow (it gave inf and 0 for 1e200
+    and 1e-200, compiled and interpreted), of infinities beside NaN, of float16 from uint8
+    (255, 255 gave inf on the interpreter); and hypot's gradient a/h, b/h."""
+    u = np.array([255, 128, 127, 1, 0], np.uint8)
+    for x in (u, u.astype(np.uint64) << np.uint64(56)):
+        np.testing.assert_array_equal(tj.jit(np.sign)(x), np.sign(x))
+    a = np.array([1e200, 1e-200, 3.0, 0.0, np.inf, np.nan, -np.inf, 5e-324, 1e308])
+    b = np.array([1e200, 1e-200, -4.0, -0.0, np.nan, np.inf, 2.0, 5e-324, 1e308])
+    for backend in ("numba", "interpret"):
+        np.testing.assert_allclose(tj.jit(np.hypot, backend=backend)(a, b), np.hypot(a, b),
+                                   rtol=4e-16)
+    small = np.array([255, 3], np.uint8)     # float16, which numba does not compile
+    np.testing.assert_array_equal(tj.jit(np.hypot, backend="interpret")(small, small),
+                                  np.hypot(small, small))
+    g = tj.grad(lambda a, b: np.sum(np.hypot(a, b)), argnums=(0, 1))(np.array([3.0, -1e200]),
+                                                                      np.array([4.0, 1e200]))
+    np.testing.assert_allclose(g, [[0.6, -0.5 ** 0.5], [0.8, 0.5 ** 0.5]], rtol=1e-15)
+
+
 def test_one_hot_cross_entropy_compiled():
     """np.eye(k)[labels] inside a compiled loss: labels are an argument (a new batch of labels
     reuses the program), the gradient is softmax minus the one-hot rows."""

@@ -108,7 +108,20 @@ ufunc_rule(np.deg2rad, lambda x: E.mul(x, math.pi / 180))
 ufunc_rule(np.rad2deg, lambda x: E.mul(x, 180 / math.pi))
 ufunc_rule(np.radians, lambda x: E.mul(x, math.pi / 180))             # = deg2rad
 ufunc_rule(np.degrees, lambda x: E.mul(x, 180 / math.pi))             # = rad2deg
-ufunc_rule(np.hypot, lambda a, b: E.sqrt(E.add(E.mul(a, a), E.mul(b, b))))
+
+
+def _hypot(a: Any, b: Any) -> Any:
+    """sqrt(a^2 + b^2) as the larger of |a|, |b| times sqrt(1 + ratio^2), so that no square
+    overflows or underflows (hypot(1e200, 1e200) was inf); infinite where either is, NaN
+    beside it included, as C's hypot."""
+    x, y = E.abs_(a), E.abs_(b)
+    big, small = E.max_(x, y), E.min_(x, y)
+    ratio = E.div(small, E.select(E.eq(big, 0), 1, big))
+    return E.select(E.or_(E.eq(x, math.inf), E.eq(y, math.inf)), math.inf,
+                    E.mul(big, E.sqrt(E.add(1, E.mul(ratio, ratio)))))
+
+
+ufunc_rule(np.hypot, _hypot)
 
 
 def _log_sum_exp(a: Any, b: Any, exp: Callable[[Any], Any], expm1: Callable[[Any], Any]

@@ -130,7 +130,9 @@ atanh = unary("atanh", np.arctanh, "math.atanh({0})",
 abs_ = unary("abs", np.abs, "abs({0})", cheap=True, ufuncs=(np.absolute, np.fabs),
              vjp=lambda ct, y, x: (ct * sign(x),))                       # d|x| = sign(x) dx
 # piecewise-constant: zero gradient wherever defined
-sign = unary("sign", np.sign, "np.sign({0})", zero_vjp, cuda_scalar=ByKind(   # NaN stays NaN
+# (numba's np.sign of an unsigned int >= 2**(bits-1) gave its -1: 255 for a uint8 255)
+sign = unary("sign", np.sign, lambda eqn: "{out}({0} > 0)" if eqn.ins[0].aval.dtype.kind == "u"
+             else "np.sign({0})", zero_vjp, cuda_scalar=ByKind(            # NaN stays NaN
     "(({dtype}({0} > 0) - {dtype}({0} < 0)) if {0} == {0} else {0})",
     "({dtype}({0} > 0) - {dtype}({0} < 0))"))
 floor = unary("floor", np.floor, "np.floor({0})", zero_vjp, cuda_scalar=_libdevice("floor"))
