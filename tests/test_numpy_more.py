@@ -113,7 +113,7 @@ def test_fmod_compiled_is_numpys_for_integers_and_edge_floats():
             assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
-def test_sign_of_unsigned_ints_and_hypot_at_extreme_magnitudes():
+def test_sign_of_unsigned_ints_hypot_and_logaddexp2_at_extreme_magnitudes():
     """np.sign of an unsigned int of the top bit set (numba's np.sign gave 255 for a uint8
     255); np.hypot where a square would overflow or underflow (it gave inf and 0 for 1e200
     and 1e-200, compiled and interpreted), of infinities beside NaN, of float16 from uint8
@@ -132,6 +132,10 @@ def test_sign_of_unsigned_ints_and_hypot_at_extreme_magnitudes():
     g = tj.grad(lambda a, b: np.sum(np.hypot(a, b)), argnums=(0, 1))(np.array([3.0, -1e200]),
                                                                       np.array([4.0, 1e200]))
     np.testing.assert_allclose(g, [[0.6, -0.5 ** 0.5], [0.8, 0.5 ** 0.5]], rtol=1e-15)
+    # logaddexp2 far apart: 2**d, not exp(d ln 2) (150 ulp from numpy's at d = -750)
+    far = np.array([-750.0, -1000.0, -40.0, 3.0])
+    np.testing.assert_allclose(tj.jit(np.logaddexp2)(far, np.zeros(4)),
+                               np.logaddexp2(far, np.zeros(4)), rtol=1e-15)
 
 
 def test_one_hot_cross_entropy_compiled():
