@@ -138,6 +138,27 @@ def test_sign_of_unsigned_ints_hypot_and_logaddexp2_at_extreme_magnitudes():
                                np.logaddexp2(far, np.zeros(4)), rtol=1e-15)
 
 
+def test_empty_axes_and_too_few_degrees_of_freedom_as_numpy():
+    """np.max/np.min of an empty axis is numpy's error at the user's line on every backend
+    (compiled code gave -inf); with initial= it is initial (the interpreter raised); np.var
+    and np.std with ddof >= n divide by zero as numpy does (they gave negative variances)."""
+    empty = np.zeros((0, 3))
+    for backend in ("numba", "interpret"):
+        with pytest.raises(ShapeError, match="zero-size array to reduction operation maximum"
+                           ) as err:
+            tj.jit(lambda x: np.max(x, axis=0), backend=backend)(empty)
+        assert "test_numpy_more.py" in str(err.value) and isinstance(err.value, ValueError)
+        np.testing.assert_array_equal(
+            tj.jit(lambda x: np.min(x, axis=0, initial=2.5), backend=backend)(empty),
+            np.full(3, 2.5))
+    x = np.array([[1.0, 2.0], [3.0, 5.0]])
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for ddof in (1, 2, 3):
+            for f in (lambda x: np.var(x, axis=0, ddof=ddof), lambda x: np.std(x, ddof=ddof)):
+                np.testing.assert_array_equal(tj.jit(f)(x), f(x))
+
+
 def test_one_hot_cross_entropy_compiled():
     """np.eye(k)[labels] inside a compiled loss: labels are an argument (a new batch of labels
     reuses the program), the gradient is softmax minus the one-hot rows."""

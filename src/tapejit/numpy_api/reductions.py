@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..avals import dtype_name
-from ..errors import ArgumentError, UnsupportedOperationError, at_source, user_source
+from ..errors import ArgumentError, ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..ops import layout as L
 from ..ops import reduce as R
@@ -83,6 +83,12 @@ def _extremum(prim: Any, name: str, x: Any, axis: Any, keepdims: bool, initial: 
             user_source()))
     x = asarray(x)
     if initial is None:
+        empty = [a for a in normalize_axes(axis, x.ndim, f"numpy.{name}") if x.shape[a] == 0]
+        if empty:       # (numpy's ValueError; compiled code gave the identity, -inf for max)
+            raise ShapeError(at_source(
+                f"numpy.{name}: zero-size array to reduction operation {name}imum which has no "
+                f"identity (axis {empty[0]} of shape {x.shape}): pass initial= to reduce an "
+                f"empty axis", user_source()))
         return _reduction(prim, name, x, axis, keepdims, None)
     initial = cast(initial, x.dtype)
     out = _reduction(prim, name, _masked(x, where, initial), axis, keepdims, None)
@@ -159,8 +165,8 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
     ddof = correction if correction is not None else ddof
     axes = normalize_axes(axis, x.ndim, "numpy.var")
     centred = x - _mean(x, axis=axes, dtype=dtype, keepdims=True)
-    n = _count(x, axes, centred.dtype)
-    return sum(centred * centred, axis=axes, keepdims=keepdims) / (n - ddof)
+    n = _count(x, axes, centred.dtype)          # no fewer than 0 degrees of freedom, as numpy
+    return sum(centred * centred, axis=axes, keepdims=keepdims) / np.maximum(n - ddof, 0)
 
 
 @implements(np.std)

@@ -27,16 +27,25 @@ def _extremum_vjp(ct, y, x, *, axes):
     return (expand(ct / count, x, axes) * mask,)
 
 
-def _extremum(fn, bools):
-    """np.max/np.min, and for bools np.any/np.all (which have an identity: empty arrays)."""
-    return lambda x, *, axes: (bools if x.dtype == np.bool_ else fn)(x, axis=axes)
+def _extremum(fn, bools, lowest: bool):
+    """np.max/np.min, whose empty axes give the reduction's identity (as compiled code does:
+    -inf for max, the dtype's least int; numpy's refusal is tracing's), and for bools
+    np.any/np.all."""
+    def impl(x, *, axes):
+        if x.dtype == np.bool_:
+            return bools(x, axis=axes)
+        limits = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
+        edge = (-np.inf if lowest else np.inf) if x.dtype.kind == "f" else \
+            (limits.min if lowest else limits.max)
+        return fn(x, axis=axes, initial=edge)
+    return impl
 
 
-reduce_max = defop("reduce_max", Kind.REDUCE, _extremum(np.max, np.any),
+reduce_max = defop("reduce_max", Kind.REDUCE, _extremum(np.max, np.any, True),
                    shape=reduced_shape("reduce_max"), vjp=_extremum_vjp, view=SQUEEZE,
                    reduction=Reduction(-np.inf, "np.maximum({0}, {1})", "({0} or {1})"),
                    batch=batch_axes)
-reduce_min = defop("reduce_min", Kind.REDUCE, _extremum(np.min, np.all),
+reduce_min = defop("reduce_min", Kind.REDUCE, _extremum(np.min, np.all, False),
                    shape=reduced_shape("reduce_min"), vjp=_extremum_vjp, view=SQUEEZE,
                    reduction=Reduction(np.inf, "np.minimum({0}, {1})", "({0} and {1})"),
                    batch=batch_axes)
