@@ -34,10 +34,10 @@ def _extremum(fn, bools, lowest: bool):
     def impl(x, *, axes):
         if x.dtype == np.bool_:
             return bools(x, axis=axes)
-        limits = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
-        edge = (-np.inf if lowest else np.inf) if x.dtype.kind == "f" else \
-            (limits.min if lowest else limits.max)
-        return fn(x, axis=axes, initial=edge)
+        if x.dtype.kind == "f":
+            return fn(x, axis=axes, initial=-np.inf if lowest else np.inf)
+        limits = np.iinfo(x.dtype)
+        return fn(x, axis=axes, initial=limits.min if lowest else limits.max)
     return impl
 
 
