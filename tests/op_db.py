@@ -639,6 +639,9 @@ def _iadd(x, v):
 
 row("setitem_iadd_operator", _iadd, shapes=(((4, 2), (2,)),),
     covers=("operator:__setitem__",))
+row("take_modes", lambda x: (np.take(x, np.array([7, -8, 2, -1]), mode="wrap"),
+                             np.take(x, np.array([7, -8, 2]), axis=-1, mode="clip")),
+    shapes=(((5,),), ((3, 4),), ((1, 1),)), covers=(np.take,))
 row("take", lambda x: np.take(x, np.array([[2, 0], [-1, 2]]), axis=1), shapes=CUBE,
     covers=(np.take,))
 row("take_flat", lambda x: np.take(x, [5, 1, 1]), shapes=MATRIX, covers=(np.take,))

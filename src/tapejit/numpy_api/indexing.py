@@ -309,7 +309,13 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     if dtype.kind not in "iu":    # numpy: a TypeError (cannot cast the indices safely to int64)
         raise DtypeError(at_source(f"numpy.take: indices must be integers, not {dtype}: convert "
                                    f"them with .astype(np.int64)", user_source()))
-    return I.take(lift(a), _normalized(indices, a.shape[ax], ax), axis=ax)
+    if mode not in ("raise", "wrap", "clip"):
+        raise UnsupportedOperationError(at_source(
+            f"numpy.take: mode={mode!r}, not 'raise', 'wrap' or 'clip'", user_source()))
+    n = a.shape[ax]         # (it ignored mode: 'wrap' and 'clip' raised for indices past n)
+    if mode != "raise" and n:
+        indices = np.mod(indices, n) if mode == "wrap" else np.clip(indices, 0, n - 1)
+    return I.take(lift(a), _normalized(indices, n, ax), axis=ax)
 
 
 @implements(np.take_along_axis)
