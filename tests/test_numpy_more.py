@@ -159,6 +159,17 @@ def test_empty_axes_and_too_few_degrees_of_freedom_as_numpy():
                 np.testing.assert_array_equal(tj.jit(f)(x), f(x))
 
 
+def test_out_arguments_are_refused_not_ignored():
+    """numpy writes into out=; a traced call cannot, so np.dot, np.outer, np.trace and
+    np.take refuse it at the user's line, as every other function does (they ignored it: the
+    buffer stayed as it was)."""
+    buf = np.zeros((2, 2))
+    for f in (lambda a: np.dot(a, a, out=buf), lambda a: np.outer(a[0], a[1], out=buf),
+              lambda a: np.trace(a, out=buf[0, 0:1]), lambda a: np.take(a, [0, 1], out=buf[0])):
+        with pytest.raises(UnsupportedOperationError, match="the argument out= is not supported"):
+            tj.jit(f)(np.eye(2))
+
+
 def test_one_hot_cross_entropy_compiled():
     """np.eye(k)[labels] inside a compiled loss: labels are an argument (a new batch of labels
     reuses the program), the gradient is softmax minus the one-hot rows."""

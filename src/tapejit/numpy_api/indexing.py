@@ -23,7 +23,7 @@ from ..ops import index as I
 from ..ops import layout as L
 from ..ops.sort import in_bounds
 from ..trace import METHOD_RULES, Tracer, View, as_view, rebind
-from . import asarray, cast, implements, lift, normalize_axis
+from . import asarray, cast, implements, lift, normalize_axis, reject
 from .shape import broadcast_to_shape, ravel, reshape
 
 _BOOL_MASK_HELP = (
@@ -301,6 +301,7 @@ METHOD_RULES["at"] = _at_method
 
 @implements(np.take)
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
+    reject("numpy.take", out=out)
     a = asarray(a)
     if axis is None:
         a, axis = ravel(a), 0

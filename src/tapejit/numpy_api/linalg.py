@@ -14,7 +14,7 @@ from ..ops import index as I
 from ..ops import layout as L
 from ..ops import linalg as LA
 from ..trace import UFUNC_RULES, Tracer
-from . import asarray, implements, lift, normalize_axis
+from . import asarray, implements, lift, normalize_axis, reject
 from .shape import broadcast_to_shape, in_common_dtype, moveaxis, ravel, reshape, stack
 from .reductions import sum as _sum
 
@@ -33,6 +33,7 @@ def _dot(a: Any, b: Any, ca: Sequence[int], cb: Sequence[int], ba: Sequence[int]
 
 @implements(np.dot)
 def dot(a: Any, b: Any, out: Any = None) -> Any:
+    reject("numpy.dot", out=out)
     a, b = in_common_dtype([a, b], "numpy.dot")
     if a.ndim == 0 or b.ndim == 0:
         return a * b
@@ -82,6 +83,7 @@ def vdot(a: Any, b: Any) -> Any:
 
 @implements(np.outer)
 def outer(a: Any, b: Any, out: Any = None) -> Any:
+    reject("numpy.outer", out=out)
     a, b = ravel(a), ravel(b)
     return reshape(a, (a.size, 1)) * reshape(b, (1, b.size))
 
@@ -254,6 +256,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
 @implements(np.trace)
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
           out: Any = None) -> Any:
+    reject("numpy.trace", out=out)
     return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
