@@ -109,14 +109,15 @@ def value_and_grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0,
     `backend`: "numba" (compiled; the default, or TAPEJIT_BACKEND), "interpret" (numpy) or
     "cuda".
     """
-    return _gradient(VALUE_AND_GRAD, fn, argnums, has_aux,
-                     static_argnums_of(fn, static_argnums, static_argnames), backend)
+    return _gradient(VALUE_AND_GRAD, fn, argnums, has_aux, static_argnums, backend,
+                     static_argnames)
 
 
 def _gradient(record: Transform, fn: Callable[..., Any], argnums: int | Sequence[int],
               has_aux: bool, static_argnums: int | Sequence[int], backend: str | None,
-              ) -> CachedTransform:
+              static_argnames: str | Sequence[str]) -> CachedTransform:
     return CachedTransform(record, fn, static_argnums, backend,
+                           static_argnames=static_argnames,
                            argnums=check_argnums(argnums, record.name), has_aux=has_aux,
                            grad_only=record is GRAD)
 
@@ -126,8 +127,7 @@ def grad(fn: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool
          static_argnames: str | Sequence[str] = ()) -> Callable[..., Any]:
     """The gradient of a scalar-valued `fn` with respect to its arguments `argnums`
     (`(grad, aux)` with has_aux)."""
-    vg = _gradient(GRAD, fn, argnums, has_aux,
-                   static_argnums_of(fn, static_argnums, static_argnames), backend)
+    vg = _gradient(GRAD, fn, argnums, has_aux, static_argnums, backend, static_argnames)
     call = vg._call
 
     @functools.wraps(fn)
@@ -157,8 +157,7 @@ def jit(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),
     `static_argnames`, by parameter name) make arguments part of the cache key (Python control
     flow may depend on them). Called inside another transform (`grad(jit(f))`) it inlines its
     tape; `jit(grad(f))` compiles the gradient program."""
-    return CachedTransform(JIT, fn, static_argnums_of(fn, static_argnums, static_argnames),
-                           backend)
+    return CachedTransform(JIT, fn, static_argnums, backend, static_argnames=static_argnames)
 
 
 def make_tape(fn: Callable[..., Any], static_argnums: int | Sequence[int] = (),

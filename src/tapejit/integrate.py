@@ -334,11 +334,8 @@ def scipy_solve_ivp(original: Callable, fun: Callable, t_span: Any, y0: Any,
             raise ArgumentError(at_source(
                 f"scipy.integrate.solve_ivp: t_span={tuple(t_span)} and t_eval must run "
                 f"forward, t_eval inside t_span (traced code integrates forward only)", src))
-    start = times[0] == t0 if not isinstance(times, Tracer) and not isinstance(t0, Tracer) \
-        else False
-    ts = times if start else np.concatenate([np.reshape(np.asarray(t0, times.dtype)
-                                                        if not isinstance(t0, Tracer) else t0,
-                                                        (1,)), times])
+    start = not isinstance(times, Tracer) and not isinstance(t0, Tracer) and times[0] == t0
+    ts = times if start else np.concatenate([np.reshape(t0, (1,)).astype(times.dtype), times])
     if np.ndim(y0) != 1:
         raise ShapeError(at_source(f"scipy.integrate.solve_ivp: y0 of shape {np.shape(y0)} "
                                    f"is not 1-D", src))

@@ -246,11 +246,12 @@ def cov(m: Any, y: Any = None, rowvar: bool = True, bias: bool = False, ddof: An
             raise user_error(f"numpy.cov: {name} has more than 2 dimensions")
     dtype = np.dtype(dtype or np.result_type(*(v.dtype for v in given), np.float64))
     rows = [cast(v, dtype) if v.ndim == 2 else reshape(cast(v, dtype), (1, -1)) for v in given]
-    x = rows[0] if rowvar or given[0].ndim == 1 else rows[0].T    # (numpy's tests, as written)
+    x = rows[0] if rowvar or given[0].ndim == 1 else rows[0].T    # (numpy: m by its ndim,
     if x.shape[0] == 0:
         return np.zeros((0, 0))
     if y is not None:
-        x = concatenate([x, rows[1] if rowvar or rows[1].shape[0] == 1 else rows[1].T], axis=0)
+        x = concatenate([x, rows[1] if rowvar or rows[1].shape[0] == 1 else rows[1].T],
+                        axis=0)                                    # y by its rows)
     dof = x.shape[1] - ((0 if bias else 1) if ddof is None else operator.index(ddof))
     if dof <= 0:
         warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)

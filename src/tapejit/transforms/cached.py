@@ -87,7 +87,8 @@ class CachedTransform:
 
     def __init__(self, record: Transform, fn: Callable[..., Any],
                  static_argnums: int | Sequence[int] = (), backend: str | None = None,
-                 name: str | None = None, **options: Any) -> None:
+                 name: str | None = None, static_argnames: str | Sequence[str] = (),
+                 **options: Any) -> None:
         name = name or record.name
         require_callable(fn, f"tj.{name}")
         functools.update_wrapper(self, fn, updated=())
@@ -100,7 +101,7 @@ class CachedTransform:
         self.record, self.transform = record, name
         check_backend(backend)
         self.fn, self.backend = fn, backend
-        self.static_argnums = static_argnums_of(fn, static_argnums, ())
+        self.static_argnums = static_argnums_of(fn, static_argnums, static_argnames)
         self.has_aux = False        # fn returns (out, aux): an option of some records
         self.__dict__.update(options)
         self._fresh()
