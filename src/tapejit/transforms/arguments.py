@@ -197,10 +197,11 @@ def _positional(fn: Callable[..., Any]) -> tuple[list[str], str | None, dict[str
 
 
 def static_argnums_of(fn: Callable[..., Any], static_argnums: int | Sequence[int],
-                      static_argnames: str | Sequence[str]) -> tuple[int, ...]:
-    """`static_argnums` with the positions of the parameters `static_argnames` names (JAX's:
-    a static argument may be passed by position or by name, `f(x, mode="fast")`), checked
-    against `fn`'s signature."""
+                      static_argnames: str | Sequence[str]) -> tuple[int | str, ...]:
+    """`static_argnums` with the positions of the parameters `static_argnames` names, then the
+    names of the keyword-only ones (JAX's: a static argument may be passed by position or by
+    name, `f(x, mode="fast")`, and `def f(x, *, training)` is static by name), checked against
+    `fn`'s signature."""
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     if not nums and not names:
@@ -212,19 +213,24 @@ def static_argnums_of(fn: Callable[..., Any], static_argnums: int | Sequence[int
                 f"static_argnums {i} is out of range: {fn_name(fn)} takes {len(positional)} "
                 f"positional argument(s)", user_source()))
     for name in names:
-        if name not in positional:
-            kind = f" (it is {kinds[name]})" if name in kinds else ""
+        if name not in positional and kinds.get(name) != "keyword-only":
+            what = (f"is {fn_name(fn)}'s {kinds[name]} parameter" if name in kinds else
+                    f"is no parameter of {fn_name(fn)}")
             raise ArgumentError(at_source(
-                f"static_argnames {name!r}: {fn_name(fn)} has no parameter of that name that "
-                f"may be passed by position{kind}; static arguments are those before any `*` "
-                f"(make it one, or pass the value as a traced argument)", user_source()))
-    return tuple(dict.fromkeys(nums + tuple(positional.index(n) for n in names)))
+                f"static_argnames {name!r} {what}: static arguments are named parameters, not "
+                f"*args or **kwargs (name the parameter, or pass the value as a traced "
+                f"argument)", user_source()))
+    return tuple(dict.fromkeys(nums + tuple(positional.index(n) for n in names
+                                            if n in positional)
+                               + tuple(n for n in names if n not in positional)))
 
 
-def _static_positions(args: tuple, static_argnums: tuple[int, ...]) -> tuple[set[int], tuple]:
+def _static_positions(args: tuple, static_argnums: tuple[int | str, ...]
+                      ) -> tuple[set[int], tuple]:
     """The positions of the static arguments given (one not given takes its default), and
     their part of the cache key."""
-    positions = {i % len(args) for i in static_argnums if -len(args) <= i < len(args)}
+    positions = {i % len(args) for i in static_argnums
+                 if isinstance(i, int) and -len(args) <= i < len(args)}
     return positions, tuple((i, type(args[i]), _hashable(args[i], f"static argument {i}"))
                             for i in sorted(positions))
 
@@ -241,16 +247,17 @@ def _hashable(value: Any, what: str) -> Any:
 
 
 def split_args(fn: Callable[..., Any], args: tuple, kwargs: dict,
-               static_argnums: tuple[int, ...]) -> tuple[CallArgs, tuple]:
+               static_argnums: tuple[int | str, ...]) -> tuple[CallArgs, tuple]:
     """Flatten the traced arguments; return them and the static arguments' key. A static
-    parameter passed by name where it cannot go by position (an earlier one left to its
-    default) is held by name."""
+    parameter passed by name where it cannot go by position (a keyword-only one, or an earlier
+    one left to its default) is held by name."""
     args, extra = _bind(fn, args, kwargs)
     static_pos, static = _static_positions(args, static_argnums)
     held = {}
     if extra and static_argnums:
         positional = _positional(fn)[0]
-        named = (positional[i] for i in static_argnums if 0 <= i < len(positional))
+        named = (i if isinstance(i, str) else positional[i] for i in static_argnums
+                 if isinstance(i, str) or 0 <= i < len(positional))
         held = {name: extra.pop(name) for name in named if name in extra}
         static += tuple((name, type(v), _hashable(v, f"static argument {name}"))
                         for name, v in sorted(held.items()))

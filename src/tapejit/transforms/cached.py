@@ -225,8 +225,9 @@ class CachedTransform:
         """The static argument positions among `nargs` positional arguments (one not given
         takes its default, the same on every call)."""
         if nargs not in self._static_at:
-            self._static_at[nargs] = tuple(sorted({i % nargs for i in self.static_argnums
-                                                   if -nargs <= i < nargs}))
+            self._static_at[nargs] = tuple(sorted({
+                i % nargs for i in self.static_argnums
+                if isinstance(i, int) and -nargs <= i < nargs}))
         return self._static_at[nargs]
 
     def _call_slow(self, args: tuple, kwargs: dict, fast_key: tuple | None) -> Any:
