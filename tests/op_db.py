@@ -392,6 +392,10 @@ row("minimum_ties", lambda a, b: np.minimum(a, b),
 # ---- layout ------------------------------------------------------------------------------------
 row("reshape", lambda x: np.reshape(x, (4, -1)), shapes=CUBE, covers=(np.reshape,))
 row("reshape_shape_kw", lambda x: np.reshape(x, shape=(6, 4)), shapes=CUBE, covers=(np.reshape,))
+row("reshape_fortran", lambda x: (np.reshape(x, (x.shape[-1], -1), order="F"),
+                                  np.ravel(x, order="F"),
+                                  np.reshape(x, shape=x.shape[::-1], order="F")),
+    shapes=CUBE + (((3, 3),), ((1, 0, 2),)), covers=(np.reshape, np.ravel))
 row("ravel", lambda x: np.ravel(x), shapes=MATRIX, covers=(np.ravel,))
 row("transpose", lambda x: np.transpose(x, (2, 0, 1)), shapes=CUBE, covers=(np.transpose,))
 row("transpose_default", lambda x: np.transpose(x), shapes=CUBE, covers=(np.transpose,))
@@ -445,6 +449,11 @@ row("flipud", lambda x: np.flipud(x), shapes=MATRIX, covers=(np.flipud,))
 row("roll", lambda x: np.roll(x, 2, axis=1), shapes=MATRIX, covers=(np.roll,))
 row("roll_flat", lambda x: np.roll(x, -5), shapes=MATRIX, covers=(np.roll,))
 row("roll_multi", lambda x: np.roll(x, (1, -1), axis=(0, 1)), shapes=MATRIX, covers=(np.roll,))
+row("rot90", lambda x: (np.rot90(x), np.rot90(x, 2), np.rot90(x, -1), np.rot90(x, 4),
+                        np.rot90(x, 3, axes=(1, 0))),
+    shapes=MATRIX + (((3, 3),), ((1, 0),)), covers=(np.rot90,))
+row("rot90_axes", lambda x: (np.rot90(x, 1, axes=(0, 2)), np.rot90(x, 1, axes=(-1, 1))),
+    shapes=CUBE + (((3, 3, 3),),), covers=(np.rot90,))
 row("pad_constant", lambda x: np.pad(x, ((1, 2), (0, 3)), constant_values=1.5),
     shapes=MATRIX, covers=(np.pad,))
 row("pad_int_width", lambda x: np.pad(x, 2), shapes=(((3,),), ((2, 3),)), covers=(np.pad,))
@@ -1017,6 +1026,8 @@ _METHODS = [
     ("prod", lambda x: x.prod(axis=2), {"domain": NONZERO}),
     ("var", lambda x: x.var(axis=1), {}), ("std", lambda x: x.std(), {}),
     ("reshape", lambda x: x.reshape(6, 4), {}), ("reshape_tuple", lambda x: x.reshape((-1,)), {}),
+    ("reshape_fortran", lambda x: x.reshape(4, 6, order="F").ravel("F")[::5], {}),
+    ("flatten_fortran", lambda x: x.flatten("F"), {}),
     ("transpose", lambda x: x.transpose(1, 0, 2), {}),
     ("transpose_tuple", lambda x: x.transpose((2, 0, 1)), {}),
     ("transpose_none", lambda x: x.transpose(), {}),

@@ -176,8 +176,6 @@ OVERSIZED = {                 # modules over it, each held to its size until spl
                                        "table, read one template at a time"),
     "codegen.llvm.jit": (460, "IR to object code to machine code, and the object code's disk "
                               "cache: split the cache out"),
-    "numpy_api.shape": (425, "numpy's layout functions and the Tracer methods that match them, "
-                             "one short rule each"),
     "disk.store": (423, "the disk cache of generated modules (layout, publish, load, list, "
                         "clear): split listing and clearing out"),
     "control.primitives": (420, "the five control-flow primitives' records (scan, while, cond, "

@@ -194,6 +194,36 @@ def test_too_many_indices_and_a_float_scalar_index():
             "unsupported index 1.5", line_of=g)
 
 
+def _rot_same_axes(x):
+    return np.rot90(x, axes=(2, -1))  # <- error
+
+
+def _rot_three_axes(x):
+    return np.rot90(x, axes=(0, 1, 2))  # <- error
+
+
+def _reshape_any_order(x):
+    return x.reshape(3, 4, order="A")  # <- error
+
+
+@pytest.mark.parametrize("fn, fragment", [
+    (_rot_same_axes, "numpy.rot90: axes=(2, -1) must be two different axes"),
+    (_rot_three_axes, "numpy.rot90: axes=(0, 1, 2) must be two axes")])
+def test_rot90_with_bad_axes(fn, fragment):
+    with pytest.raises(ValueError):
+        fn(np.ones((2, 3, 2)))                                  # numpy refuses them too
+    _raises(tj.ShapeError, ValueError, lambda: tj.jit(fn)(np.ones((2, 3, 2))), fragment,
+            line_of=fn)
+
+
+def test_reshape_in_memory_order_is_refused():
+    """order='A' follows the array's memory layout, which a traced array does not have."""
+    _raises(tj.UnsupportedOperationError, Exception,
+            lambda: tj.jit(_reshape_any_order)(np.ones((2, 3, 2))),
+            "reshape: order='A' depends on how the array is laid out",
+            "pass order='C' or order='F'", line_of=_reshape_any_order)
+
+
 def test_a_float_index_array():
     def traced(x, i):
         return x[i]  # <- error

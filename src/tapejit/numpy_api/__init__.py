@@ -3,12 +3,12 @@
 The rules run at trace time on tracers (and on the constants mixed with them). They implement
 numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasting, `axis` and
 `keepdims`, negative axes. Modules, each importing only this package and those before it:
-math (ufuncs), operators (Python's operators on tracers), shape (layout functions),
-reductions (and the reducing ufunc methods), indexing (getitem/setitem, take, the gathering
-layout functions, np.add.at), linalg (contractions), decompositions (np.linalg's matrix
-functions and norms), creation (np.array of traced values, np.full, np.linspace,
-np.meshgrid), numeric (interp, convolve, polyval, ...: compositions of the above), sorting
-(sort, median, quantile, searchsorted, unique).
+math (ufuncs), operators (Python's operators on tracers), shape (layout functions), rearrange
+(tile, flip, roll, rot90), reductions (and the reducing ufunc methods), indexing
+(getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions),
+decompositions (np.linalg's matrix functions and norms), creation (np.array of traced values,
+np.full, np.linspace, np.meshgrid), numeric (interp, convolve, polyval, ...: compositions of
+the above), sorting (sort, median, quantile, searchsorted, unique).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def reject(what: str, **given: Any) -> None:
                 user_source()))
 
 
-from . import math, operators, shape, reductions, indexing  # noqa: E402,F401
+from . import math, operators, shape, rearrange, reductions, indexing  # noqa: E402,F401
 from . import linalg, decompositions  # noqa: E402,F401
 from . import creation, numeric  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401

@@ -22,8 +22,9 @@ from ..ops import layout as L
 from ..trace import Tracer
 from . import asarray, cast, implements, lift, normalize_axis
 from .reductions import cumprod, cumsum, sum as _sum
-from .shape import (broadcast_to_shape, concatenate, diff, expand_dims, flip, in_common_dtype,
-                    reshape, slice_axis, where)
+from .rearrange import flip
+from .shape import (broadcast_to_shape, concatenate, diff, expand_dims, in_common_dtype, reshape,
+                    slice_axis, where)
 
 
 def _vector(x: Any, name: str, what: str) -> Any:

@@ -1,7 +1,7 @@
 """numpy layout functions -> layout primitives: reshape transpose swapaxes moveaxis rollaxis
 expand_dims squeeze broadcast_to ravel atleast_*d concatenate stack hstack vstack dstack split
-hsplit vsplit dsplit tile flip roll where clip diff *_like, and the matching Tracer methods
-(np.repeat and np.pad gather: indexing.py)."""
+hsplit vsplit dsplit where clip diff *_like, and the matching Tracer methods (np.tile, np.flip,
+np.roll, np.rot90: rearrange.py; np.repeat and np.pad gather: indexing.py)."""
 from __future__ import annotations
 
 import builtins
@@ -34,8 +34,12 @@ def broadcast_to_shape(x: Any, shape: Sequence[int], what: str = "numpy.broadcas
 def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: Any = None,
             copy: Any = None) -> Any:
     x = asarray(x)
-    if order != "C":
-        raise UnsupportedOperationError("reshape: only order='C' is supported on traced arrays")
+    if order in ("F", "f"):     # Fortran order: the reversed axes, reshaped in C order
+        return transpose(reshape(transpose(x), *reversed_shape(dims, shape, newshape)))
+    if order not in ("C", "c"):
+        raise UnsupportedOperationError(at_source(
+            f"reshape: order={order!r} depends on how the array is laid out in memory, which "
+            f"traced arrays do not have: pass order='C' or order='F'", user_source()))
     for given in (shape, newshape):     # np.reshape(x, shape=...) (numpy 2.1), newshape=...
         if given is not None:
             dims = (given,)
@@ -57,6 +61,15 @@ def reshape(x: Any, *dims: Any, shape: Any = None, order: str = "C", newshape: A
     return as_view(x, L.reshape(x, shape=shape), View(
         lambda base: L.reshape(base, shape=shape),
         lambda base, new: rebind(base, L.reshape(new, shape=base.shape))))
+
+
+def reversed_shape(dims: tuple, shape: Any, newshape: Any) -> tuple:
+    """The shape reshape was given (`dims`, `shape=` or `newshape=`), its dimensions reversed."""
+    given = next((g for g in (shape, newshape) if g is not None), dims)
+    if len(given) == 1 and not isinstance(given[0], (int, np.integer, Tracer)):
+        given = given[0]
+    given = (given,) if isinstance(given, (int, np.integer, Tracer)) else tuple(given)
+    return tuple(reversed(given))
 
 
 @implements(np.ravel)
@@ -279,45 +292,6 @@ def _split_along(name: str, axis: int, min_ndim: int):
 implements(np.hsplit)(_split_along("hsplit", 1, 1))
 implements(np.vsplit)(_split_along("vsplit", 0, 2))
 implements(np.dsplit)(_split_along("dsplit", 2, 3))
-
-
-@implements(np.tile)
-def tile(x: Any, reps: Any) -> Any:
-    x = asarray(x)
-    reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
-    ndim = builtins.max(x.ndim, len(reps))
-    reps = (1,) * (ndim - len(reps)) + reps
-    x = reshape(x, (1,) * (ndim - x.ndim) + x.shape)
-    # broadcast to (r0, n0, r1, n1, ...) and merge each pair
-    grid = tuple(v for r, n in zip(reps, x.shape) for v in (r, n))
-    out = L.broadcast_in_dim(x, shape=grid, dims=tuple(range(1, 2 * ndim, 2)))
-    return reshape(out, tuple(r * n for r, n in zip(reps, x.shape)))
-
-
-@implements(np.flip)
-def flip(x: Any, axis: Any = None) -> Any:
-    x = asarray(x)
-    return L.rev(x, axes=normalize_axes(axis, x.ndim, "numpy.flip"))
-
-
-implements(np.fliplr)(lambda x: flip(x, 1))
-implements(np.flipud)(lambda x: flip(x, 0))
-
-
-@implements(np.roll)
-def roll(x: Any, shift: Any, axis: Any = None) -> Any:
-    x = asarray(x)
-    if axis is None:
-        return reshape(roll(ravel(x), shift, 0), x.shape)
-    shifts = np.broadcast_to(shift, np.shape(axis)).tolist()
-    axes = np.atleast_1d(axis).tolist()
-    for s, a in zip(np.atleast_1d(shifts), axes):
-        ax = normalize_axis(a, x.ndim, "numpy.roll")
-        n = x.shape[ax]
-        k = int(s) % n if n else 0
-        if k:
-            x = concatenate([slice_axis(x, ax, n - k, n), slice_axis(x, ax, 0, n - k)], axis=ax)
-    return x
 
 
 @implements(np.where)
