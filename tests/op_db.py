@@ -1324,6 +1324,15 @@ if sc is not None:
         args=lambda rng: [np.array([0.0, 0.0, 1.5]), np.array([0.5, 2.0, 0.5])],
         expect_grad=lambda ct, x, y: [ct * (np.log(y) + np.log1p(y)),
                                       ct * x * (1 / y + 1 / (1 + y))])
+    # compositions of scipy's formulas: the entropies (POS pairs: ratios on both sides of
+    # rel_entr's log1p range) and the Huber losses on both sides of their kink
+    row("scipy_entr", sc.entr, domain=POS, grad2=True, covers=(sc.entr,), int_fn=sc.entr)
+    for _uf in (sc.rel_entr, sc.kl_div):
+        row(f"scipy_{_uf.__name__}", _uf, shapes=BINARY_SHAPES, domain=[POS, POS], grad2=True,
+            covers=(_uf,))
+    for _uf in (sc.huber, sc.pseudo_huber):
+        row(f"scipy_{_uf.__name__}", _uf, shapes=BINARY_SHAPES, domain=[POS, REAL],
+            grad2=True, covers=(_uf,))
     row("scipy_logsumexp", lambda x: sc.logsumexp(x), shapes=(((),), ((5,),), ((2, 3),)),
         grad2=True, covers=(sc.logsumexp,))
     row("scipy_logsumexp_axis", lambda x: sc.logsumexp(x, axis=(0, 2), keepdims=True),

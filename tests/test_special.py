@@ -142,6 +142,25 @@ def test_special_values_match_scipy_compiled():
             np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
 
 
+@needs_scipy
+def test_entropies_and_huber_losses_at_their_edges_match_scipy():
+    """0, negatives, subnormals, 1e300, inf and NaN in every pairing: the branches of scipy's
+    entr, rel_entr (log1p near a ratio of 1, log x - log y where the ratio underflows),
+    kl_div, huber and pseudo_huber, compiled and interpreted, first and later calls."""
+    v = np.array([0.0, -0.0, 5e-324, 1e-300, 0.3, 1.0, 1.2, 2.5, 1e300, np.inf, -1.0, np.nan])
+    x, y = (a.ravel() for a in np.meshgrid(v, v, indexing="ij"))
+    for fn in (sc.entr, sc.rel_entr, sc.kl_div, sc.huber, sc.pseudo_huber):
+        args = (x,) if fn is sc.entr else (x, y)
+        with np.errstate(all="ignore"):
+            want = fn(*args)
+        for backend in ("numba", "interpret"):
+            jitted = tj.jit(fn, backend=backend)
+            for _ in range(2):
+                got = jitted(*args)
+                np.testing.assert_array_equal(np.isnan(got), np.isnan(want), fn.__name__)
+                np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, err_msg=fn.__name__)
+
+
 # ---- compiled and interpreted programs --------------------------------------------------------
 REDUCTION_ROWS = {"nansum", "nansum_all_where", "nanmean", "nanmax", "nanmin",
                   "nanmax_initial", "nan_to_num", "nan_to_num_values", "sum_where",

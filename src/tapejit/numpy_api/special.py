@@ -2,8 +2,8 @@
 
 Its ufuncs reach `Tracer.__array_ufunc__` as numpy's do: erf, erfc, erfinv, gammaln, expit,
 ndtr, log_ndtr, xlogy and xlog1py lower to the primitives of ops/special.py that name them
-(numpy_api/math.py), digamma (psi) to polygamma[n=0], logit to a composition (scipy's own
-formula). logsumexp, softmax, log_softmax and polygamma are Python functions that convert
+(numpy_api/math.py), digamma (psi) to polygamma[n=0]; logit, entr, rel_entr, kl_div, huber and
+pseudo_huber to compositions (scipy's own formulas). logsumexp, softmax, log_softmax and polygamma are Python functions that convert
 their arguments with np.asarray, which a tracer cannot pass: tapejit replaces them in the
 `scipy.special` namespace by wrappers that lower a call with a traced argument here (and call
 scipy's function otherwise). `import tapejit` does not import scipy.special: all this is
@@ -38,6 +38,46 @@ def _logit(x: Any) -> Any:
     near_half = E.and_(E.ge(x, 0.3), E.le(x, 0.65))
     return E.select(near_half, E.log1p(E.div(E.mul(s, 2), E.sub(1, s))),
                     E.log(E.div(x, E.sub(1, x))))
+
+
+def _entr(x: Any) -> Any:
+    """-x log x; 0 at 0, -inf below 0 (scipy's)."""
+    return np.where(x < 0, -math.inf, -S.xlogy(x, x))
+
+
+def _relative(x: Any, y: Any, careful: bool) -> Any:
+    """rel_entr (`careful`) and kl_div as scipy computes them: x log(x / y) (+ y - x) where
+    x > 0 and y > 0; (y) where x = 0 and y >= 0; inf elsewhere; NaN for a NaN operand.
+    rel_entr takes log1p((x - y) / y) for a ratio near 1 and log x - log y where the ratio
+    overflows or underflows. Unused logarithms see 1, so that no NaN reaches the gradient."""
+    inside = (x > 0) & (y > 0)
+    xs, ys = np.where(inside, x, 1), np.where(inside, y, 1)
+    ratio = xs / ys
+    if careful:
+        near = (ratio > 0.5) & (ratio < 2)
+        normal = (ratio > np.finfo(ratio.dtype).tiny) & (ratio < math.inf)
+        log = np.where(near, np.log1p((xs - ys) / ys), np.where(
+            normal, np.log(np.where(near | ~normal, 1, ratio)), np.log(xs) - np.log(ys)))
+        out, edge = xs * log, 0 * x
+    else:
+        out, edge = xs * np.log(ratio) - xs + ys, y
+    out = np.where(inside, out, np.where((x == 0) & (y >= 0), edge, math.inf))
+    return np.where(np.isnan(x) | np.isnan(y), math.nan, out)
+
+
+def _huber(delta: Any, r: Any) -> Any:
+    """r^2 / 2 where |r| <= delta, delta (|r| - delta / 2) beyond; inf for delta < 0."""
+    a = np.abs(r)
+    out = np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
+    return np.where(delta < 0, math.inf, out)
+
+
+def _pseudo_huber(delta: Any, r: Any) -> Any:
+    """delta^2 (sqrt(1 + (r / delta)^2) - 1); 0 where delta or r is 0, inf for delta < 0."""
+    zero = (delta == 0) | (r == 0)
+    d = np.where(zero, 1, delta)
+    out = np.where(zero, 0 * d, d * d * (np.sqrt(1 + (r / d) ** 2) - 1))
+    return np.where(delta < 0, math.inf, out)
 
 
 def _floating(*xs: Any) -> np.dtype:
@@ -145,6 +185,11 @@ def install(special: ModuleType) -> None:
     """scipy.special's ufuncs and functions on traced arrays, once it is imported."""
     ufunc_rule(special.digamma, lambda x: S.polygamma(x, n=0))
     ufunc_rule(special.logit, _logit)
+    ufunc_rule(special.entr, _entr)
+    ufunc_rule(special.rel_entr, lambda x, y: _relative(x, y, careful=True))
+    ufunc_rule(special.kl_div, lambda x, y: _relative(x, y, careful=False))
+    ufunc_rule(special.huber, _huber)
+    ufunc_rule(special.pseudo_huber, _pseudo_huber)
     for name, rule in {"logsumexp": logsumexp, "softmax": softmax,
                        "log_softmax": log_softmax, "polygamma": polygamma}.items():
         _route(special, name, rule)
