@@ -747,6 +747,15 @@ row("trapezoid_x_2d", lambda y, x: np.trapezoid(y, x, axis=0), shapes=(((4, 3), 
     grad2=True, covers=(np.trapezoid,))
 row("trapezoid_dx", lambda y, dx: np.trapezoid(y, dx=dx, axis=0), shapes=(((4, 3), ()),),
     grad2=True, covers=(np.trapezoid,))
+row("gradient", lambda f: np.gradient(f), shapes=(((5,),), ((3, 3),), ((2, 3, 4),)),
+    covers=(np.gradient,))
+row("gradient_spacing", lambda f: (np.gradient(f, 0.5, axis=-1, edge_order=2),
+                                   *np.gradient(f, 2.0, np.arange(f.shape[1]) ** 1.5)),
+    shapes=(((3, 3),), ((4, 5),)), covers=(np.gradient,))
+row("gradient_traced", lambda f, steps, h: sum(np.gradient(f, np.cumsum(steps), h,
+                                                          edge_order=2)),
+    shapes=(((3, 3), (3,), ()), ((5, 4), (5,), ())), domain=[REAL, POS, POS], grad2=True,
+    covers=(np.gradient,))
 if hasattr(np, "cumulative_sum"):          # numpy >= 2.1
     row("cumulative_sum", lambda x: (np.cumulative_sum(x, axis=1),
                                      np.cumulative_sum(x, axis=0, include_initial=True)),
@@ -821,6 +830,10 @@ row("dsplit", lambda x: np.dsplit(x, 2), shapes=(((2, 3, 4),), ((1, 1, 2),)),
 
 row("dstack", lambda a, b, c: np.dstack([a, b, c]),
     shapes=(((3,), (1, 3), (1, 3, 2)), ((2, 2), (2, 2), (2, 2, 1))), covers=(np.dstack,))
+row("polyint", lambda p: (np.polyint(p), np.polyint(p, 2, k=[1.0, -2.0]), np.polyint(p, 3, 0.5)),
+    shapes=(((4,),), ((1,),)), covers=(np.polyint,))
+row("polyfit", lambda x, y: (np.polyfit(x, y, 2), np.polyfit(x, y, 1, w=np.abs(x) + 1)),
+    shapes=(((6,), (6,)), ((6,), (6, 2)), ((3,), (3, 3))), covers=(np.polyfit,))
 row("polyder", lambda p: (np.polyder(p), np.polyder(p, 2), np.polyder(p, 0)),
     shapes=(((4,),), ((1,),)), covers=(np.polyder,))
 row("polyadd_polysub_polymul", lambda a, b: (np.polyadd(a, b), np.polysub(b, a),

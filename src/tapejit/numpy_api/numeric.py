@@ -1,10 +1,10 @@
-"""numpy's numerical routines as compositions of primitives: interp convolve correlate polyval
-polyder polyadd polysub polymul vander kron trapezoid ediff1d ptp select cumulative_sum
-cumulative_prod isclose allclose cov corrcoef bincount digitize.
+"""numpy's numerical routines as compositions of primitives: interp convolve correlate kron
+trapezoid gradient ediff1d ptp select cumulative_sum cumulative_prod isclose allclose cov
+corrcoef bincount digitize (polynomials: polynomial.py).
 
 Each follows numpy's own definition (result dtype, modes, edge values) so that it is
 differentiable in every traced operand: `interp` in x, fp and xp (as JAX's jnp.interp),
-`convolve`/`correlate` in both signals, `polyval` in the coefficients and x. Sliding windows
+`convolve`/`correlate` in both signals. Sliding windows
 are one `take` of a constant index matrix (a gather, so the reverse sweep is a scatter-add).
 """
 from __future__ import annotations
@@ -71,62 +71,6 @@ def correlate(a: Any, v: Any, mode: str = "valid") -> Any:
     return _full_convolution(a, flip(v), mode, "correlate")
 
 
-@implements(np.polyval)
-def polyval(p: Any, x: Any) -> Any:
-    """Horner's rule, as numpy writes it: y = y * x + p[i] from y = zeros_like(x)."""
-    p, x = asarray(p), asarray(x)
-    y = np.zeros_like(x)
-    for i in range(p.shape[0] if p.ndim else 0):
-        y = y * x + p[i]
-    return y
-
-
-@implements(np.polyder)
-def polyder(p: Any, m: int = 1) -> Any:
-    """The m-th derivative's coefficients: p[i] times its power, m times (numpy's recursion)."""
-    m = int(m)
-    if m < 0:
-        raise user_error("Order of derivative must be positive (see polyint)")
-    p = asarray(p)
-    n = p.shape[0] - 1
-    return p if m == 0 else polyder(p[:-1] * np.arange(n, 0, -1), m - 1)
-
-
-def _poly_combine(name: str, combine: Any):
-    """polyadd / polysub: the shorter coefficient vector padded with leading zeros."""
-    def rule(a1: Any, a2: Any) -> Any:
-        a1, a2 = np.atleast_1d(a1), np.atleast_1d(a2)
-        diff = a2.shape[0] - a1.shape[0]
-        if diff > 0:
-            a1 = concatenate([np.zeros(diff, a1.dtype), a1])
-        elif diff < 0:
-            a2 = concatenate([np.zeros(-diff, a2.dtype), a2])
-        return combine(a1, a2)
-    return rule
-
-
-implements(np.polyadd)(_poly_combine("polyadd", lambda a, b: a + b))
-implements(np.polysub)(_poly_combine("polysub", lambda a, b: a - b))
-implements(np.polymul)(lambda a1, a2: np.convolve(np.atleast_1d(a1), np.atleast_1d(a2)))
-
-
-@implements(np.vander)
-def vander(x: Any, N: Any = None, increasing: bool = False) -> Any:
-    """Columns x**0, x**1, ... (numpy's running products), highest power first by default."""
-    x = asarray(x)
-    if x.ndim != 1:
-        raise user_error("x must be a one-dimensional array or sequence.")
-    n = x.shape[0] if N is None else int(N)
-    x = cast(x, np.promote_types(x.dtype, np.int64))
-    columns = [np.ones_like(x)][:n]
-    while len(columns) < n:
-        columns.append(x if len(columns) == 1 else columns[-1] * x)
-    if not columns:
-        return reshape(x[:0], (x.shape[0], 0))
-    v = np.stack(columns, axis=1)
-    return v if increasing else flip(v, 1)
-
-
 @implements(np.kron)
 def kron(a: Any, b: Any) -> Any:
     """a's and b's axes interleaved (a_0, b_0, a_1, b_1, ...) by broadcasting, then merged."""
@@ -155,6 +99,82 @@ def trapezoid(y: Any, x: Any = None, dx: Any = 1.0, axis: int = -1) -> Any:
     n = y.shape[ax]
     pairs = slice_axis(y, ax, min(1, n), n) + slice_axis(y, ax, 0, max(n - 1, 0))
     return _sum(d * pairs / 2.0, axis=ax)
+
+
+@implements(np.gradient)
+def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+    """numpy's second-order central differences inside, one-sided differences of order
+    `edge_order` at the ends; spacing 1, a scalar per axis, or coordinates along an axis.
+    Constant coordinates of equal steps are one spacing (numpy's check); traced ones always
+    take the formula for uneven steps, which is exact for equal ones too."""
+    f = asarray(f)
+    axes = tuple(range(f.ndim)) if axis is None else \
+        tuple(normalize_axis(a, f.ndim, "numpy.gradient") for a in np.atleast_1d(axis))
+    if len(varargs) == 0:
+        varargs = (1.0,) * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        varargs = varargs * len(axes)
+    elif len(varargs) != len(axes):
+        raise user_error(f"numpy.gradient: {len(varargs)} spacings for {len(axes)} axes: give "
+                         f"none, one scalar, or one per axis")
+    if edge_order not in (1, 2):
+        raise user_error(f"numpy.gradient: edge_order={edge_order}; it must be 1 or 2")
+    otype = f.dtype if f.dtype.kind == "f" else np.dtype(np.float64)
+    f = cast(f, otype)
+    out = tuple(cast(_derivative(f, ax, _steps(dx, f.shape[ax]), edge_order), otype)
+                for ax, dx in zip(axes, varargs))
+    return out[0] if len(out) == 1 else out
+
+
+def _steps(dx: Any, n: int) -> Any:
+    """A scalar spacing as it is; coordinates as their steps (one scalar if constant and even)."""
+    if np.ndim(dx) == 0:
+        return dx
+    if np.ndim(dx) != 1 or np.shape(dx)[0] != n:
+        raise user_error(f"numpy.gradient: coordinates of shape {np.shape(dx)} along an axis of "
+                         f"length {n}: they must be one value per point, or a scalar spacing")
+    dx = asarray(dx)
+    steps = diff(cast(dx, np.float64) if dx.dtype.kind in "biu" else dx)
+    if not isinstance(steps, Tracer) and steps.shape[0] and np.all(steps == steps[0]):
+        return steps[0]
+    return steps
+
+
+def _derivative(f: Any, ax: int, dx: Any, edge_order: int) -> Any:
+    """One axis of np.gradient, in numpy's formulas (and its order of operations)."""
+    n = f.shape[ax]
+    if n < edge_order + 1:
+        raise user_error("numpy.gradient: Shape of array too small to calculate a numerical "
+                         "gradient, at least (edge_order + 1) elements are required.")
+    part = lambda i, j: slice_axis(f, ax, i, j)
+    even = np.ndim(dx) == 0
+    if even:
+        inner = (part(2, n) - part(0, n - 2)) / (2.0 * dx)
+    else:
+        along = lambda v: reshape(v, tuple(-1 if k == ax else 1 for k in range(f.ndim)))
+        dx1, dx2 = along(dx[:-1]), along(dx[1:])
+        inner = (-dx2 / (dx1 * (dx1 + dx2)) * part(0, n - 2)
+                 + (dx2 - dx1) / (dx1 * dx2) * part(1, n - 1)
+                 + dx1 / (dx2 * (dx1 + dx2)) * part(2, n))
+    if edge_order == 1:
+        first = (part(1, 2) - part(0, 1)) / (dx if even else dx[0])
+        last = (part(n - 1, n) - part(n - 2, n - 1)) / (dx if even else dx[-1])
+        return concatenate([first, inner, last], axis=ax)
+    if even:
+        a, b, c = -1.5 / dx, 2.0 / dx, -0.5 / dx
+    else:
+        d1, d2 = dx[0], dx[1]
+        a, b, c = (-(2.0 * d1 + d2) / (d1 * (d1 + d2)), (d1 + d2) / (d1 * d2),
+                   -d1 / (d2 * (d1 + d2)))
+    first = a * part(0, 1) + b * part(1, 2) + c * part(2, 3)
+    if even:
+        a, b, c = 0.5 / dx, -2.0 / dx, 1.5 / dx
+    else:
+        d1, d2 = dx[-2], dx[-1]
+        a, b, c = (d2 / (d1 * (d1 + d2)), -(d2 + d1) / (d1 * d2),
+                   (2.0 * d2 + d1) / (d2 * (d1 + d2)))
+    last = a * part(n - 3, n - 2) + b * part(n - 2, n - 1) + c * part(n - 1, n)
+    return concatenate([first, inner, last], axis=ax)
 
 
 @implements(np.ediff1d)
