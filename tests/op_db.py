@@ -867,6 +867,15 @@ row("digitize", lambda x: (np.digitize(x, np.array([-1.0, 0.0, 0.5])),
                            np.digitize(x, np.array([-1.0, 0.0, 0.5]), right=True),
                            np.digitize(x, np.zeros(3)), np.digitize(x, np.zeros(0))),
     shapes=(((5,),), ((3, 3),), ((),)), diff=False, covers=(np.digitize,))
+row("piecewise", lambda x: np.piecewise(x, [x < -0.5, x > 0.5], [lambda v: v ** 2, np.sin,
+                                                                  lambda v: -v]),
+    grad2=True, covers=(np.piecewise,))
+row("piecewise_nan_outside", lambda x: np.piecewise(x, [x > 0], [np.log, 2.0]),  # log's NaN
+    domain=NONZERO, grad2=True, covers=(np.piecewise,))                  # not in the gradient
+row("block", lambda a, b: np.block([[a, b], [b, a]]),
+    shapes=(((2, 2), (2, 2)), ((3, 3), (3, 3)), ((1, 0), (1, 0))), covers=(np.block,))
+row("block_flat", lambda a, b: np.block([a, b, 2.0]), shapes=(((2,), (3,)), ((0,), (1,))),
+    covers=(np.block,))
 row("select", lambda x, y: np.select([x > 0.5, x < -0.5], [x * 2, y], default=-1.0),
     shapes=(((2, 3), (3,)), ((3, 3), (3, 1)), ((), ())), domain=NONZERO, covers=(np.select,))
 row("select_default_int", lambda x: np.select([x > 0], [x]), domain=NONZERO,

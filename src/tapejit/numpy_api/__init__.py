@@ -8,8 +8,8 @@ math (ufuncs), operators (Python's operators on tracers), shape (layout function
 (getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions),
 decompositions (np.linalg's matrix functions and norms), creation (np.array of traced values,
 np.full, np.linspace, np.meshgrid), numeric (interp, convolve, gradient, ...: compositions of
-the above), polynomial (polyval, polyfit, ...), sorting (sort, median, quantile,
-searchsorted, unique).
+the above), polynomial (polyval, polyfit, ...), statistics (cov, bincount, ...), sorting
+(sort, median, quantile, searchsorted, unique).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ def reject(what: str, **given: Any) -> None:
 
 from . import math, operators, shape, rearrange, reductions, indexing  # noqa: E402,F401
 from . import linalg, decompositions  # noqa: E402,F401
-from . import creation, numeric, polynomial  # noqa: E402,F401
+from . import creation, numeric, polynomial, statistics  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401
 from . import special  # noqa: E402,F401  (scipy.special, where scipy is importable)
 from . import stats  # noqa: E402,F401  (scipy.stats, once scipy is imported)

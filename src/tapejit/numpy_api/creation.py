@@ -1,6 +1,6 @@
 """Array creation from traced values: np.array / np.asarray / np.asanyarray of (nested lists
 of) tracers, np.full with a traced fill value, np.linspace / np.logspace with traced
-endpoints, np.meshgrid.
+endpoints, np.meshgrid, np.block.
 
 numpy does not dispatch its constructors on their arguments, so the first four reach these
 rules through guards.py's wrappers (`guards.TRACED`); linspace, logspace and meshgrid are
@@ -19,8 +19,8 @@ from ..guards import TRACED, size_error, traced_in
 from ..trace import Tracer, holds_tracer
 from . import asarray, cast, implements
 from .math import compute_dtype
-from .shape import (broadcast_arrays, broadcast_to_shape, copy_of, moveaxis, ravel, reshape,
-                    stack)
+from .shape import (broadcast_arrays, broadcast_to_shape, concatenate, copy_of, moveaxis, ravel,
+                    reshape, stack)
 
 
 def _dummy(x: Any) -> Any:
@@ -136,3 +136,35 @@ def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = 
     out = [reshape(ravel(x), tuple(-1 if d == a else 1 for d in range(n)))
            for x, a in zip(map(asarray, xi), axes)]
     return tuple(out if sparse else broadcast_arrays(*out))
+
+
+@implements(np.block)
+def block(arrays: Any) -> Any:
+    """numpy's: the innermost lists join along the last axis, the lists of them along the one
+    before, and so on; each block first gets leading axes of length 1 up to the result's."""
+    depth, ndim = _nesting(arrays, "arrays")
+    ndim = max(depth, ndim)
+
+    def assemble(x: Any, level: int) -> Any:
+        if level == depth:
+            x = asarray(x)
+            return reshape(x, (1,) * (ndim - x.ndim) + x.shape)
+        return concatenate([assemble(e, level + 1) for e in x], axis=level - depth)
+    return assemble(arrays, 0)
+
+
+def _nesting(x: Any, where: str) -> tuple[int, int]:
+    """(how deep x's lists go, the most axes of a block), checked as numpy checks them."""
+    if type(x) is tuple:
+        raise user_error(f"numpy.block: {where} is a tuple. Only lists can be used to arrange "
+                         f"blocks, and np.block does not allow implicit conversion from tuple "
+                         f"to ndarray.")
+    if type(x) is not list:
+        return 0, np.ndim(x)
+    if not x:
+        raise user_error(f"numpy.block: {where} is an empty list: lists cannot be empty")
+    found = [_nesting(e, f"{where}[{i}]") for i, e in enumerate(x)]
+    if len({d for d, _ in found}) > 1:
+        raise user_error(f"numpy.block: List depths are mismatched: the elements of {where} "
+                         f"are lists nested {sorted({d for d, _ in found})} deep")
+    return found[0][0] + 1, max(n for _, n in found)
