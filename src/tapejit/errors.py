@@ -209,14 +209,39 @@ def library_error(what: str, aval: object) -> ConcretizationError | None:
         frame = frame.f_back
     if outer is None or frame is None:
         return None
-    module = ".".join(p for p in str(outer.f_globals.get("__name__")).split(".")
-                      if not p.startswith("_"))
-    name = getattr(outer.f_code, "co_qualname", outer.f_code.co_name)
+    called = _called(frame)
+    if called is not None:
+        name = function_name(called)
+    else:
+        module = ".".join(p for p in str(outer.f_globals.get("__name__")).split(".")
+                          if not p.startswith("_"))
+        name = f"{module}.{getattr(outer.f_code, 'co_qualname', outer.f_code.co_name)}"
     return ConcretizationError(at_source(
-        f"{module}.{name} cannot be traced: {what} in its code ({inner.f_code.co_filename}:"
+        f"{name} cannot be traced: {what} in its code ({inner.f_code.co_filename}:"
         f"{inner.f_lineno}) needs the concrete value of a traced array ({aval}). Call it "
         f"outside the traced function, on numbers, or write what it computes with numpy "
         f"functions, which trace.", (frame.f_code.co_filename, frame.f_lineno)))
+
+
+def _called(frame: Any) -> Any:
+    """The function that the call running at `frame`'s line names, as `function`,
+    `module.function` or `alias.function` on one line (`st.entropy(p)`: scipy.stats.entropy,
+    whose code runs in a decorator's wrapper); None for any other call."""
+    try:
+        line, end, col, end_col = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        text = linecache.getline(frame.f_code.co_filename, line)[col:end_col]
+    except (AttributeError, IndexError, TypeError, ValueError):     # (Python < 3.11)
+        return None
+    parts = text.split("(", 1)[0].strip().split(".")
+    if line != end or not all(p.isidentifier() for p in parts):
+        return None
+    found = frame.f_locals.get(parts[0], frame.f_globals.get(parts[0]))
+    for part in parts[1:]:
+        if not isinstance(found, type(sys)):        # through modules only: no code runs
+            return None
+        found = found.__dict__.get(part)
+    return found if callable(found) and hasattr(found, "__module__") and \
+        hasattr(found, "__name__") else None
 
 
 def at_source(message: str, src: tuple[str, int] | None) -> str:
