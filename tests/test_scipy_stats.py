@@ -355,6 +355,28 @@ def test_dirichlet_matches_scipy_and_is_nan_where_scipy_raises():
         tj.jit(lambda a: st.dirichlet.logpdf(np.full(4, 0.25), a))(alpha)
 
 
+def test_entropy_matches_scipy_and_is_differentiable_in_both_distributions():
+    """Square pk and qk (axis 0 and 1 collide), a zero probability, base, axis=None,
+    keepdims; compiled and interpreted, first and later calls."""
+    rng = np.random.default_rng(5)
+    p, q = rng.uniform(0.1, 1.0, (3, 3)), rng.uniform(0.1, 1.0, (3, 3))
+    p0 = p.copy()
+    p0[1, 2] = 0.0
+    cases = [lambda p, q: st.entropy(p), lambda p, q: st.entropy(p, q, base=2, axis=1),
+             lambda p, q: st.entropy(p, axis=None), lambda p, q: st.entropy(p, q[0], axis=-1,
+                                                                             keepdims=True)]
+    for backend in ("numba", "interpret"):
+        for fn in cases:
+            jitted = tj.jit(fn, backend=backend)
+            for a in (p, p0, p):
+                np.testing.assert_allclose(jitted(a, q), fn(a, q), rtol=1e-13)
+    check_grads(lambda p, q: st.entropy(p[0], q[0]) + st.entropy(p[:, 1]), (p, q), (0, 1))
+    with pytest.raises(ArgumentError, match="`base` must be a positive number"):
+        tj.jit(lambda p: st.entropy(p, base=-1.0))(p)
+    with pytest.raises(UnsupportedOperationError, match="nan_policy='omit'"):
+        tj.jit(lambda p: st.entropy(p, nan_policy="omit"))(p)
+
+
 # ---- what is not supported, and plain arrays --------------------------------------------------
 def test_unsupported_methods_and_distributions_are_named_at_the_users_line():
     x = np.array([0.5, 1.5])

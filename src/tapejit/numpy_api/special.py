@@ -162,8 +162,8 @@ def polygamma(n: Any, x: Any) -> Any:
     return S.polygamma(cast(x, _floating(x)), n=int(n))
 
 
-def _route(special: ModuleType, name: str, rule: Callable[..., Any]) -> None:
-    """Register `rule` for scipy.special's function `name`, and put in scipy.special's
+def route(special: ModuleType, name: str, rule: Callable[..., Any]) -> None:
+    """Register `rule` for a scipy module's function `name`, and put in the module's
     namespace a wrapper that calls it when an argument is traced (scipy's function
     otherwise)."""
     original = getattr(special, name)
@@ -192,7 +192,7 @@ def install(special: ModuleType) -> None:
     ufunc_rule(special.pseudo_huber, _pseudo_huber)
     for name, rule in {"logsumexp": logsumexp, "softmax": softmax,
                        "log_softmax": log_softmax, "polygamma": polygamma}.items():
-        _route(special, name, rule)
+        route(special, name, rule)
 
 
 if S.sc is not None:

@@ -9,7 +9,8 @@ with a traced argument runs the rule of `RULES` for the distribution's class and
 distribution without a rule raises UnsupportedOperationError naming it and what is supported,
 at the user's line. The classes change, so `from scipy.stats import norm` before tapejit was
 imported works too, and so do frozen distributions (`norm(0, s).logpdf(x)`), made inside or
-outside the traced function.
+outside the traced function. The module's function `entropy` is routed as scipy.special's
+functions are (special.route): in the namespace.
 """
 from __future__ import annotations
 
@@ -18,9 +19,13 @@ import inspect
 import sys
 from typing import Any, Callable
 
-from ..errors import UnsupportedAttributeError, UnsupportedOperationError, at_source, user_source
+import numpy as np
+
+from ..errors import (UnsupportedAttributeError, UnsupportedOperationError, at_source,
+                      user_error, user_source)
 from ..guards import ON_FIRST_OPEN
 from ..trace import Tracer
+from . import asarray, cast
 
 # (distribution class, method) -> rule(dist, *args, **kwargs), once scipy.stats is imported
 RULES: dict[tuple[type, str], Callable[..., Any]] = {}
@@ -138,12 +143,39 @@ def _register(st: Any) -> None:
                   (dirichlet, "logpdf"): M.dirichlet_logpdf, (dirichlet, "pdf"): M.dirichlet_pdf})
 
 
+def entropy(pk: Any, qk: Any = None, base: Any = None, axis: Any = 0, *,
+            nan_policy: str = "propagate", keepdims: bool = False) -> Any:
+    """scipy's: the entropy of pk (or the relative entropy to qk), each normalized to sum 1
+    along `axis`, in nats (or in `base`)."""
+    import scipy.special as sc
+    if nan_policy != "propagate":
+        raise UnsupportedOperationError(at_source(
+            f"scipy.stats.entropy: nan_policy={nan_policy!r} is not supported on traced arrays "
+            f"(NaN propagates)", user_source()))
+    if base is not None and base <= 0:
+        raise user_error("scipy.stats.entropy: `base` must be a positive number or `None`.")
+    if axis is None:
+        pk, qk, axis = np.ravel(pk), None if qk is None else np.ravel(qk), 0
+    pk = asarray(pk)
+    pk = cast(pk, np.promote_types(pk.dtype, np.float64) if pk.dtype.kind != "f" else pk.dtype)
+    pk = pk / np.sum(pk, axis=axis, keepdims=True)
+    if qk is None:
+        vec = sc.entr(pk)
+    else:
+        pk, qk = np.broadcast_arrays(pk, qk)
+        vec = sc.rel_entr(pk, qk / np.sum(qk, axis=axis, keepdims=True))
+    s = np.sum(vec, axis=axis, keepdims=keepdims)
+    return s if base is None else s / np.log(base)
+
+
 def install() -> None:
     """Route scipy.stats' methods through RULES, once scipy.stats is imported."""
     st = sys.modules.get("scipy.stats")
     if RULES or st is None:
         return
     from scipy.stats import _distn_infrastructure as di, _multivariate as mv
+    from .special import route
+    route(st, "entropy", entropy)
     _register(st)
     for cls in (di.rv_generic, di.rv_continuous, di.rv_discrete, type(st.multivariate_normal),
                 type(st.dirichlet)):
