@@ -1355,6 +1355,8 @@ if sc is not None:
     for _uf in (sc.huber, sc.pseudo_huber):
         row(f"scipy_{_uf.__name__}", _uf, shapes=BINARY_SHAPES, domain=[POS, REAL],
             grad2=True, covers=(_uf,))
+    row("scipy_betaln", sc.betaln, shapes=BINARY_SHAPES, domain=[POS, Domain(0.5, 40.0)],
+        grad2=True, covers=(sc.betaln,))
     row("scipy_logsumexp", lambda x: sc.logsumexp(x), shapes=(((),), ((5,),), ((2, 3),)),
         grad2=True, covers=(sc.logsumexp,))
     row("scipy_logsumexp_axis", lambda x: sc.logsumexp(x, axis=(0, 2), keepdims=True),

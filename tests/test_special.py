@@ -161,6 +161,33 @@ def test_entropies_and_huber_losses_at_their_edges_match_scipy():
                 np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, err_msg=fn.__name__)
 
 
+@needs_scipy
+def test_betaln_matches_scipy_in_each_of_its_branches():
+    """cephes' branches: Gamma ratios, gammaln beyond Gamma's overflow (171.6), the series for
+    one argument 1e6 times the other, non-positive integers (1 - a - b in their place, or
+    inf), poles of Gamma(a + b); compiled and interpreted, first and later calls. Its
+    gradient is digamma(a) - digamma(a + b), also through the series."""
+    v = np.array([-3.0, -2.5, -2.0, -1.0, -0.5, 0.0, 1e-300, 1e-3, 0.5, 1.0, 2.0, 3.7, 50.0,
+                  170.0, 171.7, 200.0, 1e3, 1e7, 1e10, 1e300, np.inf, np.nan])
+    a, b = (m.ravel() for m in np.meshgrid(v, v, indexing="ij"))
+    with np.errstate(all="ignore"):
+        want = sc.betaln(a, b)
+        terms = np.nan_to_num(np.abs(sc.gammaln(a)) + np.abs(sc.gammaln(b))
+                              + np.abs(sc.gammaln(a + b)), posinf=0.0)
+    for backend in ("numba", "interpret"):
+        jitted = tj.jit(sc.betaln, backend=backend)
+        for _ in range(2):
+            got = jitted(a, b)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+            finite = np.isfinite(want)      # (an ulp of libm's gammaln of the larger terms)
+            assert np.all(np.abs(got - want)[finite] <= 1e-14 * np.abs(want[finite])
+                          + 4e-16 * terms[finite])
+    x = np.array([0.3, 2.0, 300.0, 1e7, -2.3])
+    got = tj.grad(lambda x: np.sum(sc.betaln(x, 2.5)))(x)
+    np.testing.assert_allclose(got, sc.digamma(x) - sc.digamma(x + 2.5), rtol=1e-7)
+
+
 # ---- compiled and interpreted programs --------------------------------------------------------
 REDUCTION_ROWS = {"nansum", "nansum_all_where", "nanmean", "nanmax", "nanmin",
                   "nanmax_initial", "nan_to_num", "nan_to_num_values", "sum_where",

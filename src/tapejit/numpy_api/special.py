@@ -2,8 +2,8 @@
 
 Its ufuncs reach `Tracer.__array_ufunc__` as numpy's do: erf, erfc, erfinv, gammaln, expit,
 ndtr, log_ndtr, xlogy and xlog1py lower to the primitives of ops/special.py that name them
-(numpy_api/math.py), digamma (psi) to polygamma[n=0]; logit, entr, rel_entr, kl_div, huber and
-pseudo_huber to compositions (scipy's own formulas). logsumexp, softmax, log_softmax and polygamma are Python functions that convert
+(numpy_api/math.py), digamma (psi) to polygamma[n=0]; logit, entr, rel_entr, kl_div, huber,
+pseudo_huber and betaln to compositions (scipy's own formulas). logsumexp, softmax, log_softmax and polygamma are Python functions that convert
 their arguments with np.asarray, which a tracer cannot pass: tapejit replaces them in the
 `scipy.special` namespace by wrappers that lower a call with a traced argument here (and call
 scipy's function otherwise). `import tapejit` does not import scipy.special: all this is
@@ -78,6 +78,43 @@ def _pseudo_huber(delta: Any, r: Any) -> Any:
     d = np.where(zero, 1, delta)
     out = np.where(zero, 0 * d, d * d * (np.sqrt(1 + (r / d) ** 2) - 1))
     return np.where(delta < 0, math.inf, out)
+
+
+_MAXGAM = 171.624376956302725       # Gamma overflows float64 beyond it
+
+
+def _betaln(a: Any, b: Any) -> Any:
+    """scipy's (cephes' lbeta), in float64: log|Gamma(a) Gamma(b) / Gamma(a + b)| from the
+    Gamma functions while they are finite, from gammaln beyond, and by cephes' asymptotic
+    series where one argument exceeds 1e6 times the other; a non-positive integer argument
+    as cephes takes it (1 - a - b in its place, or inf). Each branch sees placeholder
+    arguments where it is not chosen, so that its infinities reach no gradient."""
+    dtype = asarray(a).dtype
+    a, b = np.broadcast_arrays(cast(asarray(a), np.dtype(np.float64)),
+                               cast(asarray(b), np.dtype(np.float64)))
+    a_int, b_int = (a <= 0) & (a == np.floor(a)), (b <= 0) & (b == np.floor(b))
+    pole = (a_int & ((b != np.floor(b)) | (a + b >= 1))) | \
+        (b_int & ((a != np.floor(a)) | (a + b >= 1))) | (a_int & b_int)
+    a, b = np.where(a_int & ~pole, 1 - a - b, a), np.where(b_int & ~pole, 1 - a - b, b)
+    swap = np.abs(a) < np.abs(b)
+    big, small = np.where(swap, b, a), np.where(swap, a, b)
+    series = (np.abs(big) > 1e6 * np.abs(small)) & (big > 1e6)
+    large = ~series & ((np.abs(big + small) > _MAXGAM) | (np.abs(big) > _MAXGAM) |
+                       (np.abs(small) > _MAXGAM))
+    gammas = ~series & ~large & ~pole
+    x, y = np.where(series, big, 2e6), np.where(series, small, 1.0)
+    asymptotic = (S.lgamma(y) - y * np.log(x) + y * (1 - y) / (2 * x)
+                  + y * (1 - y) * (1 - 2 * y) / (12 * x * x)
+                  - y * y * (1 - y) * (1 - y) / (12 * x * x * x))
+    x, y = np.where(large, big, 1.0), np.where(large, small, 1.0)
+    logs = S.lgamma(x) + S.lgamma(y) - S.lgamma(x + y)
+    x, y = np.where(gammas, big, 1.0), np.where(gammas, small, 1.0)
+    gx, gy, gxy = S.gamma(x), S.gamma(y), S.gamma(x + y)
+    ratio = np.where(np.abs(np.abs(gx) - np.abs(gxy)) > np.abs(np.abs(gy) - np.abs(gxy)),
+                     gy / gxy * gx, gx / gxy * gy)
+    ratio = np.where((x + y <= 0) & (x + y == np.floor(x + y)), 0, ratio)  # Gamma(a + b) = inf
+    out = np.where(series, asymptotic, np.where(large, logs, np.log(np.abs(ratio))))
+    return cast(np.where(pole, math.inf, out), dtype)
 
 
 def _floating(*xs: Any) -> np.dtype:
@@ -190,6 +227,7 @@ def install(special: ModuleType) -> None:
     ufunc_rule(special.kl_div, lambda x, y: _relative(x, y, careful=False))
     ufunc_rule(special.huber, _huber)
     ufunc_rule(special.pseudo_huber, _pseudo_huber)
+    ufunc_rule(special.betaln, _betaln)
     for name, rule in {"logsumexp": logsumexp, "softmax": softmax,
                        "log_softmax": log_softmax, "polygamma": polygamma}.items():
         route(special, name, rule)
