@@ -867,6 +867,14 @@ row("digitize", lambda x: (np.digitize(x, np.array([-1.0, 0.0, 0.5])),
                            np.digitize(x, np.array([-1.0, 0.0, 0.5]), right=True),
                            np.digitize(x, np.zeros(3)), np.digitize(x, np.zeros(0))),
     shapes=(((5,),), ((3, 3),), ((),)), diff=False, covers=(np.digitize,))
+row("copysign", lambda a, b: np.copysign(a, b), shapes=BINARY_SHAPES, domain=[NONZERO, NONZERO],
+    grad2=True, prim="copysign", covers=(np.copysign,), int_fn=np.copysign)
+row("signbit", lambda x: np.signbit(x) * x, domain=NONZERO, prim="signbit", covers=(np.signbit,),
+    int_fn=np.signbit)
+row("modf", lambda x: np.modf(x * 3)[0] * 2 + np.modf(x * 3)[1], domain=NONZERO, grad2=True,
+    covers=(np.modf,), int_fn=np.modf)
+row("divmod", lambda a, b: np.divmod(a * 3, b), shapes=BINARY_SHAPES, domain=[REAL, NONZERO],
+    covers=(np.divmod,))
 row("piecewise", lambda x: np.piecewise(x, [x < -0.5, x > 0.5], [lambda v: v ** 2, np.sin,
                                                                   lambda v: -v]),
     grad2=True, covers=(np.piecewise,))
@@ -1369,6 +1377,13 @@ if sc is not None:
     row("scipy_softmax_all", lambda x: sc.softmax(x), shapes=MATRIX, covers=(sc.softmax,))
     row("scipy_log_softmax", lambda x: sc.log_softmax(x, axis=-1), shapes=CUBE, grad2=True,
         covers=(sc.log_softmax,))
+    # scipy.stats' module functions (its distributions: tests/test_scipy_stats.py)
+    import scipy.stats as st
+    from tapejit.numpy_api import stats as _stats
+    _stats.install()                    # (a trace opening does it too)
+    row("scipy_stats_entropy", lambda p, q: st.entropy(p) + st.entropy(p, q, base=2.0),
+        shapes=(((3,), (3,)), ((3, 3), (3, 3)), ((2, 4), (4,))), domain=POS, grad2=True,
+        covers=(st.entropy,))
     # incomplete gamma and beta functions: differentiable in x only (their a, b, df are
     # constants here; a derivative in them raises: tests/test_special_incomplete.py)
     from tapejit.ops import special_incomplete as SI

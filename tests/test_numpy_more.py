@@ -113,6 +113,42 @@ def test_fmod_compiled_is_numpys_for_integers_and_edge_floats():
             assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.fixture(params=["llvm", "numba"])
+def codegen(request, monkeypatch):
+    from tapejit import config
+    monkeypatch.setenv("TAPEJIT_CODEGEN", request.param)
+    config.reload()
+    yield request.param
+    monkeypatch.undo()
+    config.reload()
+
+
+def test_integer_division_at_its_edges_under_both_code_generators(codegen):
+    """//, %, np.fmod and np.divmod of ints at a zero divisor and the most negative int over -1
+    (numba's remainder trapped there, killing the process, and its floor_divide gave 0), and
+    np.copysign, np.signbit, np.modf at signed zeros, infinities and NaN: numpy's results,
+    bit for bit, with the LLVM lowering and with numba's code."""
+    def division(a, b):
+        return (a // b, a % b, np.fmod(a, b), *np.divmod(a, b))
+
+    def signs(x, y):
+        return (np.copysign(x, y), np.signbit(x), *np.modf(x))
+    edge = np.array([-2 ** 63, -7, -1, 0, 1, 7, 2 ** 62], np.int64)
+    a, b = (m.ravel() for m in np.meshgrid(edge, edge, indexing="ij"))
+    v = np.array([0.0, -0.0, 1.5, -3.0, -1e-310, 1e300, np.inf, -np.inf, np.nan, -np.nan])
+    x, y = (m.ravel() for m in np.meshgrid(v, v, indexing="ij"))
+    for fn, args in [(division, (a, b)), (division, (a.astype(np.int32), b.astype(np.int32))),
+                     (signs, (x, y)), (signs, (x.astype(np.float32), y.astype(np.float32)))]:
+        with np.errstate(all="ignore"):
+            want = fn(*args)
+        jitted = tj.jit(fn)
+        for _ in range(2):
+            for got, expected in zip(jitted(*args), want, strict=True):
+                assert got.dtype == expected.dtype
+                np.testing.assert_array_equal(got, expected)
+                assert np.array_equal(np.signbit(got), np.signbit(expected))
+
+
 def test_sign_of_unsigned_ints_hypot_and_logaddexp2_at_extreme_magnitudes():
     """np.sign of an unsigned int of the top bit set (numba's np.sign gave 255 for a uint8
     255); np.hypot where a square would overflow or underflow (it gave inf and 0 for 1e200

@@ -1,6 +1,7 @@
 """Scalar special functions for compiled code: digamma, polygamma (Hurwitz zeta), erfinv, ndtr
 and log_ndtr on float64 (float32 operands are computed in float64 and rounded once); numpy's
-float floor division and remainder, in the operands' own dtype; numpy's integer fmod.
+float floor division and remainder, in the operands' own dtype; numpy's integer floor
+division, remainder (numba's trap on the most negative int over -1) and fmod.
 
 ops/special.py's scalar templates call them as `tj_special.digamma(x)`, ...: generated CPU
 modules read this module as the global `tj_special`; CUDA kernels reach them through
@@ -286,6 +287,26 @@ def floor_divide(a, b):
 def remainder(a, b):
     """numpy's remainder of floats."""
     return np.fmod(a, b) if not b else _divmod(a, b)[1]
+
+
+@_jit
+def int_floor_divide(a, b):
+    """numpy's floor_divide of signed integers: 0 for a divisor 0, and -a (wrapping: the most
+    negative int over -1 is itself) for -1, where the machine's division traps."""
+    if b == 0:
+        return a - a
+    if b == -1:
+        return (a - a) - a
+    return np.floor_divide(a, b)
+
+
+@_jit
+def int_remainder(a, b):
+    """numpy's remainder of signed integers: 0 for a divisor 0 or -1 (the machine's division
+    traps on the most negative int over -1)."""
+    if b == 0 or b == -1:
+        return a - a
+    return np.remainder(a, b)
 
 
 @_jit

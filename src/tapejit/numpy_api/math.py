@@ -172,6 +172,23 @@ ufunc_rule(np.isinf, _float_test(lambda x: E.eq(E.abs_(x), math.inf)), "test")
 ufunc_rule(np.isfinite, lambda x: E.lt(E.abs_(x), math.inf) if x.dtype.kind == "f"
            else E.eq(x, x), "test")
 
+ufunc_rule(np.signbit, lambda x: E.signbit(x) if x.dtype.kind == "f" else
+           E.lt(x, 0) if x.dtype.kind == "i" else E.ne(x, x), "test")
+ufunc_rule(np.divmod, lambda a, b: (E.floor_div(a, b), E.rem(a, b)))
+
+
+def _modf(x: Any) -> tuple[Any, Any]:
+    """(fraction, integral part): x - trunc(x), with x's sign (-0.0 for -2.0) and 0 for an
+    infinity, as numpy; the fraction's derivative is 1 (x - trunc(x)'s, the sign a constant:
+    subtracting the +0.0 of d - d keeps a -0.0)."""
+    whole = E.trunc(x)
+    d = E.select(E.eq(E.abs_(x), math.inf), 0, E.sub(x, whole))
+    signed = C.stop_gradient(E.copysign(d, x))
+    return E.sub(signed, E.sub(C.stop_gradient(d), d)), whole
+
+
+ufunc_rule(np.modf, _modf)
+
 
 def _bool_only(name: str, prim: Callable[..., Any]) -> Callable[..., Any]:
     def rule(*args: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import sys
 from typing import Any, Callable
 
@@ -165,7 +166,7 @@ def entropy(pk: Any, qk: Any = None, base: Any = None, axis: Any = 0, *,
         pk, qk = np.broadcast_arrays(pk, qk)
         vec = sc.rel_entr(pk, qk / np.sum(qk, axis=axis, keepdims=True))
     s = np.sum(vec, axis=axis, keepdims=keepdims)
-    return s if base is None else s / np.log(base)
+    return s if base is None else s / math.log(base)
 
 
 def install() -> None:

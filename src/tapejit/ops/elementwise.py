@@ -168,11 +168,13 @@ pow_ = binary("pow", np.power, "({0} ** {1})", lambda ct, y, x, p: (
 atan2 = binary("atan2", np.arctan2, "math.atan2({0}, {1})", lambda ct, z, a, b: (
     ct * b / (a * a + b * b), -ct * a / (a * a + b * b)))                # atan2(a, b) = atan(a/b)
 def _numpy_divmod(name: str):
-    """The CPU template of float `name` (floor_divide, remainder): numpy's algorithm in
-    codegen/special.py, which numba's np.floor_divide/np.remainder do not follow at infinities
-    and signed zeros; numba's for integers."""
-    ours, theirs = f"{SPECIAL_GLOBAL}.{name}({{0}}, {{1}})", f"np.{name}({{0}}, {{1}})"
-    return lambda eqn: ours if eqn.ins[0].aval.dtype.kind == "f" else theirs
+    """The CPU template of `name` (floor_divide, remainder): numpy's algorithm in
+    codegen/special.py for floats, which numba's np.floor_divide/np.remainder do not follow at
+    infinities and signed zeros, and for signed integers, where numba's traps on the most
+    negative int over -1 (a crash); numba's for unsigned integers."""
+    templates = {"f": f"{SPECIAL_GLOBAL}.{name}({{0}}, {{1}})",
+                 "i": f"{SPECIAL_GLOBAL}.int_{name}({{0}}, {{1}})"}
+    return lambda eqn: templates.get(eqn.ins[0].aval.dtype.kind, f"np.{name}({{0}}, {{1}})")
 
 
 rem = binary("rem", np.remainder, _numpy_divmod("remainder"),
@@ -189,6 +191,16 @@ fmod = binary("fmod", np.fmod, lambda eqn: "np.fmod({0}, {1})" if eqn.ins[0].ava
               == "f" else f"{SPECIAL_GLOBAL}.fmod({{0}}, {{1}})",
               lambda ct, y, a, b: (ct, -ct * trunc(a / b)),               # a - b trunc(a/b)
               cuda_scalar=ByKind("math.fmod({0}, {1})", _FMOD_INT))
+
+# |a| with b's sign bit (C's copysign, exact; -0.0 and NaN's signs count): d/da is abs's,
+# sign(a) (0 at 0), times b's sign; b only chooses
+copysign = binary("copysign", np.copysign, "np.copysign({0}, {1})",
+                  lambda ct, y, a, b: (ct * sign(a) * copysign(1.0, b), None),
+                  cuda_scalar="math.copysign({0}, {1})")
+# the sign bit of a float (-0.0 and -NaN have it), a bool (np.signbit of ints: numpy_api/math.py)
+signbit = defop("signbit", Kind.ELEMENTWISE, np.signbit, shape=_shape_rule("signbit", "bool", 1),
+                vjp=zero_vjp, scalar="np.signbit({0})",
+                cuda_scalar="(math.copysign(1.0, {0}) < 0)")
 
 
 def _max_vjp(ct, y, a, b):

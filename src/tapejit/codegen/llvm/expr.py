@@ -28,7 +28,8 @@ _FCMP = {ast.Eq: "oeq", ast.NotEq: "une", ast.Lt: "olt", ast.LtE: "ole", ast.Gt:
          ast.GtE: "oge"}
 _ICMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt",
          ast.GtE: "ge"}
-_INT_FLOOR = {"np.floor_divide": ast.FloorDiv, "np.remainder": ast.Mod}
+_INT_FLOOR = {"np.floor_divide": ast.FloorDiv, "np.remainder": ast.Mod,  # (and numba's safe
+              "tj_special.int_floor_divide": ast.FloorDiv, "tj_special.int_remainder": ast.Mod}
 _KERNEL_OPS = {ast.Pow: "**", ast.FloorDiv: "//", ast.Mod: "%"}
 
 
@@ -385,9 +386,7 @@ def _literal_int(node: ast.expr) -> int:
 
 
 def _parts(node: ast.expr) -> list[ast.expr]:
-    if isinstance(node, ast.Tuple):
-        return list(node.elts)
-    return [node]
+    return list(node.elts) if isinstance(node, ast.Tuple) else [node]
 
 
 def parse_dtype(node: ast.expr) -> np.dtype:
