@@ -638,6 +638,27 @@ _SET = [
 for _name, _assign, _vshape in _SET:
     row(f"setitem_{_name}", _assigning(_assign), shapes=(((3, 3), _vshape),),
         covers=("operator:__setitem__",) + (("method:at",) if "add_at" in _name else ()))
+row("setitem_traced_mask", _assigning(lambda y, v: y.__setitem__(y > 0, v)),
+    shapes=(((3, 3), ()), ((3, 3), (1,))), covers=("operator:__setitem__",))
+row("setitem_traced_mask_rows", _assigning(lambda y, v: y.__setitem__(y[:, 0] > 0, v)),
+    shapes=(((3, 3), (3,)), ((3, 1), ())), covers=("operator:__setitem__",))
+
+
+def _into_buffers(x, v):
+    """ufuncs with out= and np.add.at into arrays np.zeros made, x.flat, np.fill_diagonal"""
+    out = np.zeros(x.shape)
+    out += x
+    np.multiply(out, v, out=out)
+    acc = np.zeros(x.shape)
+    np.add.at(acc, (np.array([0, 0, 2]), np.array([1, 1, 0])), v)
+    flat = x * 1.0
+    flat.flat[::2] = v
+    np.fill_diagonal(flat, -v)
+    return out, acc, flat
+
+
+row("writes_into_buffers", _into_buffers, shapes=(((3, 3), ()), ((3, 3), (1,))),
+    covers=("method:__call__", "method:at", np.fill_diagonal))
 
 
 def _iadd(x, v):

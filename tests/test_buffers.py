@@ -93,6 +93,127 @@ def test_a_traced_index_writes_a_traced_buffer():
     check_grads(lambda x: f(x, idx), [x])
 
 
+def test_repeated_traced_indices_keep_the_last_value_as_numpy():
+    """`y[idx] = v` with traced indices that repeat (also as a negative index and its positive
+    twin): numpy keeps the last write (tapejit summed them, a silent wrong result); only the
+    kept values get a gradient; square shapes, a 2-d key."""
+    def f(x, idx, v):
+        y = x * 1.0
+        y[idx] = v
+        return y
+    x, v = np.zeros(4), np.array([10.0, 20.0, 30.0, 40.0])
+    weights = np.arange(1.0, 5.0)
+    for idx in (np.array([1, 1, 3, 1]), np.array([3, 2, 1, 3]), np.array([-1, 3, 2, 2]),
+                np.array([0, 1, 2, 3])):
+        for _ in range(2):
+            np.testing.assert_array_equal(tj.jit(f)(x, idx, v), f(x, idx, v))
+        kept = [k for k in range(4) if not any((idx[j] - idx[k]) % 4 == 0
+                                               for j in range(k + 1, 4))]
+        grad = tj.grad(lambda v, x: np.sum(f(x, idx, v) * weights))(v, x)
+        np.testing.assert_array_equal(grad, [weights[idx[k]] if k in kept else 0.0
+                                             for k in range(4)])
+
+    def g(a, r, c):
+        b = a * 1.0
+        b[r, c] = a[0, 0] * np.arange(1.0, 5.0)
+        return b
+    a, r, c = np.ones((3, 3)), np.array([0, 2, 0, 2]), np.array([1, 1, 1, 0])
+    for _ in range(2):
+        np.testing.assert_array_equal(tj.jit(g)(a, r, c), g(a, r, c))
+
+
+def test_in_place_ufuncs_and_flat_writes_into_buffers():
+    """`buf[idx] += traced` (numpy: a repeated index written once), `buf += traced`,
+    np.add.at into a constructor's array, np.fill_diagonal (matrix, tall with wrap, cube),
+    `x.flat[k] = v` and `x.flat = v`: numpy's results, compiled, and their gradients."""
+    def f(x):
+        out = np.zeros(3)
+        out[[0, 0, 2]] += x
+        acc = np.zeros(3)
+        np.add.at(acc, [0, 0, 2], x)
+        whole = np.ones(3)
+        whole *= x
+        return out, acc, whole
+
+    def diagonals(x):
+        m, tall, cube = np.zeros((3, 3)), np.zeros((5, 2)), np.zeros((2, 2, 2))
+        np.fill_diagonal(m, x)
+        np.fill_diagonal(tall, x[:2], wrap=True)
+        np.fill_diagonal(cube, x[2])
+        flat = x * 1.0
+        flat.flat[::2] = -x[1]
+        filled = np.zeros(4)
+        filled.flat = x[:2]
+        return m, tall, cube, flat, filled
+    x = np.array([1.5, -2.0, 3.0])
+    for fn in (f, diagonals):
+        for _ in range(2):
+            for got, want in zip(tj.jit(fn)(x), fn(x), strict=True):
+                np.testing.assert_array_equal(got, want)
+        check_grads(lambda x: sum(np.sum(np.sin(o) * (k + 1)) for k, o in enumerate(fn(x))),
+                    [x])
+
+
+def test_out_into_traced_arrays_is_a_write():
+    """np.multiply(y, v, out=y), out= with where=, a positional out, and numpy's same_kind
+    refusal of a float result into an int buffer (a constructor's int array)."""
+    def f(x, v):
+        y = x * 1.0
+        np.multiply(y, v, out=y)
+        np.add(y, 1.0, out=y, where=x > 0)
+        z = np.exp(x)
+        np.sqrt(z, z)
+        return y, z
+    x, v = np.array([1.0, -2.0, 3.0]), np.array([2.0, 3.0, 4.0])
+    for _ in range(2):
+        for got, want in zip(tj.jit(f)(x, v), f(x, v), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-15)
+    check_grads(lambda x, v: np.sum(np.sin(f(x, v)[0]) + f(x, v)[1]), [x, v], (0, 1))
+
+    def into_ints(x):
+        k = np.arange(3)
+        np.add(k, x, out=k)
+        return k
+    with pytest.raises(tj.DtypeError, match="cannot be written into the int64 out="):
+        tj.jit(into_ints)(x)
+
+
+def test_a_traced_mask_assigns_one_value_to_every_selected_element():
+    """`y[y < 0] = 0`, a row per selected row, a traced scalar, ints and NaN: np.where, as
+    numpy computes it; one value per selected element is a clear error (their count is a
+    value of the call), and so is a mask of the wrong shape."""
+    def f(x):
+        y = x * 1.0
+        y[y < 0] = 0.0
+        rows = x * 1.0
+        rows[x[:, 0] > 0] = np.array([10.0, 20.0, 30.0])
+        same = x * 1.0
+        same[x > 2] = x[0, 0]
+        ints = x.astype(np.int64)
+        ints[x < 0] = -1
+        return y, rows, same, ints
+    x = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0], [7.0, 8.0, -9.0]])
+    for _ in range(2):
+        for got, want in zip(tj.jit(f)(x), f(x), strict=True):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+    check_grads(lambda x: sum(np.sum(o ** 2) for o in f(x)[:3]), [x])
+
+    def per_element(x):
+        y = x * 1.0
+        y[x > 0] = np.arange(3.0)
+        return y
+    with pytest.raises(tj.UnsupportedOperationError, match="one value per selected element"):
+        tj.jit(per_element)(x)
+
+    def wrong_shape(x):
+        y = x[:2] * 1.0
+        y[x[0] > 0] = 1.0
+        return y
+    with pytest.raises(tj.IndexingError, match=r"boolean index of shape \(3,\)"):
+        tj.jit(wrong_shape)(x)
+
+
 def test_an_int_buffer_of_traced_indices_gathers():
     def f(x, k):
         idx = np.zeros(2, dtype=np.int64)

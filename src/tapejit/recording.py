@@ -42,6 +42,46 @@ class Constant(np.ndarray):
             raise BufferWrite(self.site)
         super().__setitem__(key, value)
 
+    @property
+    def flat(self) -> Any:
+        """numpy's flat iterator, whose writes are checked as `__setitem__`'s (np.fill_diagonal
+        writes `a.flat[::n + 1] = val`)."""
+        return _Flat(self)
+
+    @flat.setter
+    def flat(self, value: Any) -> None:
+        if holds_tracer(value):
+            raise BufferWrite(self.site)
+        np.ndarray.flat.__set__(self, value)
+
+
+class _Flat:
+    """A Constant's `flat`: numpy's flat iterator, whose traced writes go through the array's
+    own `__setitem__` (so they raise as its index writes do)."""
+
+    def __init__(self, base: Constant) -> None:
+        self.base, self.iterator = base, np.ndarray.flat.__get__(base)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if holds_tracer(value) or holds_tracer(key):
+            self.base[...] = value              # (raises: a traced write)
+        self.iterator[key] = value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.iterator, name)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.iterator[key]
+
+    def __iter__(self) -> Any:
+        return iter(self.iterator)
+
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        return self.iterator.__array__(*args, **kwargs)
+
 
 class BufferWrite(ConcretizationError):
     """A traced value or index written into a `Constant` made at `site` (a user's line). The

@@ -256,7 +256,7 @@ ops.set_binder(bind)
 # numpy lowering tables, filled by the numpy_api package: ufunc -> rule, numpy function -> rule
 UFUNC_RULES: dict[Any, Callable[..., Any]] = {}
 FUNCTION_RULES: dict[Any, Callable[..., Any]] = {}
-METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "accumulate", "at"
+METHOD_RULES: dict[str, Callable[..., Any]] = {}   # ufunc methods: "reduce", "at", ...
 
 
 def leaked(tracer: "Tracer") -> LeakedTracerError:
@@ -369,22 +369,19 @@ class Tracer:
 
     # --- numpy protocols ----------------------------------------------------------------------
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if method == "__call__":
+        if method == "__call__" and kwargs.get("out") is None and kwargs.get("where", True) is True:
             rule = UFUNC_RULES.get(ufunc)
             if rule is None:
                 raise _unsupported(ufunc_name(ufunc), UFUNC_RULES)
-            if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
-                raise UnsupportedOperationError(at_source(
-                    f"{ufunc_name(ufunc)}: the out= and where= arguments are not supported "
-                    f"on traced arrays; use the result (and np.where) instead", user_source()))
             dtype = kwargs.get("dtype")
             result = rule(*inputs)
             return result if dtype is None else result.astype(dtype)
-        rule = METHOD_RULES.get(method)
+        rule = METHOD_RULES.get(method)      # (a call with out= or where=: "__call__"'s rule)
         if rule is None:
             raise UnsupportedOperationError(at_source(
-                f"{ufunc_name(ufunc)}.{method} is not supported on traced arrays "
-                f"(supported methods: {', '.join(sorted(METHOD_RULES))})", user_source()))
+                f"{ufunc_name(ufunc)}.{method} is not supported on traced arrays (supported "
+                f"methods: {', '.join(m for m in sorted(METHOD_RULES) if m[0] != '_')})",
+                user_source()))
         return rule(ufunc, *inputs, **kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:

@@ -5,11 +5,11 @@ numpy's semantics: dtype promotion (NEP 50: Python scalars are weak), broadcasti
 `keepdims`, negative axes. Modules, each importing only this package and those before it:
 math (ufuncs), operators (Python's operators on tracers), shape (layout functions), rearrange
 (tile, flip, roll, rot90), reductions (and the reducing ufunc methods), indexing
-(getitem/setitem, take, the gathering layout functions, np.add.at), linalg (contractions),
-decompositions (np.linalg's matrix functions and norms), creation (np.array of traced values,
-np.full, np.linspace, np.meshgrid), numeric (interp, convolve, gradient, ...: compositions of
-the above), polynomial (polyval, polyfit, ...), statistics (cov, bincount, ...), sorting
-(sort, median, quantile, searchsorted, unique).
+(getitem/setitem), writes (np.add.at, x.flat, out=), gathers (take, repeat, pad), linalg
+(contractions), decompositions (np.linalg's matrix functions and norms), creation (np.array of
+traced values, np.full, np.linspace, np.meshgrid), numeric (interp, convolve, gradient, ...:
+compositions of the above), polynomial (polyval, polyfit, ...), statistics (cov, bincount,
+...), sorting (sort, median, quantile, searchsorted, unique).
 Each registers its rules with `implements`.
 """
 from __future__ import annotations
@@ -80,7 +80,8 @@ def reject(what: str, **given: Any) -> None:
                 user_source()))
 
 
-from . import math, operators, shape, rearrange, reductions, indexing  # noqa: E402,F401
+from . import math, operators, shape, rearrange, reductions, indexing, writes  # noqa: E402,F401
+from . import gathers  # noqa: E402,F401
 from . import linalg, decompositions  # noqa: E402,F401
 from . import creation, numeric, polynomial, statistics  # noqa: E402,F401
 from . import sorting  # noqa: E402,F401

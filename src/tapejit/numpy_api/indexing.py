@@ -1,6 +1,6 @@
 """Indexing: `x[key]`, `x[key] = v` (recorded as a functional update; so is `x.fill(v)`),
-np.take, np.take_along_axis, np.add.at, and the layout functions that gather (np.repeat with
-uneven counts, np.pad's edge/wrap/reflect/symmetric modes).
+and the other writes (np.add.at, x.flat, ...): writes.py; np.take and the functions that
+gather: gathers.py.
 
 Basic indexing (ints, slices, None, ...) lowers to slice/rev/reshape; index assignment with a
 basic key to pad + select with a constant mask, so both stay fusible elementwise work. Advanced
@@ -16,14 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (DtypeError, IndexingError, IndexOutOfBoundsError,
-                      UnsupportedOperationError, at_source, user_source)
+from ..avals import broadcast_shapes
+from ..errors import (IndexingError, IndexOutOfBoundsError, UnsupportedOperationError,
+                      at_source, user_source)
 from ..ops import elementwise as E
 from ..ops import index as I
 from ..ops import layout as L
+from ..ops import sort as S
 from ..ops.sort import in_bounds
-from ..trace import METHOD_RULES, Tracer, View, as_view, rebind
-from . import asarray, cast, implements, lift, normalize_axis, reject
+from ..trace import Tracer, View, as_view, rebind
+from . import cast, lift
 from .shape import broadcast_to_shape, ravel, reshape
 
 _BOOL_MASK_HELP = (
@@ -32,12 +34,12 @@ _BOOL_MASK_HELP = (
     "(then sum), or `np.sum(x * mask)`.")
 
 
-def _index_error(message: str) -> IndexingError:
+def index_error(message: str) -> IndexingError:
     return IndexingError(at_source(message, user_source()))
 
 
 def _not_integer(dtype: Any) -> IndexingError:
-    return _index_error(f"arrays used as indices must be of integer type, not {dtype}: convert "
+    return index_error(f"arrays used as indices must be of integer type, not {dtype}: convert "
                         f"them, e.g. idx.astype(np.int64) (after np.round or np.floor if they "
                         f"are computed as floats)")
 
@@ -72,15 +74,15 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
         elif e is None or e is Ellipsis or isinstance(e, slice):
             entries.append(e)
         else:
-            raise _index_error(f"unsupported index {e!r}: only integers, slices, None, "
+            raise index_error(f"unsupported index {e!r}: only integers, slices, None, "
                                f"Ellipsis and integer arrays are valid indices")
     consumed = sum(1 for e in entries if e is not None and e is not Ellipsis)
     if consumed > ndim:
-        raise _index_error(f"too many indices for array: array is {ndim}-dimensional, but "
+        raise index_error(f"too many indices for array: array is {ndim}-dimensional, but "
                            f"{consumed} were indexed")
     ellipses = [i for i, e in enumerate(entries) if e is Ellipsis]
     if len(ellipses) > 1:
-        raise _index_error("an index can only have a single ellipsis ('...')")
+        raise index_error("an index can only have a single ellipsis ('...')")
     fill = [slice(None)] * (ndim - consumed)
     if ellipses:
         at = ellipses[0]
@@ -136,7 +138,7 @@ def _basic_get(x: Any, entries: list[Any]) -> Any:
     return reshape(x, result)
 
 
-def _normalized(idx: Any, n: int, axis: int) -> Any:
+def normalized_index(idx: Any, n: int, axis: int) -> Any:
     """Index array with negative entries wrapped, bounds-checked (traced ones as the program
     runs: check_index)."""
     if isinstance(idx, Tracer):
@@ -157,7 +159,7 @@ def _advanced_get(x: Any, entries: list[Any]) -> Any:
     x = _basic_get(x, sliced)
     # 2. one take on the indexed axes, flattened into one
     sizes = [x.shape[d] for d in adv]
-    idx = [_normalized(axis_entries[d], x.shape[d], d) for d in adv]
+    idx = [normalized_index(axis_entries[d], x.shape[d], d) for d in adv]
     bshape = np.broadcast_shapes(*(np.shape(i) for i in idx))
     strides = np.cumprod([1] + sizes[::-1])[-2::-1].tolist()     # row-major over indexed axes
     linear = idx[-1]
@@ -223,10 +225,10 @@ def _dynamic_get(x: Any, entries: list[Any]) -> Any:
     index = start + np.arange(int(stop - start), dtype=np.int64)
     out = _basic_get(x, entries[:k] + [slice(None)] + entries[k + 1:])
     at = sum(1 for e in entries[:k] if not isinstance(e, int))   # out's axes before it
-    return I.take(lift(out), _normalized(index, n, axis), axis=at)
+    return I.take(lift(out), normalized_index(index, n, axis), axis=at)
 
 
-def _linear_indices(shape: tuple[int, ...], key: Any) -> Any:
+def linear_indices(shape: tuple[int, ...], key: Any) -> Any:
     """The flat positions x[key] selects: constant if the key is, else traced."""
     positions = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
     entries = _expand_key(key, len(shape))
@@ -236,10 +238,13 @@ def _linear_indices(shape: tuple[int, ...], key: Any) -> Any:
 
 
 def setitem(x: Tracer, key: Any, value: Any) -> None:
+    if isinstance(key, Tracer) and key.dtype == np.bool_:
+        rebind(x, _masked_set(x, key, cast(value, x.dtype)))
+        return
     entries = _expand_key(key, x.ndim)
     value = cast(value, x.dtype)
     if any(_is_index_array(e) for e in entries):
-        rebind(x, _scatter_set(x, _linear_indices(x.shape, key), value))
+        rebind(x, _scatter_set(x, linear_indices(x.shape, key), value))
         return
     region, result = _basic_region(x.shape, entries)
     if 0 in result:
@@ -257,13 +262,35 @@ def setitem(x: Tracer, key: Any, value: Any) -> None:
     rebind(x, E.select(mask, placed, x))
 
 
+def _masked_set(x: Tracer, mask: Tracer, value: Any) -> Any:
+    """x[mask] = value for a traced bool mask over x's leading axes, as np.where(mask, value,
+    x): for a value numpy gives every selected element (a scalar, or one row of the axes after
+    the mask's). One value per selected element would need their count, a value of the call."""
+    k, rest = mask.ndim, x.shape[mask.ndim:]
+    if mask.shape != x.shape[:k]:
+        raise index_error(f"boolean index of shape {mask.shape} did not match indexed array "
+                           f"of shape {x.shape}")
+    shape = np.shape(value)
+    if len(shape) == len(rest) + 1 and shape[:1] == (1,):
+        value, shape = reshape(value, shape[1:]), shape[1:]
+    if len(shape) > len(rest) or broadcast_shapes("index assignment", shape, rest) != rest:
+        raise UnsupportedOperationError(at_source(
+            f"x[mask] = values of shape {shape} with a traced mask: one value per selected "
+            f"element needs their count, a value of the call. Give every selected element "
+            f"the same value (a scalar, or a row of shape {rest}), or write "
+            f"x = np.where(mask, values, x) with values of x's shape {x.shape}", user_source()))
+    mask = reshape(mask, mask.shape + (1,) * len(rest))
+    return E.select(mask, lift(broadcast_to_shape(value, x.shape, "index assignment")), x)
+
+
 def _scatter_set(x: Tracer, linear: Any, value: Any) -> Any:
-    """x with x.flat[linear] = value; repeated constant indices keep the last value (numpy's
-    behaviour), repeated traced indices are summed."""
+    """x with x.flat[linear] = value; a repeated index keeps the last value (numpy's
+    behaviour), constant or traced."""
     v = ravel(broadcast_to_shape(value, np.shape(linear), "index assignment"))
     zeros = L.broadcast_in_dim(np.zeros((), x.dtype), shape=(x.size,), dims=())
     if isinstance(linear, Tracer):
         flat_idx = ravel(linear)
+        v = _last_writes(flat_idx, v)
         ones = L.broadcast_in_dim(np.ones((), x.dtype), shape=flat_idx.shape, dims=())
         mask = E.gt(I.scatter_add(lift(zeros), flat_idx, ones, axis=0), 0)
     else:
@@ -278,104 +305,18 @@ def _scatter_set(x: Tracer, linear: Any, value: Any) -> Any:
     return reshape(E.select(mask, scattered, ravel(x)), x.shape)
 
 
-def add_at(x: Tracer, key: Any, values: Any) -> Any:
-    """np.add.at(x, key, values) as a new value: repeated indices accumulate."""
-    linear = _linear_indices(x.shape, key)
-    v = ravel(broadcast_to_shape(cast(values, x.dtype), np.shape(linear), "numpy.add.at"))
-    zeros = L.broadcast_in_dim(np.zeros((), x.dtype), shape=(x.size,), dims=())
-    added = I.scatter_add(lift(zeros), ravel(linear) if isinstance(linear, Tracer)
-                          else np.ravel(linear), lift(v), axis=0)
-    return reshape(ravel(x) + added, x.shape)
-
-
-def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
-    if ufunc is not np.add or not isinstance(x, Tracer):
-        raise UnsupportedOperationError(at_source(
-            f"numpy.{ufunc.__name__}.at is supported only as np.add.at on a traced array",
-            user_source()))
-    rebind(x, add_at(x, index, values))
-
-
-METHOD_RULES["at"] = _at_method
-
-
-@implements(np.take)
-def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
-    reject("numpy.take", out=out)
-    a = asarray(a)
-    if axis is None:
-        a, axis = ravel(a), 0
-    ax = normalize_axis(axis, a.ndim, "numpy.take")
-    dtype = indices.dtype if isinstance(indices, Tracer) else np.asarray(indices).dtype
-    if dtype.kind not in "iu":    # numpy: a TypeError (cannot cast the indices safely to int64)
-        raise DtypeError(at_source(f"numpy.take: indices must be integers, not {dtype}: convert "
-                                   f"them with .astype(np.int64)", user_source()))
-    if mode not in ("raise", "wrap", "clip"):
-        raise UnsupportedOperationError(at_source(
-            f"numpy.take: mode={mode!r}, not 'raise', 'wrap' or 'clip'", user_source()))
-    n = a.shape[ax]         # (it ignored mode: 'wrap' and 'clip' raised for indices past n)
-    if mode != "raise" and n:
-        indices = np.mod(indices, n) if mode == "wrap" else np.clip(indices, 0, n - 1)
-    return I.take(lift(a), _normalized(indices, n, ax), axis=ax)
-
-
-@implements(np.take_along_axis)
-def take_along_axis(arr: Any, indices: Any, axis: int) -> Any:
-    arr = asarray(arr)
-    ax = normalize_axis(axis, arr.ndim, "numpy.take_along_axis")
-    key = [np.arange(n).reshape([-1 if i == d else 1 for i in range(arr.ndim)])
-           for d, n in enumerate(arr.shape)]
-    key[ax] = indices
-    return getitem(arr, tuple(key))
-
-
-@implements(np.repeat)
-def repeat(x: Any, repeats: Any, axis: Any = None) -> Any:
-    x = asarray(x)
-    if axis is None:
-        x, axis = ravel(x), 0
-    ax = normalize_axis(axis, x.ndim, "numpy.repeat")
-    if isinstance(repeats, Tracer):
-        raise UnsupportedOperationError("numpy.repeat: traced repeat counts give a "
-                                        "data-dependent shape")
-    reps = np.broadcast_to(np.asarray(repeats), (x.shape[ax],))
-    if np.all(reps == reps[0]) and x.shape[ax]:
-        r = int(reps[0])
-        grid = x.shape[:ax + 1] + (r,) + x.shape[ax + 1:]
-        dims = tuple(d if d <= ax else d + 1 for d in range(x.ndim))
-        out = L.broadcast_in_dim(x, shape=grid, dims=dims)
-        return reshape(out, x.shape[:ax] + (x.shape[ax] * r,) + x.shape[ax + 1:])
-    return take(x, np.repeat(np.arange(x.shape[ax]), reps), axis=ax)
-
-
-@implements(np.pad)
-def pad(x: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
-    x = asarray(x)
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2)).tolist()
-    if mode == "constant":
-        value = np.asarray(kwargs.get("constant_values", 0))
-        if value.ndim:
-            raise UnsupportedOperationError("numpy.pad: only a scalar constant_values is "
-                                            "supported on traced arrays")
-        lo, hi = (tuple(w[i] for w in widths) for i in (0, 1))
-        return L.pad(lift(x), cast(value, x.dtype)[()], lo=lo, hi=hi, interior=(0,) * x.ndim)
-    if mode not in ("edge", "wrap", "reflect", "symmetric"):
-        raise UnsupportedOperationError(f"numpy.pad: mode={mode!r} is not supported on traced "
-                                        f"arrays (supported: constant, edge, wrap, reflect, "
-                                        f"symmetric)")
-    for ax, (lo, hi) in enumerate(widths):
-        if lo or hi:   # the padded positions' source indices, computed by numpy itself
-            x = take(x, np.pad(np.arange(x.shape[ax]), (lo, hi), mode=mode), axis=ax)
-    return x
-
-
-def fill(x: Tracer, value: Any) -> None:
-    """`x.fill(value)`: numpy's in-place fill, as the assignment `x[...] = value`."""
-    setitem(x, Ellipsis, value)
+def _last_writes(flat_idx: Any, v: Any) -> Any:
+    """v with 0 for each value a later one at the same traced index overwrites: those that a
+    stable sort of the indices puts before an equal index."""
+    m = flat_idx.shape[0]
+    if m < 2:
+        return v
+    ordered, perm = S.sort(flat_idx, axis=0)
+    last = L.concatenate(E.ne(ordered[:-1], ordered[1:]), np.ones(1, np.bool_), axis=0)
+    counts = L.broadcast_in_dim(np.zeros((), np.int64), shape=(m,), dims=())
+    kept = E.gt(I.scatter_add(lift(counts), perm, cast(last, np.dtype(np.int64)), axis=0), 0)
+    return E.select(kept, lift(v), np.zeros((), v.dtype))
 
 
 Tracer.__getitem__ = getitem
 Tracer.__setitem__ = setitem
-Tracer.fill = fill
-Tracer.take = take
-Tracer.repeat = repeat

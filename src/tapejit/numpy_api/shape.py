@@ -1,7 +1,7 @@
 """numpy layout functions -> layout primitives: reshape transpose swapaxes moveaxis rollaxis
 expand_dims squeeze broadcast_to ravel atleast_*d concatenate stack hstack vstack dstack split
 hsplit vsplit dsplit where clip diff *_like, and the matching Tracer methods (np.tile, np.flip,
-np.roll, np.rot90: rearrange.py; np.repeat and np.pad gather: indexing.py)."""
+np.roll, np.rot90: rearrange.py; np.repeat and np.pad gather: gathers.py)."""
 from __future__ import annotations
 
 import builtins
