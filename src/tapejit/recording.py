@@ -51,7 +51,7 @@ class Constant(np.ndarray):
     @flat.setter
     def flat(self, value: Any) -> None:
         if holds_tracer(value):
-            raise BufferWrite(self.site)
+            self[...] = value                   # (raises, as a traced write does)
         np.ndarray.flat.__set__(self, value)
 
 
@@ -64,7 +64,7 @@ class _Flat:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if holds_tracer(value) or holds_tracer(key):
-            self.base[...] = value              # (raises: a traced write)
+            self.base[key] = value              # (raises, as a traced write does)
         self.iterator[key] = value
 
     def __getattr__(self, name: str) -> Any:

@@ -34,12 +34,12 @@ _BOOL_MASK_HELP = (
     "(then sum), or `np.sum(x * mask)`.")
 
 
-def index_error(message: str) -> IndexingError:
+def _index_error(message: str) -> IndexingError:
     return IndexingError(at_source(message, user_source()))
 
 
 def _not_integer(dtype: Any) -> IndexingError:
-    return index_error(f"arrays used as indices must be of integer type, not {dtype}: convert "
+    return _index_error(f"arrays used as indices must be of integer type, not {dtype}: convert "
                         f"them, e.g. idx.astype(np.int64) (after np.round or np.floor if they "
                         f"are computed as floats)")
 
@@ -74,15 +74,15 @@ def _expand_key(key: Any, ndim: int) -> list[Any]:
         elif e is None or e is Ellipsis or isinstance(e, slice):
             entries.append(e)
         else:
-            raise index_error(f"unsupported index {e!r}: only integers, slices, None, "
+            raise _index_error(f"unsupported index {e!r}: only integers, slices, None, "
                                f"Ellipsis and integer arrays are valid indices")
     consumed = sum(1 for e in entries if e is not None and e is not Ellipsis)
     if consumed > ndim:
-        raise index_error(f"too many indices for array: array is {ndim}-dimensional, but "
+        raise _index_error(f"too many indices for array: array is {ndim}-dimensional, but "
                            f"{consumed} were indexed")
     ellipses = [i for i, e in enumerate(entries) if e is Ellipsis]
     if len(ellipses) > 1:
-        raise index_error("an index can only have a single ellipsis ('...')")
+        raise _index_error("an index can only have a single ellipsis ('...')")
     fill = [slice(None)] * (ndim - consumed)
     if ellipses:
         at = ellipses[0]
@@ -268,7 +268,7 @@ def _masked_set(x: Tracer, mask: Tracer, value: Any) -> Any:
     the mask's). One value per selected element would need their count, a value of the call."""
     k, rest = mask.ndim, x.shape[mask.ndim:]
     if mask.shape != x.shape[:k]:
-        raise index_error(f"boolean index of shape {mask.shape} did not match indexed array "
+        raise _index_error(f"boolean index of shape {mask.shape} did not match indexed array "
                            f"of shape {x.shape}")
     shape = np.shape(value)
     if len(shape) == len(rest) + 1 and shape[:1] == (1,):

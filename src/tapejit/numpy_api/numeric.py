@@ -4,8 +4,8 @@ trapezoid gradient ediff1d ptp select piecewise cumulative_sum cumulative_prod i
 
 Each follows numpy's own definition (result dtype, modes, edge values) so that it is
 differentiable in every traced operand: `interp` in x, fp and xp (as JAX's jnp.interp),
-`convolve`/`correlate` in both signals. Sliding windows
-are one `take` of a constant index matrix (a gather, so the reverse sweep is a scatter-add).
+`convolve`/`correlate` in both signals. Sliding windows are one `take` of a constant index
+matrix (a gather, so the reverse sweep is a scatter-add).
 """
 from __future__ import annotations
 
@@ -234,9 +234,10 @@ def piecewise(x: Any, condlist: Any, funclist: Any, *args: Any, **kw: Any) -> An
         raise user_error(f"numpy.piecewise: with {len(conds)} condition(s), either "
                          f"{len(conds)} or {len(conds) + 1} functions are expected")
     y = np.zeros_like(x)
-    for cond, fn in zip(conds, funclist):    # (x's elements outside cond reach fn without
+    for cond, fn in zip(conds, funclist):
+        # x's elements outside cond reach fn without a derivative: no NaN gradient from them
         value = fn(where(cond, x, C.stop_gradient(x)), *args, **kw) if callable(fn) else fn
-        y = where(cond, cast(asarray(value), x.dtype), y)     # a derivative: no NaN from them)
+        y = where(cond, cast(asarray(value), x.dtype), y)
     return y
 
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (ConcretizationError, DtypeError, UnsupportedOperationError, at_source,
-                      ufunc_name, user_source)
+from ..errors import (ConcretizationError, DtypeError, ShapeError, UnsupportedOperationError,
+                      at_source, ufunc_name, user_source)
 from ..guards import Outside
 from ..ops import index as I
 from ..ops import layout as L
 from ..recording import BufferWrite, Constant
 from ..trace import METHOD_RULES, Tracer, rebind
 from . import cast, implements, lift
-from .indexing import getitem, index_error, linear_indices, setitem
+from .indexing import getitem, linear_indices, setitem
 from .shape import broadcast_to_shape, ravel, reshape
 
 
@@ -44,6 +44,7 @@ def _refuse_or_restart(written: Any) -> None:
 
 
 def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
+    """`np.add.at(x, index, values)`, written into x."""
     if ufunc is np.add:
         _refuse_or_restart(x)
     if ufunc is not np.add or not isinstance(x, Tracer):
@@ -85,10 +86,10 @@ METHOD_RULES["__call__"] = _call_into
 def fill_diagonal(a: Any, val: Any, wrap: bool = False) -> None:
     """numpy's, in place: a.flat[:end:step] = val, the main diagonal of a matrix (with `wrap`,
     again every N + 1 rows of a tall one) or of a cube of equal sides; val repeats along it."""
-    _refuse_or_restart(a)
-    if not isinstance(a, Tracer) or a.ndim < 2 or len(set(a.shape)) > 1 and a.ndim > 2:
-        raise index_error(f"numpy.fill_diagonal: the array must be traced and at least 2-d, "
-                           f"with equal sides beyond 2-d: got {np.shape(a)}")
+    _refuse_or_restart(a)           # (else `a` is traced: the only argument numpy dispatches on)
+    if a.ndim < 2 or (a.ndim > 2 and len(set(a.shape)) > 1):
+        raise ShapeError(at_source(f"numpy.fill_diagonal: the array must be at least 2-d, of "
+                                   f"equal sides beyond 2-d: got {a.shape}", user_source()))
     if a.ndim == 2:
         step, end = a.shape[1] + 1, (None if wrap else a.shape[1] * a.shape[1])
     else:
