@@ -249,6 +249,33 @@ def test_static_keyword_only_parameters():
     assert [v.name for v in tape.invars] == ["x", "k"]
 
 
+def test_results_are_the_callers_own_arrays():
+    """An output that is an input (`x.copy()` simplified away, `x + 0`), a view of one, a
+    program constant or a constant gradient came back as that very array: writing into it
+    (`g *= 0.5`) changed the argument, or every later call's result. Results are fresh and
+    writeable on every tier."""
+    data = np.array([4.0, 5.0, 6.0])
+    for backend in ("interpret", "numba"):
+        x = np.arange(4.0)
+        for fn in (lambda x: x.copy(), lambda x: x + 0, lambda x: x.reshape(2, 2).T,
+                   lambda x: x[1:], lambda x: np.asarray(x)):
+            jitted = tj.jit(fn, backend=backend)
+            for _ in range(3):
+                y = jitted(x)
+                y[...] = -1.0
+                np.testing.assert_array_equal(x, np.arange(4.0))
+        const = tj.jit(lambda x: (np.array([1.0, 2.0]), x * 2), backend=backend)
+        linear = tj.grad(lambda w, d: np.sum(w * d) + np.sum(w[:1]), backend=backend)
+        for _ in range(3):
+            c, _ = const(x)
+            np.testing.assert_array_equal(c, [1.0, 2.0])
+            c *= 100
+            g = linear(np.zeros(3), data)
+            np.testing.assert_array_equal(g, data + [1, 0, 0])
+            g *= 0.5                            # (it was data itself, or read-only)
+        np.testing.assert_array_equal(data, [4.0, 5.0, 6.0])
+
+
 def test_unhashable_static_argument():
     g = tj.grad(lambda x, ks: np.sum(x ** ks[0]), static_argnums=1)
     with pytest.raises(tj.ArgumentError, match=r"static argument 1 is an unhashable list"):

@@ -229,3 +229,22 @@ def test_gradient_with_no_recording_is_an_error():
         tape.gradient(np.ones(2), np.ones(2))
     with pytest.raises(tj.TapeError, match="inside the tape"):
         tape.watch(np.ones(2))
+
+
+def test_a_recorded_value_closed_over_after_the_tape_is_a_constant():
+    """`x = tape.watch(x)` rebinds x; a transform made after the tape ended and closing over x
+    took the tape's trace for its own (both at level 0): jacobian gave zeros, grad raised. The
+    open trace records; the recorded value is a constant there."""
+    x0, b = np.array([1.0, 2.0]), np.array([0.5, 0.5])
+    with tj.GradientTape() as tape:
+        x = tape.watch(x0)
+        loss = np.sum(x ** 2)
+    np.testing.assert_allclose(tape.gradient(loss, x), 2 * x0)
+    want = np.diag(x0 * (1 - np.tanh(x0 * b) ** 2))
+    for transform in (tj.jacobian, tj.jacrev, tj.jacfwd):
+        for _ in range(2):
+            np.testing.assert_allclose(transform(lambda b: np.tanh(x * b))(b), want)
+    np.testing.assert_allclose(tj.grad(lambda b: np.sum(np.tanh(x * b)))(b), np.diag(want))
+    np.testing.assert_allclose(tj.vmap(lambda b: x * b)(np.stack([b, 2 * b])),
+                               [x0 * b, 2 * x0 * b])
+    np.testing.assert_allclose(tj.hessian(lambda b: np.sum(x * b ** 3))(b), np.diag(6 * x0 * b))

@@ -68,7 +68,7 @@ class Trace:
 
     def __init__(self, level: int) -> None:
         self.level = level
-        self.ended = False
+        self.open, self.ended = False, False
         self.eqns: list[Eqn] = []
         self.constvars: list[Var] = []
         self.consts: list[Any] = []
@@ -84,11 +84,12 @@ class Trace:
     def __enter__(self) -> "Trace":
         _open_hooks[0](self.replays)
         _stack.traces.append(self)
+        self.open = True                # (a GradientTape's values outlive its closed trace)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _stack.traces.pop()
-        self.ended = self.closes
+        self.open, self.ended = False, self.closes
         _open_hooks[1](self.replays)
 
     def extend(self, tape: Tape) -> list["Tracer"]:
@@ -232,10 +233,11 @@ def new_trace() -> Trace:
 
 
 def bind(op: Op, args: tuple, params: dict[str, Any]) -> Any:
-    """Record `op` on the deepest trace among the tracer arguments, or evaluate it."""
+    """Record `op` on the deepest open trace among the tracer arguments, or evaluate it."""
     trace = None
     for a in args:
-        if isinstance(a, Tracer) and (trace is None or a._trace.level > trace.level):
+        if isinstance(a, Tracer) and (trace is None or (a._trace.open, a._trace.level) >
+                                      (trace.open, trace.level)):
             trace = a._trace
     if trace is None:
         return op.impl(*(np.asarray(a) for a in args), **params)
@@ -379,9 +381,8 @@ class Tracer:
         rule = METHOD_RULES.get(method)      # (a call with out= or where=: "__call__"'s rule)
         if rule is None:
             raise UnsupportedOperationError(at_source(
-                f"{ufunc_name(ufunc)}.{method} is not supported on traced arrays (supported "
-                f"methods: {', '.join(m for m in sorted(METHOD_RULES) if m[0] != '_')})",
-                user_source()))
+                f"{ufunc_name(ufunc)}.{method} is not supported on traced arrays (supported: "
+                f"{', '.join(m for m in sorted(METHOD_RULES) if m[0] != '_')})", user_source()))
         return rule(ufunc, *inputs, **kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
@@ -391,8 +392,7 @@ class Tracer:
         return rule(*args, **kwargs)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        raise _concretization(
-            "Converting to a numpy array (np.asarray/np.array)", self,
+        raise _concretization("Converting to a numpy array (np.asarray/np.array)", self,
             "a numpy array holds numbers, not a traced value with its derivative",
             "\n  - to index a numpy array made outside the function by a traced integer array, "
             "write `np.array(table)[idx]` (arrays made inside, e.g. `np.eye(k)[labels]`, "

@@ -53,6 +53,7 @@ from .arguments import (SIGNATURE_FIX, CacheKey, fn_name, miss_reason, refuse_al
                         static_argnums_of)
 from .builder import build
 from .first_call import Pending, compile_and_run, start
+from .outputs import owning
 from .record import Specialization, Transform, VariantKey
 from .residuals import second_half
 from .variants import BRANCHED, BRANCHES_FIX, new_variant, variant
@@ -243,7 +244,7 @@ class CachedTransform:
         program, outs = self.lookup(key, call, lambda: self._built(call, key))
         if outs is None:
             outs = program.run(with_draws(program.draws, call.leaves))
-        finish = record.finish(self, program, call, False)
+        finish = owning(record.finish(self, program, call, False), program.tape)
         result = finish(outs)
         if fast_key is not None and record.fast_path and not isinstance(program.run, Pending) \
                 and not program.guarded:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..ir import Tape
+from ..ir import Tape, Var
 from ..pytree import unflatten
 from ..trace import Tracer
 from .record import Finish, Specialization
@@ -46,6 +46,26 @@ def unboxing(tape: Tape, keep: Sequence[bool], traced: bool
              ) -> Callable[[Sequence[Any]], list[Any]]:
     """`unbox_traced(keep)` in a trace, else `unbox(tape, keep)`."""
     return unbox_traced(keep) if traced else unbox(tape, keep)
+
+
+def owning(finish: Finish, tape: Tape) -> Finish:
+    """`finish` of outputs that are the caller's own arrays: an output that is an input, a
+    program constant or a view (of either, or of a workspace) is copied, so that writing into
+    a result (`g *= 0.5`) can change neither the arguments nor a later call's results."""
+    inputs = set(tape.invars)
+    risky = [k for k, v in enumerate(tape.outvars) if v in inputs or not isinstance(v, Var)
+             or v in tape.constvars]
+
+    def owned(outs: Sequence[Any]) -> Any:
+        for o in outs:              # (the common case, fast: fresh arrays, nothing risky)
+            if getattr(o, "base", None) is not None:
+                break
+        else:
+            if not risky:
+                return finish(outs)
+        return finish([np.array(o) if k in risky or getattr(o, "base", None) is not None
+                       else o for k, o in enumerate(outs)])
+    return owned
 
 
 def as_output_tree(t: Any, program: Specialization, call: Any, traced: bool) -> Finish:
