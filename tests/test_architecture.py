@@ -180,7 +180,7 @@ OVERSIZED = {                 # modules over it, each held to its size until spl
                         "clear): split listing and clearing out"),
     "control.primitives": (420, "the five control-flow primitives' records (scan, while, cond, "
                                 "checkpoint, loop_grad): one module per primitive"),
-    "optimizers.gradient_transforms": (415, "optax's protocol, chain and every rule, one small "
+    "optimizers.gradient_transforms": (413, "optax's protocol, chain and every rule, one small "
                                             "class each: split the rules from the protocol"),
     "dask": (409, "data-parallel steps, ensembles and worker setup on Dask: split the two "
                   "entry points"),

@@ -234,8 +234,28 @@ def test_apply_updates_keeps_dtypes_and_checks_structure() -> None:
     new = optim.apply_updates(p, {"a": np.full(2, 0.5), "b": np.full((1, 1), -1.0)})
     assert new["a"].dtype == np.float32 and new["b"].dtype == np.float64
     np.testing.assert_array_equal(new["a"], [1.5, 1.5])
-    with pytest.raises(tj.ArgumentError, match="apply_updates: the updates have structure"):
+    with pytest.raises(tj.ArgumentError, match="apply_updates: the updates do not match"):
         optim.apply_updates(p, {"a": np.ones(2)})
+    with pytest.raises(tj.ArgumentError, match=r"params_b has shape \(1, 1\) in the "
+                                               r"parameters, \(1,\) in the updates"):
+        optim.apply_updates(p, {"a": np.ones(2), "b": np.ones(1)})
+
+
+def test_gradients_of_another_shape_are_refused() -> None:
+    """A gradient kept with keepdims, (3, 1) for a (3,) bias: numpy broadcasting made the
+    parameters (3, 3), silently; compiled steps (tj.jit) refuse it too."""
+    opt = tj.optimizers.Adam(0.1)
+    params = {"b": np.zeros(3), "w": np.ones((3, 3))}
+    state = opt.init(params)
+    bad = {"b": np.ones((3, 1)), "w": np.ones((3, 3))}
+    with pytest.raises(tj.ArgumentError, match=r"Adam.update: the gradients do not match the "
+                                               r"parameters: params_b has shape \(3,\)"):
+        opt.step(bad, state, params)
+    with pytest.raises(tj.ArgumentError, match="the gradients do not match"):
+        tj.jit(opt.step)(bad, state, params)
+    sgd = tj.optimizers.SGD(0.1)
+    with pytest.raises(tj.ArgumentError, match="the gradients do not match"):
+        sgd.update({"b": np.ones(4), "w": np.ones((3, 3))}, sgd.init(params), params)
 
 
 CHAINS = {
@@ -342,7 +362,7 @@ def test_errors() -> None:
     with pytest.raises(tj.ArgumentError, match="float arrays"):
         optim.SGD(0.1).init({"w": np.zeros(2, int)})
     opt = optim.SGD(0.1)
-    with pytest.raises(tj.ArgumentError, match="structure"):
+    with pytest.raises(tj.ArgumentError, match="the gradients do not match the parameters: key 'w'"):
         opt.update({"v": np.zeros(2)}, opt.init({"w": np.zeros(2)}), {"w": np.zeros(2)})
     with pytest.raises(tj.ArgumentError, match="SGD.update: the state must be"):
         opt.update({"w": np.zeros(2)}, None, {"w": np.zeros(2)})

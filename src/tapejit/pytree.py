@@ -172,6 +172,19 @@ def difference(a: TreeDef, b: TreeDef, first: str, second: str, path: str = "") 
     return "the structures differ"
 
 
+def tree_difference(a: Any, b: Any, first: str, second: str) -> str | None:
+    """Where tree `b` first differs from `a` in structure or in a leaf's shape, in words
+    (`first`, `second` name them); None where they agree."""
+    (a_leaves, a_td), (b_leaves, b_td) = flatten(a), flatten(b)
+    if a_td != b_td:
+        return difference(a_td, b_td, first, second)
+    for path, x, y in zip(leaf_paths(a, "params"), a_leaves, b_leaves):
+        x_shape, y_shape = getattr(x, "shape", ()), getattr(y, "shape", ())
+        if x_shape != y_shape:
+            return f"{path} has shape {x_shape} in {first}, {y_shape} in {second}"
+    return None
+
+
 def _describe(td: TreeDef) -> str:
     if td.kind == "leaf":
         return "a leaf"

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import user_error
-from ..pytree import TreeDef, difference, flatten, leaf_paths, tree_map, unflatten
+from ..pytree import TreeDef, difference, flatten, leaf_paths, tree_difference, tree_map, unflatten
 from . import stateful
 from .schedules import evaluate, numbers_of
 
@@ -61,12 +61,10 @@ class GradientTransformation:
 
 def apply_updates(params: Any, updates: Any) -> Any:
     """`params + updates` leaf by leaf, each in its parameter's dtype (`optax.apply_updates`)."""
-    p_leaves, td = flatten(params)
-    u_leaves, u_td = flatten(updates)
-    if u_td != td:
-        raise user_error(f"apply_updates: the updates have structure {u_td}, but the "
-                         f"parameters have structure {td}: "
-                         f"{difference(td, u_td, 'the parameters', 'the updates')}")
+    (p_leaves, td), (u_leaves, _) = flatten(params), flatten(updates)
+    why = tree_difference(params, updates, "the parameters", "the updates")
+    if why:
+        raise user_error(f"apply_updates: the updates do not match the parameters: {why}")
     return unflatten(td, [_like(p + u, p) for p, u in zip(p_leaves, u_leaves)])
 
 
@@ -140,11 +138,11 @@ class Rules(GradientTransformation):
         leaves, td = flatten(updates)
         ps = None
         if params is not None:
-            ps, p_td = flatten(params)
-            if p_td != td:
-                raise user_error(f"{name}.update: the gradients have structure {td}, but "
-                                 f"the parameters have structure {p_td}: "
-                                 f"{difference(p_td, td, 'the parameters', 'the gradients')}")
+            ps = flatten(params)[0]
+            why = tree_difference(params, updates, "the parameters", "the gradients")
+            if why:
+                raise user_error(f"{name}.update: the gradients do not match the parameters: "
+                                 f"{why}")
         step, new_state = state.get("step"), dict(state)
         stages: list[list] = []
         for rule, names in self.rules:
