@@ -8,7 +8,8 @@ step that passes it. `func` is traced once into a closed tape (values it capture
 inputs, so gradients reach them too), which every stage inlines. The gradient is the adjoint
 method (`custom_vjp`): the augmented system (y, its cotangent, the cotangents of t[0] and of
 the arguments) is solved backwards interval by interval, so memory does not grow with the
-number of steps. An interval not finished within `mxstep` steps gives NaN outputs.
+number of steps. An interval not finished within `mxstep` steps gives NaN outputs, and so
+does a time before the one before it; a repeated time repeats the solution (as scipy's).
 When scipy.integrate is imported, `scipy.integrate.odeint` called with a traced argument
 inside a traced function runs `odeint` (scipy's `args=` tuple, `rtol`, `atol`, `mxstep`,
 `hmax`; `hmax=0` and `mxstep=0` mean no limit as in scipy).
@@ -122,9 +123,11 @@ def _integrate(f: Callable, y0: Any, ts: Any, rtol: float, atol: float, mxstep: 
 
         _, *state = while_loop(more, attempt, (np.int64(0),) + carry)
         y, _, t, _, last_t, coeffs = state
-        s = ((target - last_t) / (t - last_t)).astype(y.dtype)
+        stepped = t > last_t            # (not yet: a first time repeated, y is y0)
+        s = ((target - last_t) / np.where(stepped, t - last_t, 1)).astype(y.dtype)
         value = functools.reduce(lambda acc, c: acc * s + c, coeffs[1:], coeffs[0])
-        return tuple(state), np.where((t >= target) & (target > before), value, np.nan)
+        value = np.where(stepped, value, y)
+        return tuple(state), np.where((t >= target) & (target >= before), value, np.nan)
 
     coeffs = np.stack([y0] * 5)
     _, ys = scan(interval, (y0, f0, ts[0], dt, ts[0], coeffs), (ts[1:], ts[:-1]))
@@ -218,9 +221,10 @@ def _times(t: Any, src: Any) -> Any:
         raise ShapeError(at_source(f"odeint: t of shape {ts.shape} is not a 1-D array of at "
                                    f"least two times: pass the times to report, first the "
                                    f"time of y0 (e.g. np.linspace(0, 1, 50))", src))
-    if not isinstance(ts, Tracer) and not np.all(np.diff(ts) > 0):
-        raise ArgumentError(at_source(f"odeint: t = {ts} is not strictly increasing: sort "
-                                      f"the times (np.sort(t))", src))
+    if not isinstance(ts, Tracer) and not np.all(np.diff(ts) >= 0):
+        raise ArgumentError(at_source(f"odeint: t = {ts} is not increasing (repeated times "
+                                      f"are allowed, as in scipy): sort the times (np.sort(t))",
+                                      src))
     return ts
 
 
@@ -303,7 +307,13 @@ def scipy_odeint(original: Callable, func: Callable, y0: Any, t: Any, args: tupl
             f"args=, rtol=, atol=, mxstep=, hmax= (by name), or call tj.odeint", user_source()))
     given = {k: v for k, v in options.items() if v is not None and v != 0}
     args = args if isinstance(args, tuple) else (args,)
-    return odeint(func, y0, t, *args, **{"rtol": 1.49012e-8, "atol": 1.49012e-8, **given})
+    return odeint(_arrays(func), np.asarray(y0), t, *args,
+                  **{"rtol": 1.49012e-8, "atol": 1.49012e-8, **given})
+
+
+def _arrays(func: Callable) -> Callable:
+    """`func` whose result is an array, as scipy takes it (a list `[v, -k * x]` too)."""
+    return lambda *a: np.asarray(func(*a))
 
 
 def scipy_solve_ivp(original: Callable, fun: Callable, t_span: Any, y0: Any,
@@ -336,11 +346,12 @@ def scipy_solve_ivp(original: Callable, fun: Callable, t_span: Any, y0: Any,
                 f"forward, t_eval inside t_span (traced code integrates forward only)", src))
     start = not isinstance(times, Tracer) and not isinstance(t0, Tracer) and times[0] == t0
     ts = times if start else np.concatenate([np.reshape(t0, (1,)).astype(times.dtype), times])
-    if np.ndim(y0) != 1:
-        raise ShapeError(at_source(f"scipy.integrate.solve_ivp: y0 of shape {np.shape(y0)} "
-                                   f"is not 1-D", src))
+    y0 = np.asarray(y0)
+    if y0.ndim != 1:
+        raise ShapeError(at_source(f"scipy.integrate.solve_ivp: y0 of shape {y0.shape} is not "
+                                   f"1-D", src))
     hmax = options.get("max_step", np.inf)
-    ys = odeint(lambda y, t, *a: fun(t, y, *a), y0, ts,
+    ys = odeint(_arrays(lambda y, t, *a: fun(t, y, *a)), y0, ts,
                 *(() if args is None else args if isinstance(args, tuple) else (args,)),
                 rtol=options.get("rtol", 1e-3), atol=options.get("atol", 1e-6), hmax=hmax)
     y = np.transpose(ys if start else ys[1:])
