@@ -182,6 +182,20 @@ def test_a_constant_index_out_of_bounds(fn, shape, index, axis):
             f"valid indices are -{shape[axis]} to {shape[axis] - 1}", line_of=fn)
 
 
+def _labels_too_short(logits, y):
+    return -np.mean(logits[np.arange(logits.shape[0]), y])  # <- error
+
+
+def test_index_arrays_that_do_not_broadcast():
+    """numpy's IndexError (a bare ValueError from np.broadcast_shapes before)."""
+    logits, y = np.zeros((5, 4)), np.array([0, 1, 2])
+    with pytest.raises(IndexError):
+        _labels_too_short(logits, y)
+    _raises(tj.IndexingError, IndexError, lambda: tj.grad(_labels_too_short)(logits, y),
+            "indexing arrays could not be broadcast together with shapes (5,) (3,)",
+            line_of=_labels_too_short)
+
+
 def test_too_many_indices_and_a_float_scalar_index():
     def f(x):
         return x[0, 1]  # <- error

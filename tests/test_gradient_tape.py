@@ -177,6 +177,10 @@ def test_variable_api():
     np.testing.assert_allclose(np.exp(v) + v.T @ v - v[0], np.exp([3.5, 4.5]) + 32.5 - 3.5)
     with pytest.raises(tj.ShapeError, match="shape"):
         v.assign(np.ones(3))
+    counter = tj.Variable(np.zeros(3, np.int64))          # (numpy's `-=` refuses it too)
+    with pytest.raises(tj.DtypeError, match="cannot assign a float64 value to a int64"):
+        counter.assign_sub(np.full(3, 0.7))
+    np.testing.assert_array_equal(counter.assign_add(2).numpy(), [2, 2, 2])
     with pytest.raises(tj.ArgumentError, match="argument"):
         tj.jit(lambda x: x * v)(np.ones(2))
 

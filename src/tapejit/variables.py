@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, ShapeError, at_source, user_source
+from .errors import ArgumentError, DtypeError, ShapeError, at_source, user_source
 from .trace import Tracer, current_trace
 
 _counter = itertools.count(1)
@@ -47,7 +47,13 @@ class Variable:
         return self._value.copy()
 
     def assign(self, value: Any) -> "Variable":
-        new = np.array(_value_of(value), dtype=self.dtype)
+        given = np.asarray(_value_of(value))
+        if not np.can_cast(given.dtype, self.dtype, "same_kind"):
+            raise DtypeError(at_source(f"Variable {self.name}: cannot assign a {given.dtype} "
+                                       f"value to a {self.dtype} variable (numpy's same_kind "
+                                       f"casting, as `x -= 0.7` on an int array): make the "
+                                       f"variable float, or round the value", user_source()))
+        new = np.array(given, dtype=self.dtype)
         if new.shape != self.shape:
             raise ShapeError(at_source(f"Variable {self.name}: cannot assign a value of shape "
                                        f"{new.shape} to a variable of shape {self.shape}",

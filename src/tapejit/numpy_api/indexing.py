@@ -160,7 +160,13 @@ def _advanced_get(x: Any, entries: list[Any]) -> Any:
     # 2. one take on the indexed axes, flattened into one
     sizes = [x.shape[d] for d in adv]
     idx = [normalized_index(axis_entries[d], x.shape[d], d) for d in adv]
-    bshape = np.broadcast_shapes(*(np.shape(i) for i in idx))
+    shapes = [np.shape(i) for i in idx]
+    try:
+        bshape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise _index_error(f"shape mismatch: indexing arrays could not be broadcast together "
+                           f"with shapes {' '.join(map(str, shapes))} (numpy's IndexError): "
+                           f"give the index arrays one shape, or shapes that broadcast") from None
     strides = np.cumprod([1] + sizes[::-1])[-2::-1].tolist()     # row-major over indexed axes
     linear = idx[-1]
     for i, stride in zip(idx[:-1], strides[:-1]):
