@@ -32,6 +32,12 @@ _OPERATORS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "/
               "setitem": "x[key] = v"}
 _OPERATORS["or"] = "\\|"            # (a | in a Markdown table's cell is escaped)
 _ORDER = ["ufunc", "function", "constructor", "method", "ufunc method", "operator"]
+_UFUNC_METHODS = {      # which ufuncs each method is supported for
+    "at": "np.add.at, np.subtract.at",
+    "accumulate": "np.add / multiply / maximum / minimum .accumulate",
+    "reduce": "np.add / multiply / maximum / minimum / logical_or / logical_and .reduce",
+    "__call__": "a ufunc's out= (and where= with it): into a traced array or one made in the "
+                "function"}
 
 
 def _namespaces() -> list[tuple[str, Any]]:
@@ -66,7 +72,7 @@ def entry(cover: Any) -> tuple[str, str]:
         base = base[1:] if base[1:] in _OPERATORS and base not in _OPERATORS else base
         return "operator", _OPERATORS[base]
     if name in METHOD_RULES:
-        return "ufunc method", f"ufunc.{name} (np.add.{name}, ...)"
+        return "ufunc method", _UFUNC_METHODS.get(name, f"ufunc.{name}")
     is_property = isinstance(getattr(Tracer, name, None), property)
     return "method", f"x.{name}" if is_property else f"x.{name}()"
 

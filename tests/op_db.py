@@ -632,12 +632,13 @@ _SET = [
     ("mask", lambda y, v: y.__setitem__(np.array([[True, False, True]] * 3), v), ()),
     ("iadd_slice", lambda y, v: y.__setitem__(slice(1, 3), y[1:3] + v), (3,)),
     ("add_at", lambda y, v: np.add.at(y, [0, 2, 0], v), (3, 3)),
+    ("subtract_at", lambda y, v: np.subtract.at(y, [0, 2, 0], v), (3, 3)),
     ("add_at_pair", lambda y, v: np.add.at(y, (np.array([0, 0, 1]), np.array([1, 1, 2])), v),
      (3,)),
 ]
 for _name, _assign, _vshape in _SET:
     row(f"setitem_{_name}", _assigning(_assign), shapes=(((3, 3), _vshape),),
-        covers=("operator:__setitem__",) + (("method:at",) if "add_at" in _name else ()))
+        covers=("operator:__setitem__",) + (("method:at",) if _name.endswith("_at") else ()))
 row("setitem_traced_mask", _assigning(lambda y, v: y.__setitem__(y > 0, v)),
     shapes=(((3, 3), ()), ((3, 3), (1,))), covers=("operator:__setitem__",))
 row("setitem_traced_mask_rows", _assigning(lambda y, v: y.__setitem__(y[:, 0] > 0, v)),
@@ -1058,6 +1059,9 @@ row("method_searchsorted", lambda x: np.sort(x[0]).searchsorted(x[1:]) * 1.0, sh
     diff=False, covers=("method:searchsorted",))
 
 # ---- ufunc methods ---------------------------------------------------------------------------
+row("running_max_min", lambda x: (np.maximum.accumulate(x, axis=1), np.minimum.accumulate(x),
+                                   np.maximum.accumulate(x, axis=-1)),
+    shapes=(((3, 5),), ((1, 0),), ((4, 1),)), distinct=True, covers=("method:accumulate",))
 row("add_reduce", lambda x: np.add.reduce(x, axis=1), shapes=MATRIX, covers=("method:reduce",))
 row("multiply_reduce", lambda x: np.multiply.reduce(x), shapes=MATRIX, domain=NONZERO,
     covers=("method:reduce",))

@@ -325,12 +325,31 @@ def _reduce_method(ufunc: np.ufunc, x: Any, axis: Any = 0, dtype: Any = None, ou
 
 def _accumulate_method(ufunc: np.ufunc, x: Any, axis: int = 0, dtype: Any = None,
                        out: Any = None) -> Any:
-    rules = {np.add: cumsum, np.multiply: cumprod}
+    rules = {np.add: cumsum, np.multiply: cumprod, np.maximum: _running, np.minimum: _running}
     if ufunc not in rules or out is not None:
         raise UnsupportedOperationError(at_source(
             f"numpy.{ufunc.__name__}.accumulate is not supported on traced arrays "
-            f"(supported: add, multiply)", user_source()))
+            f"(supported: add, multiply, maximum, minimum)", user_source()))
+    if rules[ufunc] is _running:
+        return _running(ufunc, x, axis, dtype)
     return rules[ufunc](x, axis=axis, dtype=dtype)
+
+
+def _running(ufunc: np.ufunc, x: Any, axis: int, dtype: Any) -> Any:
+    """maximum (minimum).accumulate, by doubling: after the step of shift k each element holds
+    the extreme of the 2k elements that end at it (Hillis and Steele's scan). The two halves
+    compared never overlap, so ties split the gradient as np.maximum's do; NaN propagates."""
+    x = asarray(x) if dtype is None else cast(asarray(x), np.dtype(dtype))
+    y = np.moveaxis(x, normalize_axis(axis, x.ndim, f"numpy.{ufunc.__name__}.accumulate"), -1)
+    kind, low = y.dtype.kind, ufunc is np.maximum      # (the identity: the lowest for max)
+    fill = (-math.inf if low else math.inf) if kind == "f" else (not low) if kind == "b" else \
+        (np.iinfo(y.dtype).min if low else np.iinfo(y.dtype).max)
+    k = 1
+    while k < y.shape[-1]:
+        before = np.full(y.shape[:-1] + (k,), fill, y.dtype)
+        y = ufunc(y, np.concatenate([before, y[..., :-k]], axis=-1))
+        k *= 2
+    return np.moveaxis(y, -1, axis)
 
 
 METHOD_RULES.update(reduce=_reduce_method, accumulate=_accumulate_method)

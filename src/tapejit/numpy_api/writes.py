@@ -44,14 +44,15 @@ def _refuse_or_restart(written: Any) -> None:
 
 
 def _at_method(ufunc: np.ufunc, x: Any, index: Any, values: Any = None) -> None:
-    """`np.add.at(x, index, values)`, written into x."""
-    if ufunc is np.add:
+    """`np.add.at(x, index, values)` (and np.subtract.at: minus the values), written into x."""
+    if ufunc in (np.add, np.subtract):
         _refuse_or_restart(x)
-    if ufunc is not np.add or not isinstance(x, Tracer):
+    if ufunc not in (np.add, np.subtract) or not isinstance(x, Tracer):
         raise UnsupportedOperationError(at_source(
-            f"numpy.{ufunc.__name__}.at is supported only as np.add.at on a traced array",
+            f"numpy.{ufunc.__name__}.at is not supported on traced arrays (np.add.at and "
+            f"np.subtract.at are, into a traced array or one made in the function)",
             user_source()))
-    rebind(x, add_at(x, index, values))
+    rebind(x, add_at(x, index, values if ufunc is np.add else np.negative(values)))
 
 
 def _call_into(ufunc: np.ufunc, *inputs: Any, out: Any = None, where: Any = True,
