@@ -195,15 +195,42 @@ def test_empty_axes_and_too_few_degrees_of_freedom_as_numpy():
                 np.testing.assert_array_equal(tj.jit(f)(x), f(x))
 
 
-def test_out_arguments_are_refused_not_ignored():
-    """numpy writes into out=; a traced call cannot, so np.dot, np.outer, np.trace and
-    np.take refuse it at the user's line, as every other function does (they ignored it: the
-    buffer stayed as it was)."""
-    buf = np.zeros((2, 2))
-    for f in (lambda a: np.dot(a, a, out=buf), lambda a: np.outer(a[0], a[1], out=buf),
-              lambda a: np.trace(a, out=buf[0, 0:1]), lambda a: np.take(a, [0, 1], out=buf[0])):
-        with pytest.raises(UnsupportedOperationError, match="the argument out= is not supported"):
-            tj.jit(f)(np.eye(2))
+def test_out_arguments_write_as_numpy_writes():
+    """out= of numpy functions (dot, outer, trace, take, sum, mean, cumsum, clip, round,
+    median) writes the result into a traced array or one np.zeros made in the function, with
+    numpy's casting (reductions cast anyhow, clip and round as ufuncs); into an array made
+    outside it is an error (they ignored it, or refused it)."""
+    def f(a):
+        dot, outer, trace, taken = np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(()), a * 0
+        np.dot(a, a, out=dot)
+        np.outer(a[0], a[1], out=outer)
+        np.trace(a, out=trace)
+        np.take(a, [[1, 0], [0, 1]], out=taken)
+        sums, means, sums_int = np.zeros(2), np.empty(()), np.zeros(2, int)
+        np.sum(a, axis=0, out=sums)
+        np.mean(a, out=means)
+        np.sum(a, axis=1, out=sums_int)
+        run, clipped, rounded = a * 0, a * 1, a * 1
+        np.cumsum(a, axis=1, out=run)
+        np.clip(a, 0.2, 1.5, out=clipped)
+        np.round(a, 1, out=rounded)
+        middle = np.zeros(2)
+        np.median(a, axis=0, out=middle)
+        return dot, outer, trace, taken, sums, means, sums_int, run, clipped, rounded, middle
+    a = np.array([[0.25, 1.75], [2.5, -0.5]])
+    for _ in range(2):
+        for got, want in zip(tj.jit(f)(a), f(a), strict=True):
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-15)
+    check_vjp(lambda a: sum(np.sum(o * (k + 1.0)) for k, o in enumerate(f(a)[:6])), [a])
+
+    outside = np.zeros((2, 2))
+    with pytest.raises(tj.ConcretizationError):
+        tj.jit(lambda a: np.dot(a, a, out=outside))(a)
+    with pytest.raises(tj.DtypeError, match="numpy.clip: its float64 result cannot be written"):
+        tj.jit(lambda a: np.clip(a, 0, 1, out=np.zeros((2, 2), int)))(a)
+    with pytest.raises(tj.ShapeError, match="out= must be an array of the result's shape"):
+        tj.jit(lambda a: np.sum(a, out=np.zeros(3)))(a)
 
 
 def test_one_hot_cross_entropy_compiled():

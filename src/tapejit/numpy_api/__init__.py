@@ -19,16 +19,41 @@ from typing import Any, Callable
 import numpy as np
 
 from ..avals import dtype_name
-from ..errors import ShapeError, UnsupportedOperationError, at_source, user_source
+from ..errors import DtypeError, ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import elementwise as E
 from ..trace import FUNCTION_RULES, Tracer, lift  # noqa: F401  (lift: the rules import it here)
 
 
+_UFUNC_BASED = {"clip", "round", "around"}   # their out= casts as a ufunc's (numpy's same_kind;
+                                            # the reductions' out= casts anyhow, as numpy's)
+
+
 def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a rule as the lowering of numpy functions (looked up by __array_function__)."""
+    """Register a rule as the lowering of numpy functions (looked up by __array_function__);
+    a call given `out=` (a traced array, or one a constructor made in the function) is the
+    rule's result written into it, as `out[...] = result`."""
     def register(rule: Callable[..., Any]) -> Callable[..., Any]:
+        def writing(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+            result = rule(*args, **kwargs)
+            if out is None:
+                return result
+            target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
+            if not isinstance(target, (np.ndarray, Tracer)) or target.shape != np.shape(result):
+                raise ShapeError(at_source(f"numpy.{funcs[0].__name__}: out= must be an array "
+                                           f"of the result's shape {np.shape(result)}",
+                                           user_source()))
+            if funcs[0].__name__ in _UFUNC_BASED and \
+                    not np.can_cast(dtype_of(result), target.dtype, "same_kind"):
+                raise DtypeError(at_source(f"numpy.{funcs[0].__name__}: its {dtype_of(result)} "
+                                           f"result cannot be written into the {target.dtype} "
+                                           f"out= (numpy's same_kind casting)", user_source()))
+            target[...] = result
+            return target
+        code = getattr(rule, "__code__", None)
+        takes_out = code is not None and "out" in code.co_varnames[:code.co_argcount
+                                                                   + code.co_kwonlyargcount]
         for f in funcs:
-            FUNCTION_RULES[f] = rule
+            FUNCTION_RULES[f] = writing if takes_out else rule
         return rule
     return register
 
