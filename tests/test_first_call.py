@@ -423,3 +423,16 @@ def test_bad_log_setting_is_an_error(monkeypatch):
     monkeypatch.setenv("TAPEJIT_LOG", "loud")
     with pytest.raises(ValueError, match="TAPEJIT_LOG='loud': expected one of warning, info"):
         config.reload()
+
+
+def test_a_float16_program_runs_on_the_interpreter_and_says_why(monkeypatch):
+    """numba does not compile float16: the warning says so and how to compile (it asked the
+    user to report a bug)."""
+    monkeypatch.setenv("TAPEJIT_FIRST_CALL", "compile")
+    config.reload()
+    w = np.ones((3, 3), np.float16)
+    g = tj.value_and_grad(lambda w, x: np.sum(np.tanh(x @ w) ** 2))
+    with pytest.warns(tj.TapejitWarning, match=r"numba does not compile float16: compute in "
+                                               r"float32 \(x.astype\(np.float32\)\)"):
+        value, grad = g(w, np.ones((2, 3)))
+    assert grad.dtype == np.float16 and g.cache_info()["codegen"]["numba"] == 0

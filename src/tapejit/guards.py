@@ -116,8 +116,9 @@ def size_error(what: str, value: Any, src: Any, hint: str = "") -> Concretizatio
     return ConcretizationError(at_source(
         f"{what}: a size is a traced value ({value!r}), but tapejit fixes every array's shape "
         f"when it records the function. Pass the size as a Python int marked static, e.g. "
-        f"`tj.jit(f, static_argnums=1)` for `f(x, n)` (a new value traces again), or compute "
-        f"it from an argument's shape (`x.shape[0]` is a Python int while tracing).{hint}",
+        f"`tj.jit(f, static_argnums=1)` for `f(x, n)` (a new value traces again; for tj.vmap, "
+        f"bind it: `tj.vmap(functools.partial(f, n=5))`), or compute it from an argument's "
+        f"shape (`x.shape[0]` is a Python int while tracing).{hint}",
         src))
 
 

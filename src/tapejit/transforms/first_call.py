@@ -161,10 +161,14 @@ def compile_and_run(tape: Tape, leaves: Sequence[Any], backend: str, counts: dic
     except Exception as err:
         if backend != "numba" or not _compile_failure(err):
             raise
+        half = any(v.aval.is_float and v.aval.dtype.itemsize == 2
+                   for e in tape.eqns for v in e.outs)
         warn_at_user(
             f"tapejit could not compile {name} with numba ({type(err).__name__}: "
             f"{str(err).strip().splitlines()[0][:200]}); it runs on the numpy interpreter "
-            f"instead. Please report this with the output of tj.explain.")
+            f"instead. " + ("numba does not compile float16: compute in float32 "
+                            "(x.astype(np.float32)) to compile it." if half else
+                            "Please report this with the output of tj.explain."))
         runner = Interpreted(tape)
         return runner, runner(leaves)
 

@@ -65,7 +65,8 @@ def new_variant(variants: dict[CacheKey, collections.OrderedDict[str, Tape]],
         raise ConcretizationError(at_source(
             f"{label} branched on values of its arguments (a Python `if`, `int()`, "
             f"an index) that changed {held} times for one signature: each value is a "
-            f"program of its own. Write the choice with np.where or tj.cond, pass a "
+            f"program of its own. Write the choice with np.where or tj.cond (a `while` "
+            f"with tj.while_loop), pass a "
             f"number that selects among a few programs through static_argnums, or set "
             f"TAPEJIT_STRICT=1 to find each such line.", _last_src(guards)))
     return VariantKey(key, text, _outcome(values))
