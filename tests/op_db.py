@@ -1059,6 +1059,11 @@ row("method_searchsorted", lambda x: np.sort(x[0]).searchsorted(x[1:]) * 1.0, sh
     diff=False, covers=("method:searchsorted",))
 
 # ---- ufunc methods ---------------------------------------------------------------------------
+row("sliding_window_view", lambda x: (np.lib.stride_tricks.sliding_window_view(x, (2, 3)),
+                                       np.lib.stride_tricks.sliding_window_view(x, 2, axis=-1),
+                                       np.lib.stride_tricks.sliding_window_view(x, (2, 2),
+                                                                                (1, 1))),
+    shapes=(((3, 4),), ((3, 3),), ((2, 5),)), covers=(np.lib.stride_tricks.sliding_window_view,))
 row("running_max_min", lambda x: (np.maximum.accumulate(x, axis=1), np.minimum.accumulate(x),
                                    np.maximum.accumulate(x, axis=-1)),
     shapes=(((3, 5),), ((1, 0),), ((4, 1),)), distinct=True, covers=("method:accumulate",))

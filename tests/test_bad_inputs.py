@@ -216,6 +216,17 @@ def _rot_three_axes(x):
     return np.rot90(x, axes=(0, 1, 2))  # <- error
 
 
+def _window_too_large(x):
+    return np.lib.stride_tricks.sliding_window_view(x, 5, axis=0)  # <- error
+
+
+def test_a_window_larger_than_the_array():
+    with pytest.raises(ValueError):
+        _window_too_large(np.ones((3, 4)))                      # numpy refuses it too
+    _raises(tj.ShapeError, ValueError, lambda: tj.jit(_window_too_large)(np.ones((3, 4))),
+            "window shape cannot be larger than input array shape", line_of=_window_too_large)
+
+
 def _reshape_any_order(x):
     return x.reshape(3, 4, order="A")  # <- error
 

@@ -1,13 +1,14 @@
 """numpy functions that gather by index arrays: np.take (modes raise, wrap, clip),
 np.take_along_axis, np.repeat with uneven counts, np.pad's edge, wrap, reflect and symmetric
-modes (source indices numpy itself computes), and the matching Tracer methods."""
+modes and sliding_window_view (source indices numpy itself computes), and the matching Tracer
+methods."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..errors import DtypeError, UnsupportedOperationError, at_source, user_source
+from ..errors import DtypeError, ShapeError, UnsupportedOperationError, at_source, user_source
 from ..ops import index as I
 from ..ops import layout as L
 from ..trace import Tracer
@@ -84,6 +85,25 @@ def pad(x: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
         if lo or hi:   # the padded positions' source indices, computed by numpy itself
             x = take(x, np.pad(np.arange(x.shape[ax]), (lo, hi), mode=mode), axis=ax)
     return x
+
+
+@implements(np.lib.stride_tricks.sliding_window_view)
+def sliding_window_view(x: Any, window_shape: Any, axis: Any = None, *, subok: bool = False,
+                        writeable: bool = False) -> Any:
+    """numpy's windows (a view there), as one gather of x's elements at the flat positions
+    numpy's own function gives on np.arange: overlapping windows sum their gradients."""
+    x = asarray(x)
+    if writeable:
+        raise UnsupportedOperationError(at_source(
+            "numpy.lib.stride_tricks.sliding_window_view: writeable=True writes through to x, "
+            "which a traced gather cannot: assign into x instead", user_source()))
+    try:
+        where = np.lib.stride_tricks.sliding_window_view(np.arange(x.size).reshape(x.shape),
+                                                         window_shape, axis)
+    except ValueError as err:
+        raise ShapeError(at_source(f"numpy.lib.stride_tricks.sliding_window_view: {err} "
+                                   f"({x.shape}, window {window_shape})", user_source())) from None
+    return I.take(lift(ravel(x)), np.ascontiguousarray(where), axis=0)
 
 
 Tracer.take = take
