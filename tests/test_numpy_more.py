@@ -449,3 +449,21 @@ def test_gradients_match_jax(jax_x64):
         theirs = jax.grad(case(jnp), argnums=(0, 1, 2))(*args)
         for o, t in zip(ours, theirs):
             np.testing.assert_allclose(o, t, rtol=1e-10, atol=1e-12)
+
+
+def test_reductions_of_lists_of_traced_values():
+    """np.mean(losses) of a Python list of traced losses (numpy does not dispatch on a list's
+    items: it asked each tracer for its value); max, sum of a tuple, std; compiled, and the
+    gradient against finite differences; under GradientTape too."""
+    def f(x):
+        losses = [np.sum(x * k) for k in range(3)]
+        return np.mean(losses) + np.max([x[0], x[1]]) + np.sum((x[0], 2.0)) + \
+            np.std([x[1], x[2], 1.0])
+    x = np.array([0.5, 1.5, -2.0])
+    for _ in range(3):
+        np.testing.assert_allclose(tj.jit(f)(x), f(x), rtol=1e-14)
+    check_vjp(f, [x])
+    with tj.GradientTape() as tape:
+        w = tape.watch(x)
+        loss = f(w)
+    np.testing.assert_allclose(tape.gradient(loss, w), tj.grad(f)(x), rtol=1e-14)

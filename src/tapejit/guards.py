@@ -52,7 +52,7 @@ import numpy as np
 from .errors import (ConcretizationError, RandomnessError, at_source, library_dirs,
                      user_source)
 from .recording import Constant, buffer_sites
-from .trace import Tracer, lift, set_open_hooks
+from .trace import Tracer, holds_tracer, lift, set_open_hooks
 
 # numpy constructors -> the (position, keyword) of their arguments that are sizes or bounds
 SIZED: dict[str, tuple[tuple[int, str], ...]] = {
@@ -64,6 +64,10 @@ SIZED: dict[str, tuple[tuple[int, str], ...]] = {
 }
 # the constructors wrapped: those of SIZED and the conversions
 CONSTRUCTORS = (*SIZED, "array", "asarray", "asanyarray")
+# functions of an array that numpy does not dispatch when it is a list (np.mean([a, b]) of
+# traced a, b): wrapped to make the list one traced array first
+OF_SEQUENCES = ("sum", "mean", "prod", "max", "min", "amax", "amin", "std", "var", "average",
+                "median", "ptp", "any", "all", "argmax", "argmin", "cumsum", "cumprod")
 # constructor name -> (does this call hold traced values?, the rule that records it)
 TRACED: dict[str, tuple[Callable[..., bool], Callable[..., Any]]] = {}
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -176,6 +180,15 @@ def _constructor_guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+def _sequence_guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def guarded(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if _depth.any and isinstance(a, (list, tuple)) and holds_tracer(a):
+            a = np.array(a)                 # (the guarded np.array: traced values stacked)
+        return fn(a, *args, **kwargs)
+    return guarded
+
+
 def _wrap_all() -> None:
     """Make the wrappers (once): numpy.random's module functions (not its classes) and the
     constructors of `CONSTRUCTORS`."""
@@ -183,8 +196,9 @@ def _wrap_all() -> None:
                  if not isinstance(getattr(np.random, name), type)}
     _originals[np.random] = functions
     _guards[np.random] = {name: _random_guard(name, fn) for name, fn in functions.items()}
-    _originals[np] = {name: getattr(np, name) for name in CONSTRUCTORS}
-    _guards[np] = {name: _constructor_guard(name, fn) for name, fn in _originals[np].items()}
+    _originals[np] = {name: getattr(np, name) for name in CONSTRUCTORS + OF_SEQUENCES}
+    _guards[np] = {name: _constructor_guard(name, fn) if name in CONSTRUCTORS else
+                   _sequence_guard(fn) for name, fn in _originals[np].items()}
 
 
 def _install() -> None:
