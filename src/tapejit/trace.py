@@ -425,9 +425,9 @@ class Tracer:
         raise UnsupportedAttributeError(at_source(
             f"x.{name} (numpy's ndarray.{name}) is not supported on traced arrays ({self.aval}): "
             f"a traced array is a value, not memory, so buffer attributes (strides, flags, base, "
-            f"data) have no meaning, and in-place methods other than index assignment, fill, "
-            f"sort and partition are not recorded. Write `x[idx] = v` for writes, and use the "
-            f"numpy function where there is one.", user_source()))
+            f"data) have no meaning (windows: sliding_window_view), and other in-place methods "
+            f"than index assignment, fill, sort and partition are not recorded. Write `x[idx] = "
+            f"v` for writes, and use the numpy function where there is one.", user_source()))
 
     def tolist(self) -> Any:
         return _concrete(self, ".tolist()", numbers=True).tolist()
