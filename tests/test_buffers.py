@@ -154,6 +154,35 @@ def test_in_place_ufuncs_and_flat_writes_into_buffers():
                     [x])
 
 
+def test_updates_through_one_traced_mask():
+    """`x[m] *= 0.01`, `x[m] += 1` then `x[m] = x[m] ** 2`, `x[m] = y[m]`, `x[m] -= row`,
+    `x[m] = 2 / x[m]`: numpy's results (x[m] only to be written back; its other uses are the
+    boolean-mask error); gradients against finite differences."""
+    def f(x, y):
+        a = x * 1.0
+        a[a < 0] *= 0.01
+        b, m = x * 1.0, x > 0
+        b[m] += 1
+        b[m] = b[m] ** 2
+        c, neg = x * 1.0, x < 0
+        c[neg] = y[neg]
+        d = x * 1.0
+        d[d[:, 0] > 0] -= np.array([1.0, 2.0, 3.0])
+        e, pos = x * 1.0, x > 0
+        e[pos] = 2.0 / e[pos]
+        return a, b, c, d, e
+    x = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0], [7.0, -8.0, 9.0]])
+    y = x * 10
+    for _ in range(2):
+        for got, want in zip(tj.jit(f)(x, y), f(x, y), strict=True):
+            np.testing.assert_array_equal(got, want)
+    check_grads(lambda x, y: sum(np.sum(np.sin(o)) for o in f(x, y)), [x, y], (0, 1))
+    for misuse in (lambda x: np.sum(x[x > 0]), lambda x: x[x > 0].shape,
+                   lambda x: len(x[x > 0])):
+        with pytest.raises(tj.UnsupportedOperationError, match="traced boolean mask"):
+            tj.jit(misuse)(x)
+
+
 def test_out_into_traced_arrays_is_a_write():
     """np.multiply(y, v, out=y), out= with where=, a positional out, and numpy's same_kind
     refusal of a float result into an int buffer (a constructor's int array)."""

@@ -12,6 +12,7 @@ error.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ from .shape import broadcast_to_shape, ravel, reshape
 _BOOL_MASK_HELP = (
     "Indexing with a traced boolean mask gives an array whose shape depends on the data, which "
     "a compiled program cannot have. Keep the shape fixed instead: `np.where(mask, x, 0)` "
-    "(then sum), or `np.sum(x * mask)`.")
+    "(then sum), or `np.sum(x * mask)`. Writes through the mask work: `x[mask] = v`, "
+    "`x[mask] += v`, `x[mask] = y[mask]` (one mask, a scalar or a row for v).")
 
 
 def _index_error(message: str) -> IndexingError:
@@ -195,8 +197,59 @@ def _advanced_get(x: Any, entries: list[Any]) -> Any:
     return out
 
 
+class MaskedSelection:
+    """`x[mask]` for a traced bool mask, whose length depends on the values: it exists to be
+    updated and written back, as `x[mask] += v` does (Python reads x[mask], adds, and writes
+    the sum back) and `x[mask] = y[mask]`. The arithmetic runs on all of x (`values`); the
+    write keeps it where the mask holds. Any other use is the boolean-mask error."""
+
+    def __init__(self, x: Tracer, mask: Tracer, values: Any = None) -> None:
+        _mask_fits(x, mask)
+        self.x, self.mask = x, mask
+        self.values = x if values is None else values
+
+    def _combined(self, other: Any, fn: Any) -> "MaskedSelection":
+        if isinstance(other, MaskedSelection):
+            if other.mask is not self.mask:
+                _refuse_masked()
+            other = other.values
+        elif np.ndim(other) > self.x.ndim - self.mask.ndim:
+            _refuse_masked()
+        return MaskedSelection(self.x, self.mask, fn(self.values, other))
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        _refuse_masked()
+
+    def __getattr__(self, name: str) -> Any:
+        _refuse_masked()
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "pow", "mod"):
+    _op = getattr(operator, _name)
+    for _form in (f"__{_name}__", f"__i{_name}__"):
+        setattr(MaskedSelection, _form, lambda self, other, op=_op: self._combined(other, op))
+    setattr(MaskedSelection, f"__r{_name}__",
+            lambda self, other, op=_op: self._combined(other, lambda a, b: op(b, a)))
+MaskedSelection.__array_ufunc__ = MaskedSelection.__array_function__ = \
+    lambda self, *args, **kwargs: _refuse_masked()
+MaskedSelection.__len__ = MaskedSelection.__iter__ = MaskedSelection.__bool__ = \
+    lambda self: _refuse_masked()
+
+
+def _refuse_masked() -> None:
+    raise UnsupportedOperationError(at_source(_BOOL_MASK_HELP, user_source()))
+
+
+def _mask_fits(x: Tracer, mask: Tracer) -> None:
+    if mask.shape != x.shape[:mask.ndim]:
+        raise _index_error(f"boolean index of shape {mask.shape} did not match indexed array "
+                           f"of shape {x.shape}")
+
+
 def getitem(x: Any, key: Any) -> Any:
     x = lift(x)
+    if isinstance(key, Tracer) and key.dtype == np.bool_:
+        return MaskedSelection(x, key)          # (only to be written back: `x[mask] += v`)
     entries = _expand_key(key, x.ndim)
     if any(_is_index_array(e) for e in entries):
         return _advanced_get(x, entries)                    # numpy copies
@@ -245,6 +298,11 @@ def linear_indices(shape: tuple[int, ...], key: Any) -> Any:
 
 def setitem(x: Tracer, key: Any, value: Any) -> None:
     if isinstance(key, Tracer) and key.dtype == np.bool_:
+        if isinstance(value, MaskedSelection):      # x[mask] += v, x[mask] = y[mask]
+            if value.mask is not key or value.values.shape != x.shape:
+                _refuse_masked()
+            rebind(x, E.select(_leading(key, x.ndim), lift(cast(value.values, x.dtype)), x))
+            return
         rebind(x, _masked_set(x, key, cast(value, x.dtype)))
         return
     entries = _expand_key(key, x.ndim)
@@ -272,10 +330,8 @@ def _masked_set(x: Tracer, mask: Tracer, value: Any) -> Any:
     """x[mask] = value for a traced bool mask over x's leading axes, as np.where(mask, value,
     x): for a value numpy gives every selected element (a scalar, or one row of the axes after
     the mask's). One value per selected element would need their count, a value of the call."""
-    k, rest = mask.ndim, x.shape[mask.ndim:]
-    if mask.shape != x.shape[:k]:
-        raise _index_error(f"boolean index of shape {mask.shape} did not match indexed array "
-                           f"of shape {x.shape}")
+    rest = x.shape[mask.ndim:]
+    _mask_fits(x, mask)
     shape = np.shape(value)
     if len(shape) == len(rest) + 1 and shape[:1] == (1,):
         value, shape = reshape(value, shape[1:]), shape[1:]
@@ -285,8 +341,13 @@ def _masked_set(x: Tracer, mask: Tracer, value: Any) -> Any:
             f"element needs their count, a value of the call. Give every selected element "
             f"the same value (a scalar, or a row of shape {rest}), or write "
             f"x = np.where(mask, values, x) with values of x's shape {x.shape}", user_source()))
-    mask = reshape(mask, mask.shape + (1,) * len(rest))
-    return E.select(mask, lift(broadcast_to_shape(value, x.shape, "index assignment")), x)
+    return E.select(_leading(mask, x.ndim), lift(broadcast_to_shape(value, x.shape,
+                                                                     "index assignment")), x)
+
+
+def _leading(mask: Tracer, ndim: int) -> Any:
+    """A mask over x's leading axes, with x's other axes (of length 1)."""
+    return reshape(mask, mask.shape + (1,) * (ndim - mask.ndim))
 
 
 def _scatter_set(x: Tracer, linear: Any, value: Any) -> Any:
