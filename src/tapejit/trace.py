@@ -236,8 +236,8 @@ def bind(op: Op, args: tuple, params: dict[str, Any]) -> Any:
     """Record `op` on the deepest open trace among the tracer arguments, or evaluate it."""
     trace = None
     for a in args:
-        if isinstance(a, Tracer) and (trace is None or (a._trace.open, a._trace.level) >
-                                      (trace.open, trace.level)):
+        if isinstance(a, Tracer) and a._trace is not trace and (trace is None or (
+                a._trace.open, a._trace.level) > (trace.open, trace.level)):
             trace = a._trace
     if trace is None:
         return op.impl(*(np.asarray(a) for a in args), **params)

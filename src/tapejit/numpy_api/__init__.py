@@ -38,17 +38,8 @@ def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]
             if out is None:
                 return result
             target = out[0] if isinstance(out, tuple) and len(out) == 1 else out
-            if not isinstance(target, (np.ndarray, Tracer)) or target.shape != np.shape(result):
-                raise ShapeError(at_source(f"numpy.{funcs[0].__name__}: out= must be an array "
-                                           f"of the result's shape {np.shape(result)}",
-                                           user_source()))
-            if funcs[0].__name__ in _UFUNC_BASED and \
-                    not np.can_cast(dtype_of(result), target.dtype, "same_kind"):
-                raise DtypeError(at_source(f"numpy.{funcs[0].__name__}: its {dtype_of(result)} "
-                                           f"result cannot be written into the {target.dtype} "
-                                           f"out= (numpy's same_kind casting)", user_source()))
-            target[...] = result
-            return target
+            return written(f"numpy.{funcs[0].__name__}", target, result,
+                           funcs[0].__name__ in _UFUNC_BASED)
         code = getattr(rule, "__code__", None)
         takes_out = code is not None and "out" in code.co_varnames[:code.co_argcount
                                                                    + code.co_kwonlyargcount]
@@ -56,6 +47,21 @@ def implements(*funcs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]
             FUNCTION_RULES[f] = writing if takes_out else rule
         return rule
     return register
+
+
+def written(what: str, target: Any, result: Any, same_kind: bool) -> Any:
+    """`target[...] = result` for an out= argument (a traced array, or one a constructor made
+    in the function, which restarts the trace), checked as numpy checks it: the result's
+    shape, and with `same_kind` (a ufunc's out=) numpy's casting rule."""
+    if not isinstance(target, (np.ndarray, Tracer)) or target.shape != np.shape(result):
+        raise ShapeError(at_source(f"{what}: out= must be an array of the result's shape "
+                                   f"{np.shape(result)}", user_source()))
+    if same_kind and not np.can_cast(dtype_of(result), target.dtype, "same_kind"):
+        raise DtypeError(at_source(f"{what}: its {dtype_of(result)} result cannot be written "
+                                   f"into the {target.dtype} out= (numpy's same_kind casting)",
+                                   user_source()))
+    target[...] = result
+    return target
 
 
 def dtype_of(x: Any) -> np.dtype:

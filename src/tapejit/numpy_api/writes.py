@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (ConcretizationError, DtypeError, ShapeError, UnsupportedOperationError,
+from ..errors import (ConcretizationError, ShapeError, UnsupportedOperationError,
                       at_source, ufunc_name, user_source)
 from ..guards import Outside
 from ..ops import index as I
 from ..ops import layout as L
 from ..recording import BufferWrite, Constant
 from ..trace import METHOD_RULES, Tracer, rebind
-from . import cast, implements, lift
+from . import cast, implements, lift, written
 from .indexing import getitem, linear_indices, setitem
 from .shape import broadcast_to_shape, ravel, reshape
 
@@ -65,15 +65,11 @@ def _call_into(ufunc: np.ufunc, *inputs: Any, out: Any = None, where: Any = True
     outs = out if isinstance(out, tuple) else (out,)
     if len(outs) == 1 and isinstance(outs[0], Tracer) and ufunc.nout == 1:
         target, result = outs[0], ufunc(*inputs, **kwargs)
-        if not np.can_cast(result.dtype, target.dtype, "same_kind"):
-            raise DtypeError(at_source(
-                f"{ufunc_name(ufunc)}: its {result.dtype} result cannot be written into the "
-                f"{target.dtype} out= (numpy's same_kind casting)", user_source()))
-        setitem(target, Ellipsis, result if where is True else np.where(where, result, target))
-        return target
+        return written(ufunc_name(ufunc), target, result if where is True else
+                       np.where(where, result, target), same_kind=True)
     if where is True:
-        for written in outs:
-            _refuse_or_restart(written)
+        for buffer in outs:
+            _refuse_or_restart(buffer)
     raise UnsupportedOperationError(at_source(
         f"{ufunc_name(ufunc)}: the out= and where= arguments are not supported on traced "
         f"arrays; use the result (and np.where) instead", user_source()))
